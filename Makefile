@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh machine:
+#   make run    create .venv, install, train GRPO on the shipped BIRD sample (CPU is fine)
+#   make test   create .venv, install, run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+PIPELINE ?= pipelines/bird_grpo.yaml
+
+.PHONY: install run test validate graph bench clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip wheel
+
+# torch first, pinned through constraints.txt: plain `torch` would pull a multi-GB CUDA build.
+$(VENV)/.installed: $(BIN)/activate pyproject.toml constraints.txt
+	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(BIN)/rlflow run $(PIPELINE)
+
+validate: install
+	$(BIN)/rlflow validate pipelines/*.yaml
+
+graph: install
+	$(BIN)/rlflow graph $(PIPELINE) --render -o step.svg
+
+test: install
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache runs

@@ -1,0 +1,58 @@
+"""The one small interface stages call: ``Engine``.
+
+A local pool's worker holds a local engine (torch/transformers, optionally DeepSpeed or
+vLLM); a remote resource's forwarder holds a client that relays the same calls to an
+out-of-process backend. Stages never know which.
+
+Every call takes and returns plain data: ``Batch`` objects and JSON-able dicts, so that
+the remote wire needs no pickle. Batches follow rlflow.batch: prompts left-padded,
+responses right-padded to ``max_response_length``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from rlflow.batch import Batch
+
+
+class Engine(abc.ABC):
+    """Actor + rollout (+ reference) roles of one worker."""
+
+    @abc.abstractmethod
+    def generate(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        """Sample one response per row of ``batch`` (rows already repeated n times).
+
+        ``params``: temperature, top_p, top_k, do_sample, max_response_length, seed.
+        Returns a Batch with ``responses`` [B, R] (right-padded with pad id), ``response_mask`` [B, R]
+        and ``response_text`` (list[str]); metrics may carry ``timing``/token counts.
+        """
+
+    @abc.abstractmethod
+    def compute_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        """Current actor: ``old_log_probs`` [B, R] and ``entropys`` [B, R] of the responses."""
+
+    @abc.abstractmethod
+    def compute_ref_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        """Frozen reference policy: ``ref_log_prob`` [B, R]."""
+
+    @abc.abstractmethod
+    def update_actor(self, batch: Batch, params: dict[str, Any]) -> dict[str, float]:
+        """PPO/GRPO update over mini-batches and epochs; returns verl-named ``actor/*`` metrics."""
+
+    @abc.abstractmethod
+    def update_weights(self, global_steps: int) -> dict[str, float]:
+        """Make the rollout use the actor's current weights; returns ``sync/*`` metrics (bytes, seconds)."""
+
+    @abc.abstractmethod
+    def set_global_steps(self, global_steps: int) -> None:
+        """Tell the rollout which policy version it now serves."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:
+        """Write model, optimizer, scheduler and RNG state under ``path`` (a directory)."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        """Restore what ``save_checkpoint`` wrote."""

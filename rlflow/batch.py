@@ -1,0 +1,114 @@
+"""``Batch``: the one data structure that flows between stages (rlflow's DataProto).
+
+A batch holds per-row tensors (first dimension = rows), per-row Python lists (``uid``,
+texts, reward info) and stage metrics. Widths are fixed per step so that shards
+concatenate without re-padding: prompts are left-padded to the step's prompt width,
+responses right-padded to ``data.max_response_length``.
+
+Rows are samples: before ``generate`` one row per prompt, after it ``n`` rows per prompt
+(interleaved, as verl's ``repeat(interleave=True)``), grouped by ``uid``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+
+
+@dataclass
+class Batch:
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    non_tensors: dict[str, list] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._check_rows()
+
+    def _check_rows(self) -> None:
+        sizes = {k: v.shape[0] for k, v in self.tensors.items()} | {k: len(v) for k, v in self.non_tensors.items()}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"batch fields disagree on the number of rows: {sizes}")
+
+    def __len__(self) -> int:
+        for value in self.tensors.values():
+            return int(value.shape[0])
+        for value in self.non_tensors.values():
+            return len(value)
+        return 0
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.tensors or key in self.non_tensors
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self.tensors:
+            return self.tensors[key]
+        if key in self.non_tensors:
+            return self.non_tensors[key]
+        raise KeyError(f"batch has no field {key!r}; it has {sorted(self.keys())}")
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            self.non_tensors.pop(key, None)
+            self.tensors[key] = value
+        else:
+            self.tensors.pop(key, None)
+            self.non_tensors[key] = list(value)
+        self._check_rows()
+
+    def keys(self) -> list[str]:
+        return [*self.tensors, *self.non_tensors]
+
+    def update(self, other: "Batch") -> "Batch":
+        """Add (or replace) ``other``'s fields and metrics in place; returns self."""
+        for key in other.keys():
+            self[key] = other[key]
+        self.metrics.update(other.metrics)
+        return self
+
+    def select(self, keys: Iterable[str]) -> "Batch":
+        keys = [k for k in keys if k in self]
+        return Batch(
+            {k: self.tensors[k] for k in keys if k in self.tensors},
+            {k: self.non_tensors[k] for k in keys if k in self.non_tensors},
+        )
+
+    def index(self, rows: list[int] | torch.Tensor) -> "Batch":
+        rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
+        idx = torch.tensor(rows, dtype=torch.long)
+        return Batch(
+            {k: v.index_select(0, idx) for k, v in self.tensors.items()},
+            {k: [v[i] for i in rows] for k, v in self.non_tensors.items()},
+            dict(self.metrics),
+        )
+
+    def repeat_interleave(self, n: int) -> "Batch":
+        return self.index([i for i in range(len(self)) for _ in range(n)])
+
+    def split(self, parts: int) -> list["Batch"]:
+        """``parts`` contiguous shards, sizes differing by at most one (empty shards allowed)."""
+        total = len(self)
+        bounds = [total * p // parts for p in range(parts + 1)]
+        return [self.index(range(bounds[p], bounds[p + 1])) for p in range(parts)]
+
+    def chunks(self, size: int) -> list["Batch"]:
+        return [self.index(range(s, min(s + size, len(self)))) for s in range(0, len(self), size)]
+
+    @staticmethod
+    def concat(batches: list["Batch"]) -> "Batch":
+        """Rows of all shards in order; metrics averaged over the shards that report them."""
+        batches = [b for b in batches if len(b) or b.metrics]
+        if not batches:
+            return Batch()
+        rows = [b for b in batches if len(b)]
+        keys = rows[0].keys() if rows else []
+        out = Batch(
+            {k: torch.cat([b.tensors[k] for b in rows]) for k in keys if k in rows[0].tensors},
+            {k: [x for b in rows for x in b.non_tensors[k]] for k in keys if k in rows[0].non_tensors},
+        )
+        names = {k for b in batches for k in b.metrics}
+        for name in sorted(names):
+            values = [b.metrics[name] for b in batches if name in b.metrics]
+            out.metrics[name] = float(sum(values) / len(values))
+        return out

@@ -1,0 +1,1 @@
+"""The command-line interface (typer): thin shells over the layers below."""

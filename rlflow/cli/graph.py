@@ -1,0 +1,7 @@
+"""`rlflow graph` (being written)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

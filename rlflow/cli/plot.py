@@ -1,0 +1,7 @@
+"""`rlflow plot` (being written)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

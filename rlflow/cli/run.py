@@ -1,0 +1,7 @@
+"""`rlflow run` (being written)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

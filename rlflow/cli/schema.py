@@ -1,0 +1,7 @@
+"""`rlflow schema` (being written)."""
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

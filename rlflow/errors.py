@@ -1,0 +1,51 @@
+"""Errors users see. Each carries a message that names the part at fault and how to fix it.
+
+The CLI turns these into one-line messages and an exit code, with no traceback unless
+``RLFLOW_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+
+class RlflowError(Exception):
+    """Base of every error rlflow reports to a user; ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class ConfigError(RlflowError):
+    """A pipeline or project file is invalid. ``diagnostics`` holds every problem found."""
+
+    exit_code = 2
+
+    def __init__(self, diagnostics: list) -> None:  # list[rlflow.schemas.diagnostics.Diagnostic]
+        self.diagnostics = list(diagnostics)
+        super().__init__("\n".join(str(d) for d in self.diagnostics))
+
+
+class RegistryError(RlflowError):
+    """An unknown or conflicting name in a registry (stage kinds, remote backends)."""
+
+    exit_code = 2
+
+
+class StageError(RlflowError):
+    """A stage failed at run time; the message names the step, the stage, the resource and the worker."""
+
+
+class StageTimeout(StageError):
+    """A stage call outlived its watchdog."""
+
+
+class ResourceError(RlflowError):
+    """The cluster cannot hold the pipeline's resources (the shortfall is named)."""
+
+
+class ResumeError(RlflowError):
+    """A resume was refused (nothing to train, or the pipeline changed)."""
+
+    exit_code = 2
+
+
+class BackendError(RlflowError):
+    """A backend (local engine or remote server) failed or refused a call."""

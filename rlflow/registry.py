@@ -1,0 +1,116 @@
+"""A small named registry shared by stage kinds and remote backends.
+
+Rules (the same as verl's RemoteBackend registry): registering the same object twice
+under one name is a no-op; another object under a taken name is an error; an unknown
+name is answered with the list of known names and how to load plugins. Third parties
+fill a registry through an entry-point group (loaded lazily, once) or by importing a
+module named in rlflow.yaml ``plugins``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from importlib.metadata import entry_points
+from typing import Callable, Generic, Iterator, TypeVar
+
+from rlflow.errors import RegistryError
+
+T = TypeVar("T")
+
+
+def did_you_mean(name: str, known: list[str] | tuple[str, ...] | set[str]) -> str:
+    """' (did you mean 'x'?)' when a close match exists, else ''."""
+    match = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+class Registry(Generic[T]):
+    """Name -> object, with entry-point discovery."""
+
+    def __init__(self, what: str, entry_point_group: str, plugin_hint: str) -> None:
+        self.what = what
+        self.entry_point_group = entry_point_group
+        self.plugin_hint = plugin_hint
+        self._items: dict[str, T] = {}
+        self._entry_points_loaded = False
+        self._broken_plugins: dict[str, str] = {}
+
+    def register(self, name: str, obj: T | None = None) -> Callable[[T], T] | T:
+        """``register("x", obj)`` or ``@register("x")``."""
+        if obj is None:
+            return lambda o: self._add(name, o)
+        return self._add(name, obj)
+
+    def _add(self, name: str, obj: T) -> T:
+        existing = self._items.get(name)
+        if existing is not None and existing is not obj and _qualname(existing) != _qualname(obj):
+            raise RegistryError(
+                f"{self.what} {name!r} is already registered by {_qualname(existing)}; "
+                f"{_qualname(obj)} cannot take the same name (rename one of them)"
+            )
+        self._items[name] = obj
+        return obj
+
+    def get(self, name: str) -> T:
+        if name not in self._items:
+            self.load_entry_points()
+        try:
+            return self._items[name]
+        except KeyError:
+            known = ", ".join(sorted(self._items)) or "none"
+            broken = "".join(f"; plugin {k!r} failed to load: {v}" for k, v in self._broken_plugins.items())
+            raise RegistryError(
+                f"unknown {self.what} {name!r}{did_you_mean(name, self._items)}; known: {known}. "
+                f"{self.plugin_hint}{broken}"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        if name not in self._items:
+            self.load_entry_points()
+        return name in self._items
+
+    def names(self) -> list[str]:
+        self.load_entry_points()
+        return sorted(self._items)
+
+    def list(self) -> list[str]:
+        return self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def unregister(self, name: str) -> None:
+        """Remove a name (tests and plugin reloads)."""
+        self._items.pop(name, None)
+
+    def load_entry_points(self) -> None:
+        """Import every plugin of the entry-point group once; a broken plugin is remembered, not fatal."""
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for ep in entry_points(group=self.entry_point_group):
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken plugin must not break every other name
+                self._broken_plugins[ep.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            if not isinstance(obj, type(importlib)):  # a module registers itself on import
+                self._add(ep.name, obj)
+
+
+def import_plugins(modules: list[str] | tuple[str, ...]) -> None:
+    """Import plugin modules by dotted path (rlflow.yaml ``plugins``); they register on import."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise RegistryError(
+                f"plugin module {module!r} failed to import: {type(exc).__name__}: {exc} "
+                "(check the `plugins` list in rlflow.yaml and that the package is installed)"
+            ) from exc
+
+
+def _qualname(obj: object) -> str:
+    target = obj if isinstance(obj, type) or callable(obj) else type(obj)
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', repr(target))}"

@@ -1,0 +1,176 @@
+"""The pipeline file format: strict, frozen pydantic models.
+
+One ``Pipeline`` is one GRPO step declared as stages bound to resources. Knobs that verl
+has keep verl's names and defaults (see ``algorithm`` and ``trainer``), so a verl user
+reads a pipeline without a manual. Every model forbids unknown keys (a typo is an error,
+never silently ignored) and is frozen (a validated spec cannot drift at run time).
+
+This module is pure: it must not import torch, ray, verl or transformers, so that
+``rlflow validate`` starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+DRIVER = "driver"
+
+LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
+
+
+class StrictModel(BaseModel):
+    """Base of every spec model: unknown keys are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ModelSpec(StrictModel):
+    """The policy model: a local Hugging Face directory or a built-in model (``builtin:<name>``)."""
+
+    path: str = Field("builtin:tiny-qwen2", description="Local HF directory, or builtin:tiny-qwen2 (no download).")
+    tokenizer: str | None = Field(None, description="Tokenizer directory when it differs from `path`.")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    gradient_checkpointing: bool = False
+
+
+class DataSpec(StrictModel):
+    """Where prompts come from and how long prompts and responses may be."""
+
+    format: Literal["bird", "jsonl", "parquet"] = "bird"
+    train: str
+    val: str | None = None
+    databases: str | None = Field(None, description="Root of <db_id>/<db_id>.sqlite (text-to-SQL formats).")
+    root: str | None = Field(None, description="Data root; data paths may not escape it. Defaults to the train file's folder.")
+    prompt_template: str | None = Field(None, description="Jinja2 prompt template file; a built-in one when omitted.")
+    max_prompt_length: int = Field(512, gt=0)
+    max_response_length: int = Field(64, gt=0)
+    truncation: Literal["drop", "left", "error"] = Field(
+        "drop", description="What to do with a prompt longer than max_prompt_length: drop it (counted), keep its tail, or fail."
+    )
+    shuffle: bool = True
+    max_train_samples: int | None = Field(None, gt=0)
+    max_val_samples: int | None = Field(None, gt=0)
+
+
+class AlgorithmSpec(StrictModel):
+    """GRPO knobs, with verl's names and defaults (actor.* and algorithm.* in verl)."""
+
+    adv_estimator: Literal["grpo"] = "grpo"
+    n: int = Field(8, ge=1, description="Samples per prompt (verl: actor_rollout_ref.rollout.n).")
+    clip_ratio: float = Field(0.2, gt=0)
+    clip_ratio_low: float | None = Field(None, gt=0)
+    clip_ratio_high: float | None = Field(None, gt=0)
+    clip_ratio_c: float = Field(3.0, gt=1)
+    loss_agg_mode: LossAggMode = "token-mean"
+    entropy_coeff: float = Field(0.0, ge=0)
+    use_kl_loss: bool = False
+    kl_loss_coef: float = Field(0.001, ge=0)
+    kl_loss_type: KLType = "low_var_kl"
+    use_kl_in_reward: bool = False
+    kl_coef: float = Field(0.001, ge=0, description="KL coefficient in the reward (verl: algorithm.kl_ctrl.kl_coef).")
+    kl_penalty: KLType = "kl"
+    norm_adv_by_std_in_grpo: bool = True
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.use_kl_loss or self.use_kl_in_reward
+
+
+class OptimSpec(StrictModel):
+    """Actor optimizer (verl: actor.optim.*)."""
+
+    name: Literal["adamw", "adam", "sgd"] = "adamw"
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    lr_warmup_steps: int = Field(0, ge=0)
+    lr_scheduler: Literal["constant", "cosine"] = "constant"
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+
+
+class TrainerSpec(StrictModel):
+    """Batch sizes, step counts, cadence and fault policy (verl: data.*, actor.*, trainer.*)."""
+
+    train_batch_size: int = Field(16, gt=0, description="Prompts per step.")
+    ppo_mini_batch_size: int = Field(8, gt=0, description="Prompts per optimizer step (x n samples inside).")
+    ppo_micro_batch_size: int | None = Field(
+        None, gt=0, description="Samples per forward/backward per worker (verl: ppo_micro_batch_size_per_gpu)."
+    )
+    log_prob_micro_batch_size: int | None = Field(None, gt=0)
+    ppo_epochs: int = Field(1, ge=1)
+    total_steps: int | None = Field(None, gt=0, description="verl: trainer.total_training_steps.")
+    total_epochs: int = Field(1, gt=0)
+    save_freq: int = Field(-1, description="Checkpoint every N steps and at the last step; -1 never.")
+    test_freq: int = Field(-1, description="Validate every N steps and at the last step; -1 never.")
+    val_before_train: bool = True
+    seed: int = 1
+    optim: OptimSpec = OptimSpec()
+    grad_clip: float = Field(1.0, gt=0)
+    critic_warmup: int = Field(0, ge=0)
+    keep_checkpoints: int = Field(2, ge=1, description="How many complete checkpoints to keep.")
+    max_restarts: int = Field(0, ge=0, description="Worker restarts (resuming from the last checkpoint) before failing.")
+    stage_timeout_s: float = Field(900.0, gt=0, description="Watchdog for every stage call unless the stage sets its own.")
+
+
+class LocalPool(StrictModel):
+    """A device pool on this cluster: one fused worker per device (GPU, or a CPU slot)."""
+
+    type: Literal["local"]
+    device: Literal["cpu", "gpu", "auto"] = "auto"
+    gpus_per_node: int = Field(1, ge=1, description="Workers (devices) per node; on CPU, worker processes per node.")
+    nnodes: int = Field(1, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0)
+
+
+class CpuPool(StrictModel):
+    """CPU-only worker actors (reward scoring, filters)."""
+
+    type: Literal["cpu"]
+    workers: int = Field(1, ge=1)
+    cpus_per_worker: float = Field(1.0, gt=0)
+
+
+class RemotePool(StrictModel):
+    """CPU-only forwarders relaying to an out-of-process RemoteBackend that owns its own GPUs."""
+
+    type: Literal["remote"]
+    backend: str
+    forwarders: int = Field(1, ge=1)
+    cpus_per_forwarder: float = Field(0.1, gt=0)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+Resource = Annotated[Union[LocalPool, CpuPool, RemotePool], Field(discriminator="type")]
+
+
+class StageSpec(StrictModel):
+    """One stage of the step: a name, the stage kind it uses, where it runs and its own config."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    uses: str
+    on: str = Field(description="A resource name, or `driver`.")
+    with_: dict[str, Any] = Field(default_factory=dict, alias="with")
+    timeout_s: float | None = Field(None, gt=0, description="Watchdog for this stage; defaults to trainer.stage_timeout_s.")
+
+
+class Pipeline(StrictModel):
+    """A whole pipeline file."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    model: ModelSpec = ModelSpec()
+    data: DataSpec
+    algorithm: AlgorithmSpec = AlgorithmSpec()
+    trainer: TrainerSpec = TrainerSpec()
+    resources: dict[str, Resource] = Field(default_factory=dict)
+    stages: list[StageSpec]
+
+    def stage(self, name: str) -> StageSpec | None:
+        return next((s for s in self.stages if s.name == name), None)
+
+    def stages_using(self, kind: str) -> list[StageSpec]:
+        return [s for s in self.stages if s.uses == kind]

@@ -1,0 +1,96 @@
+"""What a stage kind is: its config model, the batch fields it reads and writes, and ``run``.
+
+A stage kind is a class. Its metadata (config model, reads, writes, verl timer name, the
+resource types it may run on, how its batch is dispatched) is pure Python, so that
+validation and plan compilation never import torch. ``run(batch, ctx)`` does the work and
+imports what it needs lazily; it runs wherever the runtime puts it (a pool worker, a
+forwarder, or the driver) and only talks to ``ctx.engine``, never knowing whether the
+engine is in-process, a Ray actor or another machine.
+
+Batch fields are named strings. Two of them are *state*, not data: ``actor_weights``
+(written by update_actor) and ``rollout_weights`` (written by sync_weights, read by the
+next step's generate). State fields carry across steps, which is how the plan shows the
+loop from sync_weights back to generate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.schemas.pipeline import Pipeline, StageSpec
+
+# Loop-carried state fields: produced in one step, consumed in the next (or at init).
+STATE_FIELDS = frozenset({"actor_weights", "rollout_weights"})
+# Fields the data loader puts in every step's batch before the first stage.
+SOURCE_FIELDS = ("prompts", "prompt_mask", "uid", "data_source", "raw_prompt", "reward_info")
+
+Dispatch = Literal["shard", "all", "driver"]
+Cadence = Literal["every_step", "save_freq", "test_freq"]
+ResourceType = Literal["local", "cpu", "remote", "driver"]
+
+# verl's timer names in PPOTrainerSync's order; the compiler breaks ties by this order.
+VERL_ORDER = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "save_checkpoint", "update_weights", "testing")
+
+
+class StageConfig(BaseModel):
+    """Base of every stage kind's ``with:`` model: strict and frozen like the pipeline."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoConfig(StageConfig):
+    """For stage kinds that take no ``with:`` settings."""
+
+
+@dataclass
+class StageContext:
+    """What a running stage may use. Built by the runtime (or a test) on the worker that runs it."""
+
+    pipeline: "Pipeline"
+    config: StageConfig
+    stage_name: str
+    step: int = 0
+    rank: int = 0
+    world_size: int = 1
+    engine: Any = None  # a backend engine (rlflow.backends.engine.Engine) on local/remote resources
+    run_dir: str | None = None
+    state: dict[str, Any] = field(default_factory=dict)  # per-worker cache that lives across steps
+
+
+class StageKind:
+    """Base class of stage kinds. Subclasses set the ClassVars and implement ``run``."""
+
+    name: ClassVar[str]
+    config_model: ClassVar[type[StageConfig]] = NoConfig
+    verl_timer: ClassVar[str | None] = None  # verl's timer name, emitted as timing_s/<verl_timer>
+    reads_fields: ClassVar[tuple[str, ...]] = ()
+    writes_fields: ClassVar[tuple[str, ...]] = ()
+    allowed_on: ClassVar[frozenset[str]] = frozenset({"local", "remote"})
+    dispatch: ClassVar[Dispatch] = "shard"
+    cadence: ClassVar[Cadence] = "every_step"
+    description: ClassVar[str] = ""
+
+    @classmethod
+    def reads(cls, pipeline: "Pipeline", stage: "StageSpec") -> tuple[str, ...]:
+        """Fields this stage reads under this pipeline (some depend on the algorithm)."""
+        return cls.reads_fields
+
+    @classmethod
+    def writes(cls, pipeline: "Pipeline", stage: "StageSpec") -> tuple[str, ...]:
+        return cls.writes_fields
+
+    @classmethod
+    def parse_config(cls, raw: dict[str, Any]) -> StageConfig:
+        return cls.config_model.model_validate(raw)
+
+    @classmethod
+    def check(cls, pipeline: "Pipeline", stage: "StageSpec") -> list[tuple[str, str]]:
+        """Extra semantic rules: a list of (dotted path under the stage, message)."""
+        return []
+
+    def run(self, batch: Any, ctx: StageContext) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError(f"stage kind {self.name!r} does not implement run()")
