@@ -56,3 +56,6 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore what ``save_checkpoint`` wrote."""
+
+    def close(self) -> None:
+        """Release what the engine holds (process groups, sockets, child processes). Default: nothing."""

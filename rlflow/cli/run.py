@@ -1,7 +1,41 @@
-"""`rlflow run` (being written)."""
+"""``rlflow run PIPELINE``: train. Loads and validates the pipeline (every error at once), then
+hands it to the runtime (rlflow.runtime.launch), which is imported only here, inside the
+command, so that other commands stay light.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
 
+def run(
+    pipeline: Path = typer.Argument(..., help="Pipeline file (YAML, a Jinja2 template)."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."),
+    run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Run directory (default: <runs_dir>/<name>/<run id>)."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a run: its directory, or `latest`."),
+    force: bool = typer.Option(False, "--force", help="Resume even though the pipeline changed."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the runtime does."),
+) -> None:
+    """Train: run the pipeline's GRPO steps on Ray (an embedded local Ray unless rlflow.yaml names a cluster)."""
+    from rlflow.schemas.loader import load_pipeline
+    from rlflow.schemas.project import load_project_config
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="[rlflow] %(message)s")
+    logging.getLogger("rlflow").setLevel(logging.INFO)
+    from rlflow.registry import import_plugins
+
+    project = load_project_config()
+    import_plugins(project.plugins)
+    loaded = load_pipeline(pipeline, set_ or (), project=project)
+    from rlflow.runtime.launch import run_pipeline
+
+    result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force)
+    typer.echo(f"run finished at step {result.last_step}: {result.run_dir}")
+
+
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("run")(run)

@@ -72,6 +72,9 @@ class StageKind:
     allowed_on: ClassVar[frozenset[str]] = frozenset({"local", "remote"})
     dispatch: ClassVar[Dispatch] = "shard"
     cadence: ClassVar[Cadence] = "every_step"
+    # True when run() returns a batch with other rows than it got (generate expands, filters drop):
+    # the runtime then sends every field and takes the returned batch whole.
+    changes_rows: ClassVar[bool] = False
     description: ClassVar[str] = ""
 
     @classmethod

@@ -21,6 +21,7 @@ class GenerateConfig(StageConfig):
     top_k: int = Field(-1, ge=-1)
     do_sample: bool = True
     engine: Literal["torch", "hf", "vllm"] = "torch"
+    n: int | None = Field(None, ge=1, description="Samples per prompt; defaults to algorithm.n (validation uses its own).")
 
 
 @register_stage
@@ -31,6 +32,7 @@ class Generate(StageKind):
     reads_fields = ("prompts", "prompt_mask", "rollout_weights")
     writes_fields = ("responses", "response_mask", "response_text")
     allowed_on = frozenset({"local", "remote"})
+    changes_rows = True
     description = "Sample n responses per prompt with the rollout engine."
 
     def run(self, batch, ctx: StageContext):

@@ -27,6 +27,7 @@ class GroupFilter(StageKind):
     writes_fields = ()
     allowed_on = frozenset({"driver", "cpu"})
     dispatch = "driver"
+    changes_rows = True
     description = "Drop groups with zero reward variance (dynamic sampling)."
 
     def run(self, batch, ctx: StageContext):

@@ -1,0 +1,132 @@
+"""The Plan: what one pipeline runs, in which order, where, and which data flows between stages.
+
+A Plan is the contract between the compiler (rlflow.plan.compile) and everything that consumes
+it: the runtime (binds ``resources`` to Ray placement groups and runs ``init`` once, then
+``step`` every training step) and the renderers (text, Mermaid, DOT, JSON).
+
+Design decisions:
+- Frozen dataclasses with tuples and read-only mappings: a plan cannot drift once compiled,
+  and it is pure data (no torch, no ray), so ``rlflow graph`` stays as light as ``validate``.
+- Stage names are the pipeline's names. The same stage may appear in both phases (the weight
+  sync runs once at init and every step); ``cadence`` tells the runtime when each entry runs.
+- ``load_checkpoint`` is not a registered stage kind: it is the runtime's own resume step,
+  listed in the plan so that the init phase reads as verl's does (load, sync, validate).
+- Data-loader fields come from a pseudo-stage named ``DATA_SOURCE`` in ``edges``.
+- A local pool with ``device: auto`` stays ``auto`` here; the runtime resolves the device and
+  calls ``Placement.with_device`` to get the bundles it will reserve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal, Mapping
+
+Cadence = Literal["every_step", "save_freq", "test_freq", "init", "resume"]
+ResourceType = Literal["local", "cpu", "remote", "driver"]
+Strategy = Literal["PACK", "SPREAD", "STRICT_SPREAD"]
+
+LOAD_CHECKPOINT = "load_checkpoint"  # the runtime's resume entry in the init phase
+DATA_SOURCE = "data"  # the data loader, as the source of SOURCE_FIELDS in edges
+DRIVER = "driver"
+
+
+def frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A read-only view of a copy of ``value`` (nested dicts are frozen too)."""
+    items = {k: frozen_mapping(v) if isinstance(v, dict) else v for k, v in (value or {}).items()}
+    return MappingProxyType(items)
+
+
+@dataclass(frozen=True)
+class PlanStage:
+    """One entry of a phase: a stage bound to a resource, with the fields it reads and writes."""
+
+    name: str
+    kind: str
+    verl_timer: str | None
+    resource: str
+    resource_type: ResourceType
+    dispatch: str  # "shard" (split rows over the workers), "all" (every worker), "driver" (whole batch once)
+    cadence: Cadence
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    timeout_s: float
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    implicit: bool = False  # added by the compiler, not declared in the pipeline
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A resource as the runtime reserves it.
+
+    ``bundles`` holds one Ray placement-group bundle per worker (local and cpu pools) or per
+    forwarder (remote; CPU only, the backend owns its GPUs). ``stages`` names the stages
+    colocated on it, in the order they first run; the runtime fuses them into one actor per
+    worker, as verl does.
+    """
+
+    name: str
+    type: ResourceType
+    device: str  # "cpu", "gpu" or "auto" for local pools; "cpu" otherwise
+    workers: int
+    nnodes: int
+    bundles: tuple[Mapping[str, float], ...]
+    strategy: Strategy
+    cpus_per_worker: float
+    gpus_per_worker: float
+    backend: str | None = None
+    backend_config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    forwarders: int = 0
+    stages: tuple[str, ...] = ()
+
+    def with_device(self, device: Literal["cpu", "gpu"]) -> "Placement":
+        """This placement with ``device: auto`` resolved (only local pools carry a device choice)."""
+        if self.type != "local" or self.device == device:
+            return self
+        gpus = 1.0 if device == "gpu" else 0.0
+        return replace(
+            self, device=device, gpus_per_worker=gpus, bundles=local_bundles(self.workers, self.cpus_per_worker, gpus)
+        )
+
+
+def local_bundles(workers: int, cpus: float, gpus: float) -> tuple[Mapping[str, float], ...]:
+    bundle = {"CPU": float(cpus), "GPU": float(gpus)} if gpus else {"CPU": float(cpus)}
+    return tuple(MappingProxyType(dict(bundle)) for _ in range(workers))
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Fields flowing from ``src`` to ``dst``. ``loop`` marks state carried into the next step."""
+
+    src: str
+    dst: str
+    fields: tuple[str, ...]
+    loop: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A compiled pipeline: the init phase, the per-step stages in order, resources and data edges."""
+
+    pipeline_name: str
+    init: tuple[PlanStage, ...]
+    step: tuple[PlanStage, ...]
+    resources: Mapping[str, Placement]
+    edges: tuple[Edge, ...]
+
+    def stage(self, name: str) -> PlanStage:
+        """The step entry named ``name`` (else the init entry)."""
+        for entry in (*self.step, *self.init):
+            if entry.name == name:
+                return entry
+        raise KeyError(f"plan of {self.pipeline_name!r} has no stage {name!r}")
+
+    def stage_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.step)
+
+    def colocation_groups(self) -> dict[str, tuple[str, ...]]:
+        """Resource -> stages sharing its workers, for resources that hold more than one stage."""
+        return {name: p.stages for name, p in self.resources.items() if len(p.stages) > 1 and p.type != DRIVER}
+
+    def loop_edges(self) -> tuple[Edge, ...]:
+        return tuple(e for e in self.edges if e.loop)

@@ -1,0 +1,65 @@
+"""Resource specs -> Placements: the bundles and strategy the runtime asks Ray for.
+
+Choices:
+- A local pool gets one bundle per worker (``gpus_per_node * nnodes`` workers), each
+  ``{CPU: cpus_per_worker}`` plus ``GPU: 1`` on a GPU device. One node: ``PACK`` (colocated
+  workers talk over NVLink / shared memory). Several nodes: ``SPREAD``, not ``STRICT_SPREAD``:
+  STRICT_SPREAD forbids two bundles on one node, which cannot hold ``gpus_per_node > 1``
+  workers per node, while SPREAD lays the bundles evenly over the nodes and still fits
+  when nodes are shared. A runtime that wants one group per node can cut ``bundles`` into
+  ``nnodes`` runs of ``workers // nnodes``.
+- ``device: auto`` stays ``auto`` (CPU-only bundles); the runtime resolves it with
+  ``Placement.with_device`` once it knows what the cluster has.
+- A cpu pool is ``workers`` CPU actors; a remote resource is ``forwarders`` CPU-only
+  forwarder actors (zero GPUs: the remote backend owns its own); the driver is the driver
+  process and reserves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from rlflow.plan.model import DRIVER, Placement, PlanStage, frozen_mapping, local_bundles
+from rlflow.schemas.pipeline import CpuPool, LocalPool, Pipeline, RemotePool
+
+
+def build_placements(spec: Pipeline, entries: Iterable[PlanStage]) -> Mapping[str, Placement]:
+    """One Placement per declared resource (in declaration order), plus the driver when a stage uses it."""
+    colocated: dict[str, list[str]] = {}
+    for entry in entries:
+        names = colocated.setdefault(entry.resource, [])
+        if entry.name not in names:
+            names.append(entry.name)
+    placements = {
+        name: _placement(name, resource, tuple(colocated.get(name, ()))) for name, resource in spec.resources.items()
+    }
+    if DRIVER in colocated:
+        placements[DRIVER] = Placement(
+            name=DRIVER, type="driver", device="cpu", workers=1, nnodes=1, bundles=(), strategy="PACK",
+            cpus_per_worker=0.0, gpus_per_worker=0.0, stages=tuple(colocated[DRIVER]),
+        )  # fmt: skip
+    return frozen_mapping(placements)
+
+
+def _placement(name: str, resource: LocalPool | CpuPool | RemotePool, stages: tuple[str, ...]) -> Placement:
+    if isinstance(resource, LocalPool):
+        workers = resource.gpus_per_node * resource.nnodes
+        gpus = 1.0 if resource.device == "gpu" else 0.0
+        return Placement(
+            name=name, type="local", device=resource.device, workers=workers, nnodes=resource.nnodes,
+            bundles=local_bundles(workers, resource.cpus_per_worker, gpus),
+            strategy="PACK" if resource.nnodes == 1 else "SPREAD",
+            cpus_per_worker=resource.cpus_per_worker, gpus_per_worker=gpus, stages=stages,
+        )  # fmt: skip
+    if isinstance(resource, CpuPool):
+        return Placement(
+            name=name, type="cpu", device="cpu", workers=resource.workers, nnodes=1,
+            bundles=local_bundles(resource.workers, resource.cpus_per_worker, 0.0), strategy="PACK",
+            cpus_per_worker=resource.cpus_per_worker, gpus_per_worker=0.0, stages=stages,
+        )  # fmt: skip
+    return Placement(
+        name=name, type="remote", device="cpu", workers=resource.forwarders, nnodes=1,
+        bundles=local_bundles(resource.forwarders, resource.cpus_per_forwarder, 0.0), strategy="PACK",
+        cpus_per_worker=resource.cpus_per_forwarder, gpus_per_worker=0.0, backend=resource.backend,
+        backend_config=frozen_mapping(resource.config), forwarders=resource.forwarders, stages=stages,
+    )  # fmt: skip

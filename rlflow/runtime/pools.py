@@ -1,0 +1,198 @@
+"""Resources -> Ray: placement groups, fused pool workers, CPU workers and forwarders.
+
+- ``local``: a placement group with one bundle per device (PACK on one node, SPREAD over
+  ``nnodes``), one ``StageWorker`` per bundle holding every role bound to the pool; workers of
+  a pool with several devices form a torch.distributed data-parallel group (rank 0's address).
+- ``cpu``: ``workers`` CPU-only actors.
+- ``remote``: the driver creates the backend once (it starts its own process and owns its
+  GPUs), then ``forwarders`` zero-GPU actors reconnect to it by handle.
+
+A placement group that does not become ready within ``PG_READY_TIMEOUT_S`` is removed and
+reported with the pool's name: the run never waits forever for resources.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlflow.errors import ConfigError, ResourceError
+from rlflow.runtime.cluster import Demand
+
+log = logging.getLogger("rlflow.runtime")
+PG_READY_TIMEOUT_S = 60.0
+SETUP_TIMEOUT_S = 600.0
+ROLE_OF_KIND = {"generate": "rollout", "validate": "rollout", "old_log_prob": "actor", "update_actor": "actor",
+                "save_checkpoint": "actor", "ref_log_prob": "ref"}
+
+
+@dataclass
+class Pool:
+    """A started resource: its workers (Ray actor handles) and what owns them."""
+
+    name: str
+    type: str
+    device: str = "cpu"
+    workers: list[Any] = field(default_factory=list)
+    info: list[dict[str, Any]] = field(default_factory=list)
+    placement_group: Any = None
+    backend: Any = None  # the driver's RemoteBackend for remote resources
+    roles: frozenset[str] = frozenset()
+
+
+def resolve_device(device: str, cluster_gpus: float) -> str:
+    if device == "auto":
+        return "gpu" if cluster_gpus > 0 else "cpu"
+    return device
+
+
+def demands(plan, cluster_gpus: float) -> list[Demand]:
+    out = []
+    for placement in plan.resources.values():
+        if placement.type == "local":
+            gpu = resolve_device(placement.device, cluster_gpus) == "gpu"
+            out.append(Demand(placement.name, placement.workers, placement.cpus_per_worker, 1.0 if gpu else 0.0, placement.nnodes))
+        elif placement.type == "cpu":
+            out.append(Demand(placement.name, placement.workers, placement.cpus_per_worker, 0.0))
+        elif placement.type == "remote":
+            out.append(Demand(placement.name, placement.forwarders, placement.cpus_per_worker, 0.0))
+    return out
+
+
+def roles_of(plan, resource: str) -> frozenset[str]:
+    kinds = {s.kind for s in (*plan.init, *plan.step) if s.resource == resource}
+    return frozenset(ROLE_OF_KIND[k] for k in kinds if k in ROLE_OF_KIND)
+
+
+def start_pools(plan, pipeline_dict: dict, project_root: str, cluster_gpus: float, main_config_for) -> dict[str, Pool]:
+    """Start every resource of the plan; on any failure, stop what was started and re-raise."""
+    pools: dict[str, Pool] = {}
+    try:
+        for placement in plan.resources.values():
+            if placement.type == "local":
+                pools[placement.name] = _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus)
+            elif placement.type == "cpu":
+                pools[placement.name] = _start_cpu(placement, pipeline_dict, project_root)
+            elif placement.type == "remote":
+                pools[placement.name] = _start_remote(placement, pipeline_dict, project_root, main_config_for(placement))
+        return pools
+    except BaseException:
+        stop_pools(pools)
+        raise
+
+
+def stop_pools(pools: dict[str, Pool]) -> None:
+    """Shut workers down, destroy remote backends, free placement groups. Never raises."""
+    import ray
+
+    for pool in pools.values():
+        for worker in pool.workers:
+            try:
+                ray.get(worker.shutdown.remote(), timeout=10)
+            except Exception:  # a dead or hung worker: killing it below is all that is left to do
+                pass
+            ray.kill(worker, no_restart=True)
+        if pool.backend is not None:
+            from rlflow.backends.remote.base import destroy_backend
+
+            try:
+                destroy_backend(pool.backend)
+            except Exception as exc:
+                log.warning("destroying remote backend of %s failed: %s", pool.name, exc)
+        if pool.placement_group is not None:
+            try:
+                ray.util.remove_placement_group(pool.placement_group)
+            except Exception:  # already gone with the cluster
+                pass
+    pools.clear()
+
+
+def _actor_class(num_cpus: float, num_gpus: float, strategy=None, env: dict | None = None):
+    import ray
+
+    from rlflow.runtime.worker import StageWorker
+
+    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
+    if strategy is not None:
+        options["scheduling_strategy"] = strategy
+    if env:
+        options["runtime_env"] = {"env_vars": env}
+    return ray.remote(StageWorker).options(**options)
+
+
+def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus) -> Pool:
+    import ray
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    device = resolve_device(placement.device, cluster_gpus)
+    gpus = 1.0 if device == "gpu" else 0.0
+    bundles = [{"CPU": placement.cpus_per_worker, **({"GPU": gpus} if gpus else {})} for _ in range(placement.workers)]
+    strategy = "PACK" if placement.nnodes == 1 else "SPREAD"
+    pg = placement_group(bundles, strategy=strategy, name=f"rlflow-{placement.name}")
+    ready, _ = ray.wait([pg.ready()], timeout=PG_READY_TIMEOUT_S)
+    if not ready:
+        ray.util.remove_placement_group(pg)
+        raise ResourceError(
+            f"pool {placement.name}: its placement group ({len(bundles)} x {bundles[0]}) was not placed within "
+            f"{PG_READY_TIMEOUT_S:.0f} s; the cluster lacks the resources or they are held by another job"
+        )
+    threads = max(1, int(placement.cpus_per_worker))
+    env = {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"} if device == "cpu" else {"OMP_NUM_THREADS": str(threads)}
+    workers = [
+        _actor_class(placement.cpus_per_worker, gpus, PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i), env)
+        .remote(pipeline_dict, placement.name, i, placement.workers, project_root)
+        for i in range(placement.workers)
+    ]
+    pool = Pool(placement.name, "local", device, workers, placement_group=pg, roles=roles_of(plan, placement.name))
+    dist = None
+    if placement.workers > 1:
+        info0 = ray.get(workers[0].info.remote(), timeout=SETUP_TIMEOUT_S)
+        dist = {"master_addr": info0["node_ip"], "master_port": ray.get(workers[0].free_port.remote())}
+    try:
+        pool.info = ray.get(
+            [w.setup_local.remote(device, sorted(pool.roles), dist, threads) for w in workers], timeout=SETUP_TIMEOUT_S
+        )
+    except Exception:
+        stop_pools({placement.name: pool})
+        raise
+    return pool
+
+
+def _start_cpu(placement, pipeline_dict, project_root) -> Pool:
+    import ray
+
+    env = {"OMP_NUM_THREADS": str(max(1, int(placement.cpus_per_worker)))}
+    workers = [
+        _actor_class(placement.cpus_per_worker, 0, env=env).remote(pipeline_dict, placement.name, i, placement.workers, project_root)
+        for i in range(placement.workers)
+    ]
+    pool = Pool(placement.name, "cpu", "cpu", workers)
+    pool.info = ray.get([w.info.remote() for w in workers], timeout=SETUP_TIMEOUT_S)
+    return pool
+
+
+def _start_remote(placement, pipeline_dict, project_root, main_config) -> Pool:
+    import ray
+
+    from rlflow.backends.remote.registry import create_backend
+
+    backend = create_backend(placement.backend, main_config)
+    pool = Pool(placement.name, "remote", "cpu", backend=backend)
+    try:
+        if placement.forwarders > 1 and backend.requires_single_forwarder():
+            raise ConfigError([f"resources.{placement.name}.forwarders: backend {placement.backend!r} requires a single "
+                               f"forwarder; got {placement.forwarders} (set forwarders: 1)"])
+        handle = backend.reconnect_handle()
+        pool.workers = [
+            _actor_class(placement.cpus_per_worker, 0).remote(pipeline_dict, placement.name, i, placement.forwarders, project_root)
+            for i in range(placement.forwarders)
+        ]
+        pool.info = ray.get(
+            [w.setup_remote.remote(placement.backend, main_config, handle) for w in pool.workers], timeout=SETUP_TIMEOUT_S
+        )
+    except BaseException:
+        stop_pools({placement.name: pool})
+        raise
+    return pool

@@ -1,0 +1,89 @@
+"""The run directory: the contract between a run and everything that reads it.
+
+``<runs_dir>/<pipeline name>/<run id>/`` holds ``pipeline.resolved.yaml``, ``metrics.jsonl``
+(one object per step), ``trace.jsonl`` (one object per stage execution) and
+``checkpoints/step_<N>/``. Lines are appended and flushed one at a time so a crash loses at
+most the line being written; a resumed run truncates metrics past its checkpoint so no step
+appears twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+RESOLVED = "pipeline.resolved.yaml"
+METRICS = "metrics.jsonl"
+TRACE = "trace.jsonl"
+CHECKPOINTS = "checkpoints"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid() % 100000:05d}"
+
+
+def latest_run(runs_dir: Path, pipeline_name: str) -> Path | None:
+    """The most recently modified run of this pipeline, or None."""
+    root = runs_dir / pipeline_name
+    runs = [p for p in root.glob("*") if (p / RESOLVED).exists()] if root.is_dir() else []
+    return max(runs, key=lambda p: (p / RESOLVED).stat().st_mtime, default=None)
+
+
+class RunDir:
+    """Writers for one run's files."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.checkpoints = self.path / CHECKPOINTS
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.checkpoints.mkdir(exist_ok=True)
+
+    def write_resolved(self, text: str) -> None:
+        (self.path / RESOLVED).write_text(text)
+
+    def read_resolved(self) -> str | None:
+        path = self.path / RESOLVED
+        return path.read_text() if path.exists() else None
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        _append(self.path / METRICS, record)
+
+    def append_trace(self, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            _append(self.path / TRACE, record)
+
+    def truncate_metrics_after(self, step: int) -> int:
+        """Drop metric lines of steps after ``step`` (they will be re-run); returns how many were dropped."""
+        path = self.path / METRICS
+        if not path.exists():
+            return 0
+        kept, dropped = [], 0
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a torn last line from a crash
+                dropped += 1
+                continue
+            if record.get("step", 0) > step:
+                dropped += 1
+            else:
+                kept.append(line)
+        path.write_text("".join(k + "\n" for k in kept))
+        return dropped
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        path = self.path / METRICS
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as fh:
+        fh.write(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
+        fh.flush()

@@ -1,0 +1,262 @@
+"""Safe YAML loading that remembers where every key and value was written.
+
+PyYAML composes the text into nodes (which carry line and column marks); we construct the
+Python values ourselves, so nothing but plain data can come out of a file and every value's
+position is kept for error messages.
+
+Design decisions:
+- Only plain data: mappings, sequences, strings, numbers, booleans, null. Any other tag
+  (``!!python/...``, ``!!binary``, ``!custom``) is an error, and nothing is ever constructed
+  from it (the composer builds inert nodes; we refuse them before any constructor runs).
+- YAML 1.2 core-schema scalars: only ``true``/``false`` are booleans, so ``on:`` (a stage
+  key) and ``no`` stay strings; ``1e-6`` is a float; dates stay strings. Mapping keys are
+  always their text.
+- Duplicate keys are errors (never last-wins). ``<<`` merge keys work as in YAML 1.1.
+- Aliases are expanded while constructing, under a cap on expanded nodes and on depth, so
+  an alias bomb or a self-referencing anchor is refused instead of eating memory.
+- Positions are reported in the file the user wrote: a ``line_map`` turns lines of the
+  rendered text back into lines of the template.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import yaml
+from yaml.composer import Composer
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import BaseResolver
+from yaml.scanner import Scanner
+
+from rlflow.schemas.diagnostics import Diagnostic, format_path
+
+MAX_NODES = 20_000  # a large pipeline has a few hundred; an alias bomb has billions
+MAX_DEPTH = 64
+_STD = "tag:yaml.org,2002:"
+_NON_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+class CoreResolver(BaseResolver):
+    """YAML 1.2 core schema for plain scalars (no yes/no/on/off booleans, no timestamps)."""
+
+
+for _tag, _regex, _first in (
+    ("bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ("int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+    (
+        "float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+0123456789.",
+    ),
+    ("merge", r"^(?:<<)$", "<"),
+):
+    CoreResolver.add_implicit_resolver(_STD + _tag, re.compile(_regex), list(_first))
+
+
+class _Composer(Reader, Scanner, Parser, Composer, CoreResolver):
+    """PyYAML's pure-Python composer with the core-schema resolver; builds nodes, never objects."""
+
+    def __init__(self, text: str) -> None:
+        Reader.__init__(self, text)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        Composer.__init__(self)
+        CoreResolver.__init__(self)
+
+
+class Positions:
+    """Where each value (and each mapping key) of a document was written: path -> (line, col)."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple, tuple[int, int]] = {}
+        self.keys: dict[tuple, tuple[int, int]] = {}
+
+    def locate(self, path: tuple, at: str = "value") -> tuple[int, int]:
+        """Position of ``path`` (its key when ``at == "key"``), else of its nearest ancestor."""
+        path = tuple(path)
+        if at == "key" and path in self.keys:
+            return self.keys[path]
+        while path:
+            if path in self.values:
+                return self.values[path]
+            path = path[:-1]
+        return self.values.get((), (1, 1))
+
+
+class _Refused(Exception):
+    """Construction must stop (alias bomb, runaway depth)."""
+
+    def __init__(self, node: Node, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.node, self.message, self.fix = node, message, fix
+
+
+def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:
+    """Bytes -> text, refusing non-UTF-8 and binary data with the position of the first bad byte."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line, col = _offset_position(raw, exc.start)
+        return None, [
+            Diagnostic(file, line, col, "", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                       "pipeline files must be UTF-8 text")
+        ]
+    bad = _NON_PRINTABLE.search(text)
+    if bad:
+        line, col = _offset_position(text, bad.start())
+        return None, [
+            Diagnostic(file, line, col, "", f"binary data: control character 0x{ord(bad.group()):02x} is not allowed",
+                       "is this a pipeline YAML file?")
+        ]
+    return text, []
+
+
+def _offset_position(data: bytes | str, offset: int) -> tuple[int, int]:
+    newline = b"\n" if isinstance(data, bytes) else "\n"
+    head = data[:offset]
+    return head.count(newline) + 1, offset - (head.rfind(newline) + 1) + 1
+
+
+def parse_yaml(
+    text: str, file: str, line_map: Callable[[int], int] = lambda line: line
+) -> tuple[Any, Positions, list[Diagnostic]]:
+    """Parse one YAML document. Returns (data or None, positions, diagnostics)."""
+    builder = _Builder(file, line_map)
+    try:
+        node = _Composer(text).get_single_node()
+    except yaml.MarkedYAMLError as exc:
+        return None, builder.positions, [builder.syntax_error(exc)]
+    except yaml.YAMLError as exc:  # reader errors carry no mark in every PyYAML version
+        return None, builder.positions, [Diagnostic(file, 1, 1, "", f"YAML error: {exc}")]
+    if node is None:
+        return None, builder.positions, []
+    try:
+        data = builder.build(node, ())
+    except _Refused as exc:
+        builder.error(exc.node, (), exc.message, exc.fix)
+        data = None
+    except RecursionError:
+        builder.error(node, (), "document nests too deeply", f"at most {MAX_DEPTH} levels")
+        data = None
+    return data, builder.positions, builder.diagnostics
+
+
+class _Builder:
+    """Builds plain Python data from nodes, recording positions and collecting problems."""
+
+    def __init__(self, file: str, line_map: Callable[[int], int]) -> None:
+        self.file, self.line_map = file, line_map
+        self.positions = Positions()
+        self.diagnostics: list[Diagnostic] = []
+        self.count = 0
+
+    def where(self, node: Node) -> tuple[int, int]:
+        mark = node.start_mark
+        return self.line_map(mark.line + 1), mark.column + 1
+
+    def error(self, node: Node, path: tuple, message: str, fix: str = "") -> None:
+        line, col = self.where(node)
+        self.diagnostics.append(Diagnostic(self.file, line, col, format_path(path), message, fix))
+
+    def syntax_error(self, exc: yaml.MarkedYAMLError) -> Diagnostic:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (self.line_map(mark.line + 1), mark.column + 1) if mark else (1, 1)
+        problem = exc.problem or "invalid YAML"
+        fix = "indent with spaces; YAML does not allow tabs" if "\\t" in problem else ""
+        if exc.context and exc.context_mark:
+            problem += f"; {exc.context} from line {self.line_map(exc.context_mark.line + 1)}"
+        return Diagnostic(self.file, line, col, "", f"YAML syntax error: {problem}", fix)
+
+    def build(self, node: Node, path: tuple) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise _Refused(node, f"document expands to more than {MAX_NODES} nodes (alias bomb?)",
+                           "use fewer aliases; a pipeline is small")
+        if len(path) > MAX_DEPTH:
+            raise _Refused(node, f"document nests deeper than {MAX_DEPTH} levels (self-referencing alias?)", "")
+        self.positions.values[path] = self.where(node)
+        if isinstance(node, MappingNode):
+            return self._mapping(node, path) if self._tag_ok(node, path, "map") else None
+        if isinstance(node, SequenceNode):
+            if not self._tag_ok(node, path, "seq"):
+                return None
+            return [self.build(child, path + (i,)) for i, child in enumerate(node.value)]
+        return self._scalar(node, path)
+
+    def _tag_ok(self, node: Node, path: tuple, expected: str) -> bool:
+        if node.tag == _STD + expected:
+            return True
+        tag = node.tag.replace(_STD, "!!")
+        self.error(node, path, f"tag {tag} is not allowed", "pipeline files hold plain data; remove the tag")
+        return False
+
+    def _scalar(self, node: ScalarNode, path: tuple) -> Any:
+        kind = node.tag[len(_STD):] if node.tag.startswith(_STD) else None
+        value = node.value
+        try:
+            if kind == "str":
+                return value
+            if kind == "null":
+                return None
+            if kind == "bool":
+                return value.lower() == "true"
+            if kind == "int":
+                return int(value, 0) if value[:2] in ("0x", "0o") else int(value, 10)
+            if kind == "float":
+                return float(value.lower().replace(".inf", "inf").replace(".nan", "nan"))
+        except ValueError:
+            self.error(node, path, f"cannot read {value!r} as {kind}", "remove the tag or fix the value")
+            return None
+        self._tag_ok(node, path, "str")
+        return None
+
+    def _mapping(self, node: MappingNode, path: tuple) -> dict:
+        result: dict = {}
+        seen: dict[str, Node] = {}
+        merged: list[tuple[str, Node, Node, tuple]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _STD + "merge":
+                merged.extend(self._merge_sources(value_node, path))
+                continue
+            key = self._key(key_node, path)
+            if key is None:
+                continue
+            if key in seen:
+                first_line = self.where(seen[key])[0]
+                self.error(key_node, path + (key,), f"duplicate key {key!r}, first set on line {first_line}",
+                           "keep one of them; YAML keys must be unique")
+                continue
+            seen[key] = key_node
+            self.positions.keys[path + (key,)] = self.where(key_node)
+            result[key] = self.build(value_node, path + (key,))
+        for key, key_node, value_node, _ in merged:
+            if key not in result:
+                self.positions.keys[path + (key,)] = self.where(key_node)
+                result[key] = self.build(value_node, path + (key,))
+        return result
+
+    def _merge_sources(self, value_node: Node, path: tuple) -> list:
+        sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+        pairs = []
+        for source in sources:
+            if not isinstance(source, MappingNode):
+                self.error(source, path, "a merge key (<<) takes a mapping or a list of mappings")
+                continue
+            for key_node, value_node_ in source.value:
+                key = self._key(key_node, path)
+                if key is not None and all(key != p[0] for p in pairs):
+                    pairs.append((key, key_node, value_node_, path))
+        return pairs
+
+    def _key(self, key_node: Node, path: tuple) -> str | None:
+        if not isinstance(key_node, ScalarNode):
+            self.error(key_node, path, "mapping keys must be plain text", "use a simple `name:` key")
+            return None
+        if not key_node.tag.startswith(_STD):
+            self._tag_ok(key_node, path, "str")
+            return None
+        return key_node.value
