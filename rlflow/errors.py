@@ -49,3 +49,9 @@ class ResumeError(RlflowError):
 
 class BackendError(RlflowError):
     """A backend (local engine or remote server) failed or refused a call."""
+
+
+class DataError(RlflowError):
+    """A data file, database or prompt template is missing or invalid (the file and field are named)."""
+
+    exit_code = 2

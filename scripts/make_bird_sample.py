@@ -67,7 +67,7 @@ class Join:
 
 
 def people(rng: random.Random, n: int) -> list[str]:
-    pairs = [f"{f} {l}" for f in FIRST for l in LAST]
+    pairs = [f"{first} {last}" for first in FIRST for last in LAST]
     return rng.sample(pairs, n)
 
 

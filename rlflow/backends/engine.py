@@ -12,9 +12,10 @@ responses right-padded to ``max_response_length``.
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlflow.batch import Batch
+if TYPE_CHECKING:  # pragma: no cover - torch stays out of imports that only need the interface
+    from rlflow.batch import Batch
 
 
 class Engine(abc.ABC):

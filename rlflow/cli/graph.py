@@ -1,7 +1,117 @@
-"""`rlflow graph` (being written)."""
+"""``rlflow graph``: the step as a picture, or a finished run as a timeline.
+
+    rlflow graph PIPELINE [--set k=v]... [--format text|mermaid|dot|json] [-o FILE]
+    rlflow graph PIPELINE --render [-o step.svg]           # draws with Graphviz's dot
+    rlflow graph --timeline RUN_DIR [--format text]        # where the time went, per stage
+    rlflow graph --timeline RUN_DIR --render -o run.svg    # a Gantt chart (matplotlib)
+
+A thin shell: the pipeline goes through the same loader as ``rlflow validate`` (every error at
+once), then ``compile_plan`` and a renderer. Nothing heavy is imported (no torch, ray or
+matplotlib unless a timeline is drawn), so the command starts as fast as ``validate``. When
+``dot`` is missing, ``--render`` still writes the .dot file next to the requested output,
+says how to install Graphviz, and exits 1 (the picture asked for was not made).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
+from rlflow.errors import RlflowError
+
+FORMATS = ("text", "mermaid", "dot", "json")
+DEFAULT_STEP_PICTURE = Path("step.svg")
+DEFAULT_TIMELINE_PICTURE = Path("timeline.svg")
+
+
+def graph(
+    pipeline: Optional[Path] = typer.Argument(None, help="Pipeline file (YAML, a Jinja2 template)."),
+    set_: Optional[List[str]] = typer.Option(
+        None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."
+    ),
+    fmt: str = typer.Option("text", "--format", "-f", help="text, mermaid, dot or json (timeline: text)."),
+    render: bool = typer.Option(False, "--render", help="Draw a picture (SVG or PNG by the -o suffix)."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Write here instead of stdout (default picture: step.svg, timeline.svg)."
+    ),
+    timeline: Optional[Path] = typer.Option(
+        None, "--timeline", help="A run directory: chart its trace.jsonl instead of a pipeline."
+    ),
+) -> None:
+    """Show a pipeline's compiled step (stages in order, resources, data), or a run's timeline."""
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}", param_hint="--format")
+    if (pipeline is None) == (timeline is None):
+        raise typer.BadParameter("give either a PIPELINE file or --timeline RUN_DIR (one of them)")
+    if timeline is not None:
+        _timeline(timeline, fmt, render, output)
+    else:
+        _pipeline_graph(pipeline, tuple(set_ or ()), fmt, render, output)
+
+
+def _pipeline_graph(pipeline: Path, sets: tuple[str, ...], fmt: str, render: bool, output: Path | None) -> None:
+    from rlflow.plan.compile import compile_plan
+    from rlflow.schemas.loader import load_pipeline
+
+    plan = compile_plan(load_pipeline(pipeline, sets).spec)
+    if render:
+        _draw(plan, output or DEFAULT_STEP_PICTURE)
+        return
+    _emit(_renderer(fmt)(plan), output)
+
+
+def _renderer(fmt: str):
+    if fmt == "mermaid":
+        from rlflow.plan.render_mermaid import render_mermaid as renderer
+    elif fmt == "dot":
+        from rlflow.plan.render_dot import render_dot as renderer
+    elif fmt == "json":
+        from rlflow.plan.render_json import render_json as renderer
+    else:
+        from rlflow.plan.render_text import render_text as renderer
+    return renderer
+
+
+def _draw(plan, output: Path) -> None:
+    from rlflow.plan.graphviz import GraphvizMissing, output_format, render_graphviz
+    from rlflow.plan.render_dot import render_dot
+
+    output_format(output)  # a bad suffix is an error before anything is written
+    source = render_dot(plan)
+    try:
+        render_graphviz(source, output)
+    except GraphvizMissing as exc:
+        dot_file = output.with_suffix(".dot")
+        dot_file.parent.mkdir(parents=True, exist_ok=True)
+        dot_file.write_text(source)
+        hint = f"wrote the graph source to {dot_file} (draw it later with `dot -Tsvg {dot_file}`)"
+        raise RlflowError(f"{exc}; {hint}") from None
+    typer.echo(f"wrote {output}")
+
+
+def _timeline(run_dir: Path, fmt: str, render: bool, output: Path | None) -> None:
+    from rlflow.plan.timeline import read_trace, render_summary, render_timeline, summarize, trace_path
+
+    if fmt != "text":
+        raise typer.BadParameter("a timeline prints as text (or draws with --render)", param_hint="--format")
+    spans = read_trace(trace_path(run_dir))
+    if render:
+        target = render_timeline(spans, output or DEFAULT_TIMELINE_PICTURE, title=f"timeline of {run_dir}")
+        typer.echo(f"wrote {target}")
+        return
+    _emit(render_summary(summarize(spans)), output)
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    typer.echo(f"wrote {output}")
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("graph")(graph)

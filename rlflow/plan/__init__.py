@@ -1,1 +1,15 @@
-"""plan"""
+"""The plan layer: a valid pipeline spec compiled into an immutable Plan, and its renderings.
+
+    compile_plan(spec) -> Plan          rlflow.plan.compile (order from data dependencies)
+    dataflow_problems(spec)             the validator's data-flow rules, as (path, message)
+    render_text / render_mermaid / render_dot / render_json, render_graphviz (dot binary)
+    timeline: trace.jsonl -> per-stage summary and a Gantt chart
+
+Pure like rlflow.schemas: no torch, ray, verl or transformers; matplotlib only inside the
+timeline drawing function.
+"""
+
+from rlflow.plan.compile import compile_plan, dataflow_problems
+from rlflow.plan.model import DATA_SOURCE, LOAD_CHECKPOINT, Edge, Placement, Plan, PlanStage
+
+__all__ = ["DATA_SOURCE", "LOAD_CHECKPOINT", "Edge", "Placement", "Plan", "PlanStage", "compile_plan", "dataflow_problems"]

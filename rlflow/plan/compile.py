@@ -1,6 +1,222 @@
-"""Compile a valid pipeline into a Plan (being written)."""
+"""Compile a valid pipeline spec into a Plan: the init phase, the ordered step, resources, edges.
+
+What runs, mirroring verl's ``PPOTrainerSync``:
+- init: ``load_checkpoint`` (on resume, on the actor's resource), the weight sync (verl syncs
+  before the first generation), then validation when ``trainer.val_before_train`` and
+  ``data.val`` is set;
+- step: the declared stages in the order their data dependencies allow, verl's order breaking
+  ties (rlflow.plan.dataflow). Stages that would never run are left out: ``ref_log_prob``
+  without a KL term, a checkpoint stage without ``save_freq``, validation without
+  ``test_freq`` or ``data.val``.
+- implicit stages: ``save_checkpoint`` (on the actor's resource) when ``save_freq > 0`` and
+  none is declared; ``validate`` (on the generator's resource) when ``data.val`` is set and
+  it would run, and none is declared. They are marked ``implicit``.
+
+``dataflow_problems`` is the validator's entry: every data-flow problem as (path, message).
+``compile_plan`` raises ``ConfigError`` with those problems (and with any unknown stage kind
+or resource, should an unvalidated spec get this far); everything else it trusts to the
+validator, which runs first. Pure: no torch, no ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rlflow.errors import ConfigError, RegistryError
+from rlflow.plan.dataflow import Flow, FlowNode, Problem, analyse, data_edges
+from rlflow.plan.model import DRIVER, LOAD_CHECKPOINT, Plan, PlanStage, frozen_mapping
+from rlflow.plan.placement import build_placements
+from rlflow.schemas.pipeline import Pipeline, StageSpec
+from rlflow.stages.base import StageKind
+from rlflow.stages.registry import STAGE_KINDS
+
+ACTOR_WEIGHTS = "actor_weights"  # its producer hosts checkpoints (save and load)
+RESPONSES = "responses"  # its producer hosts the implicit validation
+ROLLOUT_WEIGHTS = "rollout_weights"  # its producer is the weight sync, run at init too
 
 
-def dataflow_problems(spec):
-    """(dotted path, message) for each data-flow error: unproduced fields, two producers, cycles."""
-    return []
+@dataclass(frozen=True)
+class _Stage:
+    """A declared or implicit stage with its kind resolved."""
+
+    spec: StageSpec
+    kind: type[StageKind]
+    node: FlowNode
+    implicit: bool = False
+
+
+def dataflow_problems(spec: Pipeline) -> list[Problem]:
+    """(dotted path, message) for every data-flow problem of ``spec``; empty when it compiles.
+
+    Stages of unknown kinds are skipped (the validator reports them); while any is unknown,
+    missing producers are not reported, since the unknown stage may be the producer.
+    """
+    return _analyse(spec)[2].problems
+
+
+def compile_plan(spec: Pipeline) -> Plan:
+    """The Plan of a valid pipeline; ``ConfigError`` listing every data-flow problem otherwise."""
+    unknown = [f"stages[{i}].uses: {_unknown_kind(s.uses)}" for i, s in enumerate(spec.stages)
+               if s.uses not in STAGE_KINDS]  # fmt: skip
+    candidates, stages, flow = _analyse(spec)
+    if unknown or flow.problems:
+        raise ConfigError(unknown + [f"{path}: {message}" for path, message in flow.problems])
+    ordered = [stages[i] for i in flow.order]
+    step = tuple(_entry(spec, s, s.kind.cadence) for s in ordered)
+    init = tuple(_init_phase(spec, ordered, candidates))
+    return Plan(
+        pipeline_name=spec.name,
+        init=init,
+        step=step,
+        resources=build_placements(spec, (*step, *init)),
+        edges=data_edges([s.node for s in stages], flow.order, flow.producer),
+    )
+
+
+def _unknown_kind(name: str) -> str:
+    try:
+        STAGE_KINDS.get(name)
+    except RegistryError as exc:
+        return str(exc)  # names the known kinds, a close match and how to load plugins
+    return f"stage kind {name!r} is not registered"
+
+
+def _analyse(spec: Pipeline) -> tuple[list[_Stage], list[_Stage], Flow]:
+    """All known stages (declared and implicit), those that run every step, and their flow."""
+    declared, all_known = _declared(spec)
+    candidates = declared + _implicit(spec, declared)
+    stages = [s for s in candidates if _runs(spec, s.kind)]
+    flow = analyse([s.node for s in stages], _ProducerIndex(), report_missing=all_known)
+    return candidates, stages, flow
+
+
+def _declared(spec: Pipeline) -> tuple[list[_Stage], bool]:
+    stages: list[_Stage] = []
+    all_known = True
+    for index, stage in enumerate(spec.stages):
+        if stage.uses not in STAGE_KINDS:
+            all_known = False
+            continue
+        kind = STAGE_KINDS.get(stage.uses)
+        stages.append(_Stage(stage, kind, _node(spec, stage, kind, f"stages[{index}]")))
+    return stages, all_known
+
+
+def _runs(spec: Pipeline, kind: type[StageKind]) -> bool:
+    """Whether a stage of this kind runs in the step under this pipeline's settings."""
+    if kind.cadence == "save_freq":
+        return spec.trainer.save_freq > 0
+    if kind.cadence == "test_freq":
+        return spec.trainer.test_freq > 0 and spec.data.val is not None
+    if kind.verl_timer == "ref":
+        return spec.algorithm.uses_reference
+    return True
+
+
+def _node(spec: Pipeline, stage: StageSpec, kind: type[StageKind], path: str, origin: str = "") -> FlowNode:
+    return FlowNode(
+        name=stage.name,
+        path=path,
+        reads=tuple(kind.reads(spec, stage)),
+        writes=tuple(kind.writes(spec, stage)),
+        verl_timer=kind.verl_timer,
+        origin=origin,
+    )
+
+
+def _implicit(spec: Pipeline, declared: list[_Stage]) -> list[_Stage]:
+    """The checkpoint and validation stages verl runs even when the pipeline does not declare them."""
+    added: list[_Stage] = []
+    taken = {s.name for s in spec.stages}
+    kinds = {s.uses for s in spec.stages}
+    wanted = [
+        ("save_checkpoint", ACTOR_WEIGHTS, spec.trainer.save_freq > 0, "added because trainer.save_freq > 0"),
+        ("validate", RESPONSES, _validates(spec), "added because data.val is set"),
+    ]
+    for kind_name, anchor_field, needed, origin in wanted:
+        anchor = _producer_of(declared, anchor_field)
+        if not needed or kind_name in kinds or anchor is None:
+            continue
+        kind = STAGE_KINDS.get(kind_name)
+        stage = StageSpec(name=_free_name(kind_name, taken), uses=kind_name, on=anchor.spec.on)
+        taken.add(stage.name)
+        added.append(_Stage(stage, kind, _node(spec, stage, kind, "stages", origin), implicit=True))
+    return added
+
+
+def _validates(spec: Pipeline) -> bool:
+    return spec.data.val is not None and (spec.trainer.test_freq > 0 or spec.trainer.val_before_train)
+
+
+def _producer_of(stages: list[_Stage], field: str) -> _Stage | None:
+    return next((s for s in stages if field in s.node.writes), None)
+
+
+def _free_name(base: str, taken: set[str]) -> str:
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    return name
+
+
+def _init_phase(spec: Pipeline, ordered: list[_Stage], candidates: list[_Stage]) -> Iterator[PlanStage]:
+    """verl's start-up: load a checkpoint on resume, sync weights, then validate if asked."""
+    actor = _producer_of(ordered, ACTOR_WEIGHTS)
+    if actor is not None:
+        yield PlanStage(
+            name=LOAD_CHECKPOINT, kind=LOAD_CHECKPOINT, verl_timer=None, resource=actor.spec.on,
+            resource_type=_resource_type(spec, actor.spec.on), dispatch="all", cadence="resume",
+            reads=(), writes=(ACTOR_WEIGHTS,), timeout_s=spec.trainer.stage_timeout_s, implicit=True,
+        )  # fmt: skip
+    sync = _producer_of(ordered, ROLLOUT_WEIGHTS)
+    if sync is not None:
+        yield _entry(spec, sync, "init")
+    if spec.trainer.val_before_train and spec.data.val is not None:
+        # The validation stage runs at init even when test_freq keeps it out of the step.
+        yield from (_entry(spec, s, "init") for s in candidates if s.kind.cadence == "test_freq")
+
+
+def _entry(spec: Pipeline, stage: _Stage, cadence: str) -> PlanStage:
+    return PlanStage(
+        name=stage.spec.name,
+        kind=stage.spec.uses,
+        verl_timer=stage.kind.verl_timer,
+        resource=stage.spec.on,
+        resource_type=_resource_type(spec, stage.spec.on),
+        dispatch=stage.kind.dispatch,
+        cadence=cadence,
+        reads=stage.node.reads,
+        writes=stage.node.writes,
+        timeout_s=stage.spec.timeout_s or spec.trainer.stage_timeout_s,
+        config=frozen_mapping(stage.kind.parse_config(stage.spec.with_).model_dump()),
+        implicit=stage.implicit,
+    )
+
+
+def _resource_type(spec: Pipeline, name: str) -> str:
+    if name == DRIVER:
+        return DRIVER
+    resource = spec.resources.get(name)
+    if resource is None:
+        known = ", ".join([*spec.resources, DRIVER])
+        raise ConfigError([f"stages: unknown resource {name!r}; declare it under `resources:` or use one of: {known}"])
+    return resource.type
+
+
+class _ProducerIndex:
+    """Registered kinds by the fields they declare they write (for missing-producer hints).
+
+    Built on first use per analysis, so that kinds registered later (plugins, tests) count.
+    """
+
+    def __init__(self) -> None:
+        self._index: dict[str, list[str]] | None = None
+
+    def __call__(self, field: str) -> list[str]:
+        if self._index is None:
+            self._index = {}
+            for name in STAGE_KINDS.names():
+                for written in STAGE_KINDS.get(name).writes_fields:
+                    self._index.setdefault(written, []).append(name)
+        return self._index.get(field, [])

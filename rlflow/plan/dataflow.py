@@ -128,7 +128,9 @@ def _sort(nodes: Sequence[FlowNode], preds: list[set[int]], producer: dict[str, 
     return order
 
 
-def _after_producers(node: FlowNode, i: int, keys: list, static: list, producer: dict[str, int]) -> tuple[int, int, int]:
+def _after_producers(
+    node: FlowNode, i: int, keys: list, static: list, producer: dict[str, int]
+) -> tuple[int, int, int]:
     """Key of a stage without a verl timer: right after the last of its producers.
 
     Data producers have run (their keys are set); a state-field producer counts by its verl
@@ -171,13 +173,14 @@ def _cycles(nodes: Sequence[FlowNode], preds: list[set[int]], done: set[int]) ->
 
 def _cycle_problem(nodes: Sequence[FlowNode], cycle: list[int]) -> Problem:
     """``cycle`` lists stages so that each feeds the next and the last feeds the first."""
+    first = cycle.index(min(cycle))
+    cycle = cycle[first:] + cycle[:first]  # start at the stage declared first: stable messages
     links = []
     for a, b in zip(cycle, cycle[1:] + cycle[:1]):
         fields = [f for f in nodes[b].reads if f in nodes[a].writes and f not in STATE_FIELDS]
         links.append(f"'{nodes[b].name}' reads {', '.join(repr(f) for f in fields)} from '{nodes[a].name}'")
     names = " -> ".join(nodes[i].name for i in cycle + cycle[:1])
-    first = min(cycle)
-    return (nodes[first].path, f"stages form a cycle: {names} ({'; '.join(links)}); break it by making one stage "
+    return (nodes[cycle[0]].path, f"stages form a cycle: {names} ({'; '.join(links)}); break it by making one stage "
             "read a field produced earlier")  # fmt: skip
 
 

@@ -5,7 +5,7 @@ it: the runtime (binds ``resources`` to Ray placement groups and runs ``init`` o
 ``step`` every training step) and the renderers (text, Mermaid, DOT, JSON).
 
 Design decisions:
-- Frozen dataclasses with tuples and read-only mappings: a plan cannot drift once compiled,
+- Frozen dataclasses with tuples and read-only dicts (``FrozenDict``): a plan cannot drift once compiled,
   and it is pure data (no torch, no ray), so ``rlflow graph`` stays as light as ``validate``.
 - Stage names are the pipeline's names. The same stage may appear in both phases (the weight
   sync runs once at init and every step); ``cadence`` tells the runtime when each entry runs.
@@ -19,7 +19,6 @@ Design decisions:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 from typing import Any, Literal, Mapping
 
 Cadence = Literal["every_step", "save_freq", "test_freq", "init", "resume"]
@@ -27,14 +26,30 @@ ResourceType = Literal["local", "cpu", "remote", "driver"]
 Strategy = Literal["PACK", "SPREAD", "STRICT_SPREAD"]
 
 LOAD_CHECKPOINT = "load_checkpoint"  # the runtime's resume entry in the init phase
-DATA_SOURCE = "data"  # the data loader, as the source of SOURCE_FIELDS in edges
+DATA_SOURCE = "<data>"  # the data loader in edges; "<" keeps it apart from any stage name
 DRIVER = "driver"
 
 
-def frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """A read-only view of a copy of ``value`` (nested dicts are frozen too)."""
-    items = {k: frozen_mapping(v) if isinstance(v, dict) else v for k, v in (value or {}).items()}
-    return MappingProxyType(items)
+class FrozenDict(dict):
+    """A dict that refuses changes. Unlike ``MappingProxyType`` it pickles (plans travel to Ray
+    actors) and is a ``dict`` to JSON and pydantic."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a compiled plan is read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self):
+        return (FrozenDict, (dict(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items(), key=repr)))
+
+
+def frozen_mapping(value: Mapping[str, Any] | None) -> FrozenDict:
+    """A read-only copy of ``value``; nested dicts are frozen too."""
+    return FrozenDict({k: frozen_mapping(v) if isinstance(v, Mapping) else v for k, v in (value or {}).items()})
 
 
 @dataclass(frozen=True)
@@ -51,7 +66,7 @@ class PlanStage:
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     timeout_s: float
-    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    config: Mapping[str, Any] = field(default_factory=FrozenDict)
     implicit: bool = False  # added by the compiler, not declared in the pipeline
 
 
@@ -61,8 +76,8 @@ class Placement:
 
     ``bundles`` holds one Ray placement-group bundle per worker (local and cpu pools) or per
     forwarder (remote; CPU only, the backend owns its GPUs). ``stages`` names the stages
-    colocated on it, in the order they first run; the runtime fuses them into one actor per
-    worker, as verl does.
+    colocated on it (step stages in order, then init-only ones); the runtime fuses them into
+    one actor per worker, as verl does.
     """
 
     name: str
@@ -75,7 +90,7 @@ class Placement:
     cpus_per_worker: float
     gpus_per_worker: float
     backend: str | None = None
-    backend_config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    backend_config: Mapping[str, Any] = field(default_factory=FrozenDict)
     forwarders: int = 0
     stages: tuple[str, ...] = ()
 
@@ -91,7 +106,7 @@ class Placement:
 
 def local_bundles(workers: int, cpus: float, gpus: float) -> tuple[Mapping[str, float], ...]:
     bundle = {"CPU": float(cpus), "GPU": float(gpus)} if gpus else {"CPU": float(cpus)}
-    return tuple(MappingProxyType(dict(bundle)) for _ in range(workers))
+    return tuple(FrozenDict(bundle) for _ in range(workers))
 
 
 @dataclass(frozen=True)

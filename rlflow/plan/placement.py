@@ -25,11 +25,9 @@ from rlflow.schemas.pipeline import CpuPool, LocalPool, Pipeline, RemotePool
 
 def build_placements(spec: Pipeline, entries: Iterable[PlanStage]) -> Mapping[str, Placement]:
     """One Placement per declared resource (in declaration order), plus the driver when a stage uses it."""
-    colocated: dict[str, list[str]] = {}
+    colocated: dict[str, dict[str, None]] = {}  # resource -> stage names, ordered, once each
     for entry in entries:
-        names = colocated.setdefault(entry.resource, [])
-        if entry.name not in names:
-            names.append(entry.name)
+        colocated.setdefault(entry.resource, {})[entry.name] = None
     placements = {
         name: _placement(name, resource, tuple(colocated.get(name, ()))) for name, resource in spec.resources.items()
     }

@@ -99,7 +99,8 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
         start = (int(checkpoints.read_state(ckpt)["global_step"]) + 1) if ckpt else 1
         sinks = build_sinks(project.logging.sinks, rd.path, spec.name, pipeline_dict, total_steps(spec, data), start)
         while True:
-            pools = start_pools(plan, pipeline_dict, str(project.root), gpus, lambda p: _main_config(pipeline_dict, p, project))
+            pools = start_pools(plan, pipeline_dict, str(project.root), gpus, lambda p: _main_config(pipeline_dict, p, project),
+                                tuple(project.plugins))
             try:
                 loop = StepLoop(spec, plan, pools, rd, data, resolved, sinks)
                 first = loop.init(ckpt)

@@ -1,8 +1,9 @@
 """Resources -> Ray: placement groups, fused pool workers, CPU workers and forwarders.
 
-- ``local``: a placement group with one bundle per device (PACK on one node, SPREAD over
-  ``nnodes``), one ``StageWorker`` per bundle holding every role bound to the pool; workers of
-  a pool with several devices form a torch.distributed data-parallel group (rank 0's address).
+- ``local``: a placement group with one bundle per device (PACK) on one node, or one
+  node-sized bundle per node (STRICT_SPREAD) over ``nnodes``; one ``StageWorker`` per device
+  holding every role bound to the pool; workers of a pool with several devices form a
+  torch.distributed data-parallel group (rank 0's address).
 - ``cpu``: ``workers`` CPU-only actors.
 - ``remote``: the driver creates the backend once (it starts its own process and owns its
   GPUs), then ``forwarders`` zero-GPU actors reconnect to it by handle.
@@ -65,17 +66,18 @@ def roles_of(plan, resource: str) -> frozenset[str]:
     return frozenset(ROLE_OF_KIND[k] for k in kinds if k in ROLE_OF_KIND)
 
 
-def start_pools(plan, pipeline_dict: dict, project_root: str, cluster_gpus: float, main_config_for) -> dict[str, Pool]:
+def start_pools(plan, pipeline_dict: dict, project_root: str, cluster_gpus: float, main_config_for,
+                plugins: tuple[str, ...] = ()) -> dict[str, Pool]:
     """Start every resource of the plan; on any failure, stop what was started and re-raise."""
     pools: dict[str, Pool] = {}
     try:
         for placement in plan.resources.values():
             if placement.type == "local":
-                pools[placement.name] = _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus)
+                pools[placement.name] = _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus, plugins)
             elif placement.type == "cpu":
-                pools[placement.name] = _start_cpu(placement, pipeline_dict, project_root)
+                pools[placement.name] = _start_cpu(placement, pipeline_dict, project_root, plugins)
             elif placement.type == "remote":
-                pools[placement.name] = _start_remote(placement, pipeline_dict, project_root, main_config_for(placement))
+                pools[placement.name] = _start_remote(placement, pipeline_dict, project_root, main_config_for(placement), plugins)
         return pools
     except BaseException:
         stop_pools(pools)
@@ -121,15 +123,30 @@ def _actor_class(num_cpus: float, num_gpus: float, strategy=None, env: dict | No
     return ray.remote(StageWorker).options(**options)
 
 
-def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus) -> Pool:
+def local_bundles(workers: int, nnodes: int, cpus: float, gpus: float) -> tuple[list[dict], list[int]]:
+    """Bundles of a local pool and the bundle index of each worker.
+
+    One node: one bundle per device, PACK. Several nodes: one node-sized bundle per node under
+    STRICT_SPREAD (so each lands on its own node) holding that node's workers; Ray lets several
+    actors share a bundle as long as their resources fit in it.
+    """
+    if nnodes == 1:
+        one = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        return [dict(one) for _ in range(workers)], list(range(workers))
+    per_node = workers // nnodes
+    node = {"CPU": cpus * per_node, **({"GPU": gpus * per_node} if gpus else {})}
+    return [dict(node) for _ in range(nnodes)], [rank // per_node for rank in range(workers)]
+
+
+def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus, plugins) -> Pool:
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     device = resolve_device(placement.device, cluster_gpus)
     gpus = 1.0 if device == "gpu" else 0.0
-    bundles = [{"CPU": placement.cpus_per_worker, **({"GPU": gpus} if gpus else {})} for _ in range(placement.workers)]
-    strategy = "PACK" if placement.nnodes == 1 else "SPREAD"
+    bundles, bundle_of = local_bundles(placement.workers, placement.nnodes, placement.cpus_per_worker, gpus)
+    strategy = "PACK" if placement.nnodes == 1 else "STRICT_SPREAD"
     pg = placement_group(bundles, strategy=strategy, name=f"rlflow-{placement.name}")
     ready, _ = ray.wait([pg.ready()], timeout=PG_READY_TIMEOUT_S)
     if not ready:
@@ -141,8 +158,8 @@ def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus) -> 
     threads = max(1, int(placement.cpus_per_worker))
     env = {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"} if device == "cpu" else {"OMP_NUM_THREADS": str(threads)}
     workers = [
-        _actor_class(placement.cpus_per_worker, gpus, PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i), env)
-        .remote(pipeline_dict, placement.name, i, placement.workers, project_root)
+        _actor_class(placement.cpus_per_worker, gpus, PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle_of[i]), env)
+        .remote(pipeline_dict, placement.name, i, placement.workers, project_root, plugins)
         for i in range(placement.workers)
     ]
     pool = Pool(placement.name, "local", device, workers, placement_group=pg, roles=roles_of(plan, placement.name))
@@ -160,12 +177,12 @@ def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus) -> 
     return pool
 
 
-def _start_cpu(placement, pipeline_dict, project_root) -> Pool:
+def _start_cpu(placement, pipeline_dict, project_root, plugins) -> Pool:
     import ray
 
     env = {"OMP_NUM_THREADS": str(max(1, int(placement.cpus_per_worker)))}
     workers = [
-        _actor_class(placement.cpus_per_worker, 0, env=env).remote(pipeline_dict, placement.name, i, placement.workers, project_root)
+        _actor_class(placement.cpus_per_worker, 0, env=env).remote(pipeline_dict, placement.name, i, placement.workers, project_root, plugins)
         for i in range(placement.workers)
     ]
     pool = Pool(placement.name, "cpu", "cpu", workers)
@@ -173,7 +190,7 @@ def _start_cpu(placement, pipeline_dict, project_root) -> Pool:
     return pool
 
 
-def _start_remote(placement, pipeline_dict, project_root, main_config) -> Pool:
+def _start_remote(placement, pipeline_dict, project_root, main_config, plugins) -> Pool:
     import ray
 
     from rlflow.backends.remote.registry import create_backend
@@ -186,7 +203,7 @@ def _start_remote(placement, pipeline_dict, project_root, main_config) -> Pool:
                                f"forwarder; got {placement.forwarders} (set forwarders: 1)"])
         handle = backend.reconnect_handle()
         pool.workers = [
-            _actor_class(placement.cpus_per_worker, 0).remote(pipeline_dict, placement.name, i, placement.forwarders, project_root)
+            _actor_class(placement.cpus_per_worker, 0).remote(pipeline_dict, placement.name, i, placement.forwarders, project_root, plugins)
             for i in range(placement.forwarders)
         ]
         pool.info = ray.get(

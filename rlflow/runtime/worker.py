@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlflow.batch import Batch
+from rlflow.registry import import_plugins
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.stages import get_stage_kind
 from rlflow.stages.base import StageContext
@@ -27,7 +28,9 @@ from rlflow.stages.base import StageContext
 class StageWorker:
     """Runs stages of one resource on one worker (rank) of it."""
 
-    def __init__(self, pipeline: dict, resource: str, rank: int, world_size: int, project_root: str) -> None:
+    def __init__(self, pipeline: dict, resource: str, rank: int, world_size: int, project_root: str,
+                 plugins: tuple[str, ...] = ()) -> None:
+        import_plugins(plugins)  # plugin stage kinds and backends must be known in this process too
         self.pipeline = Pipeline.model_validate(pipeline)
         self.resource = resource
         self.rank = rank

@@ -27,6 +27,7 @@ from typing import Any
 import msgpack
 import torch
 
+from rlflow.backends.remote.config import DEFAULT_MAX_MESSAGE_BYTES  # noqa: F401 (re-exported)
 from rlflow.batch import Batch
 from rlflow.errors import BackendError
 
@@ -34,7 +35,6 @@ PROTOCOL_VERSION = 1
 MAGIC = b"RLFW"
 PREFIX = struct.Struct(">4sHHIQ")
 ALIGN = 16
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 _TUPLE_EXT = 1
 
 # Only plain numeric dtypes travel; names are torch's own (str(torch.float32) minus "torch.").

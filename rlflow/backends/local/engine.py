@@ -1,0 +1,224 @@
+"""``LocalEngine``: the actor, rollout and reference roles of one local worker (torch + transformers).
+
+This is the embedded default: on a laptop it trains the built-in tiny model on the CPU, and
+the same code runs one worker per GPU. Design decisions:
+
+- Colocated roles share one model, as verl fuses them: the rollout decodes with the actor's
+  own modules, so a weight sync copies nothing (``sync/bytes`` = 0). A rollout on another pool
+  is a rollout-only engine that receives ``export_weights()`` through
+  ``load_rollout_weights`` (bytes and seconds reported).
+- The reference policy is a frozen deep copy of the initial policy, built only when the
+  algorithm uses KL (``use_kl_loss`` or ``use_kl_in_reward``) and the worker holds the
+  ``ref`` role. A resumed run rebuilds it from the model source, so it stays the initial policy.
+- Data parallel: with ``world_size > 1`` every rank holds a replica and its shard of each
+  batch; gradients are averaged (see ``distributed``), so ranks stay identical.
+- Determinism: deterministic algorithms are switched on for the CPU, model initialisation is
+  seeded, and every stochastic call (sampling) takes an explicit seed; RNG states are part
+  of checkpoints. Same seed, same data, CPU: identical metrics step after step.
+- Plain data in and out (``Batch``, dicts of floats), results always on the CPU, so the engine
+  behaves the same in-process, in a Ray actor, or behind a wire.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlflow.backends.engine import Engine
+from rlflow.backends.local import checkpoint, distributed, generation
+from rlflow.backends.local.logprob import batch_log_probs
+from rlflow.backends.local.models import load_model, load_tokenizer
+from rlflow.batch import Batch
+from rlflow.errors import BackendError
+
+log = logging.getLogger("rlflow.backends.local")
+
+ALL_ROLES = frozenset({"actor", "rollout", "ref"})
+GENERATION_ENGINES = ("torch", "hf")
+
+
+def resolve_device(device: str) -> torch.device:
+    """``cpu``, ``cuda[:i]``, or ``gpu``/``auto`` (the first visible GPU; ``auto`` falls back to the CPU)."""
+    if device in ("gpu", "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if device == "gpu":
+            raise BackendError("local engine: device 'gpu' asked for, but torch sees no CUDA device; use device: cpu or auto")
+        return torch.device("cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise BackendError(f"local engine: device {device!r} asked for, but torch sees no CUDA device")
+    return resolved
+
+
+class LocalEngine(Engine):
+    """Roles ``actor`` / ``rollout`` / ``ref`` of one worker on one device."""
+
+    def __init__(self, pipeline, *, device: str = "cpu", rank: int = 0, world_size: int = 1,
+                 roles: frozenset = ALL_ROLES, project_root: Path | None = None, dist: dict | None = None,
+                 total_training_steps: int | None = None) -> None:
+        unknown = set(roles) - ALL_ROLES
+        if unknown or not roles:
+            raise BackendError(f"local engine: roles must be a non-empty subset of {sorted(ALL_ROLES)}, got {sorted(roles)}")
+        self.pipeline, self.rank, self.world_size = pipeline, rank, world_size
+        self.roles = frozenset(roles)
+        self.device = resolve_device(device)
+        self.global_steps = 0
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        if "actor" in self.roles:  # only the actor's gradients need a process group
+            distributed.init_group(rank, world_size, self.device, dist)
+        self.tokenizer = load_tokenizer(pipeline.model, project_root)
+        model = load_model(pipeline.model, self.tokenizer, seed=pipeline.trainer.seed, root=project_root, device=self.device)
+        distributed.broadcast_parameters(model, world_size if "actor" in self.roles else 1)
+        self.ref = None
+        if "ref" in self.roles and pipeline.algorithm.uses_reference:
+            self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        self.model = model if self.roles & {"actor", "rollout"} else None
+        self.actor = None
+        if "actor" in self.roles:
+            from rlflow.backends.local.actor import Actor
+
+            self.actor = Actor(model, pipeline, world_size=world_size, total_training_steps=total_training_steps)
+        elif self.model is not None:
+            self.model.requires_grad_(False)
+        self.eos_token_ids = self._eos_ids()
+
+    def _eos_ids(self) -> tuple[int, ...]:
+        ids = {self.tokenizer.eos_token_id}
+        configured = getattr(self.model or self.ref, "generation_config", None)
+        extra = configured.eos_token_id if configured is not None else None
+        ids.update(extra if isinstance(extra, list) else [extra])
+        return tuple(sorted(i for i in ids if i is not None))
+
+    def _need(self, role: str, what: str):
+        module = self.ref if role == "ref" else self.model
+        if role not in self.roles or module is None:
+            why = " (the algorithm uses no KL)" if role == "ref" and not self.pipeline.algorithm.uses_reference else ""
+            raise BackendError(f"local engine rank {self.rank}: {what} needs the {role!r} role, which this worker "
+                               f"does not hold{why}; it holds {sorted(self.roles)}")
+        return module
+
+    # ---- rollout ----------------------------------------------------------------------------
+    def generate(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        model = self._need("rollout", "generate")
+        engine = params.get("engine", "torch")
+        if engine not in GENERATION_ENGINES:
+            raise BackendError(f"generate: engine {engine!r} is not available in the local backend "
+                               f"(it offers {', '.join(GENERATION_ENGINES)}); set the generate stage's engine to torch")
+        sp = generation.SamplingParams(
+            max_new_tokens=int(params.get("max_response_length", self.pipeline.data.max_response_length)),
+            eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
+            temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
+            top_k=int(params.get("top_k", -1)), do_sample=bool(params.get("do_sample", True)),
+            seed=int(params.get("seed", 0)),
+        )
+        model.eval()
+        start = time.perf_counter()
+        if engine == "hf":
+            responses, mask = generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp)
+        else:
+            responses, mask = generation.sample(model, batch["prompts"], batch["prompt_mask"], sp,
+                                                use_cache=bool(params.get("use_cache", True)))
+        seconds = time.perf_counter() - start
+        responses, mask = responses.cpu(), mask.cpu()
+        out = Batch({"responses": responses, "response_mask": mask}, {"response_text": self._decode(responses, mask)})
+        lengths = mask.sum(-1)
+        first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids)) if len(out) else lengths.bool()
+        out.metrics = {"rollout/empty_responses": float(first_is_eos.sum()), "rollout/gen_seconds": seconds,
+                       "rollout/policy_version": float(self.global_steps)}
+        return out
+
+    def _decode(self, responses: torch.Tensor, mask: torch.Tensor) -> list[str]:
+        rows = responses.tolist()
+        lengths = mask.sum(-1).tolist()
+        return self.tokenizer.batch_decode([r[:n] for r, n in zip(rows, lengths)], skip_special_tokens=True)
+
+    # ---- log-probs --------------------------------------------------------------------------
+    def compute_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        model = self._need("actor", "compute_log_prob")
+        model.eval()
+        log_probs, entropys = batch_log_probs(model, batch, micro_batch_size=params.get("micro_batch_size"),
+                                              temperature=float(params.get("temperature", 1.0)), with_entropy=True)
+        return Batch({"old_log_probs": log_probs, "entropys": entropys})
+
+    def compute_ref_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        ref = self._need("ref", "compute_ref_log_prob")
+        log_probs, _ = batch_log_probs(ref, batch, micro_batch_size=params.get("micro_batch_size"),
+                                       temperature=float(params.get("temperature", 1.0)), with_entropy=False)
+        return Batch({"ref_log_prob": log_probs})
+
+    # ---- update -----------------------------------------------------------------------------
+    def update_actor(self, batch: Batch, params: dict[str, Any]) -> dict[str, float]:
+        self._need("actor", "update_actor")
+        return self.actor.update(batch, temperature=float(params.get("temperature", 1.0)),
+                                 step=int(params.get("global_steps", self.global_steps)),
+                                 stage=str(params.get("stage", "update_actor")))
+
+    # ---- weights ----------------------------------------------------------------------------
+    def update_weights(self, global_steps: int) -> dict[str, float]:
+        """Colocated rollout reads the actor's tensors directly: nothing to copy.
+
+        An actor-only or rollout-only engine has nothing to do here either: across pools the
+        runtime moves ``export_weights()`` into ``load_rollout_weights`` on the rollout side.
+        """
+        start = time.perf_counter()
+        self.set_global_steps(global_steps)
+        return {"sync/bytes": 0.0, "sync/seconds": time.perf_counter() - start}
+
+    def set_global_steps(self, global_steps: int) -> None:
+        self.global_steps = int(global_steps)
+
+    def export_weights(self) -> dict[str, torch.Tensor]:
+        """The actor's weights as CPU tensors (tied weights once), for a rollout on another pool."""
+        model = self._need("actor", "export_weights")
+        out, seen = {}, set()
+        for key, tensor in model.state_dict().items():
+            if tensor.data_ptr() in seen:  # a tied weight: the rollout re-ties it on load
+                continue
+            seen.add(tensor.data_ptr())
+            out[key] = tensor.detach().to("cpu", copy=True)
+        return out
+
+    def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
+        model = self._need("rollout", "load_rollout_weights")
+        start = time.perf_counter()
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if not _tied(model, k)]
+        if missing or unexpected:
+            raise BackendError(f"load_rollout_weights: weights do not match the rollout model "
+                               f"(missing {missing[:5]}, unexpected {unexpected[:5]}); are both pools on the same model.path?")
+        size = sum(t.numel() * t.element_size() for t in state.values())
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return {"sync/bytes": float(size), "sync/seconds": time.perf_counter() - start}
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:
+        model = self._need("actor" if self.actor else "rollout", "save_checkpoint")
+        meta = {"global_steps": int(global_steps), "rank": self.rank, "world_size": self.world_size,
+                "roles": sorted(self.roles)}
+        out = checkpoint.save(path, self.rank, model=model, tokenizer=self.tokenizer,
+                              trainer_state=self.actor.state_dict() if self.actor else None, meta=meta)
+        return {"path": str(out), "global_steps": int(global_steps)}
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        model = self._need("actor" if self.actor else "rollout", "load_checkpoint")
+        state, meta = checkpoint.load(path, self.rank, model=model, expect_trainer_state=self.actor is not None)
+        if self.actor is not None:
+            self.actor.load_state_dict(state)
+        self.set_global_steps(meta["global_steps"])
+        return {"path": str(checkpoint.rank_dir(path, self.rank)), "global_steps": meta["global_steps"]}
+
+    def close(self) -> None:
+        distributed.close_group()
+
+
+def _tied(model, key: str) -> bool:
+    """``key`` is a weight tied to another (e.g. ``lm_head.weight`` with tied embeddings)."""
+    return key == "lm_head.weight" and bool(getattr(model.config, "tie_word_embeddings", False))

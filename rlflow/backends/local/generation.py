@@ -1,0 +1,134 @@
+"""Batched sampling for the local rollout: a KV-cached decode loop, and HF ``generate`` as an alternative.
+
+Design decisions:
+- One loop over response positions, never over rows: each step is one forward of the whole
+  batch on the last token (``DynamicCache``), one vectorised sampling op and one write into a
+  preallocated ``[B, R]`` buffer. Finished rows keep decoding pad (static shapes, no
+  re-batching); the "all finished" check is the only host sync and runs every step on the CPU
+  (free there) but every ``SYNC_EVERY`` steps on an accelerator.
+- Left-padded prompts: position ids come from the attention mask (``cumsum - 1``), exactly as
+  HF ``generate`` computes them, so both implementations agree token for token when greedy.
+- Sampling uses the exponential-race trick (``argmax p / E``, ``E ~ Exp(1)``), an exact draw
+  from ``p`` without ``multinomial``'s per-row work, from a ``torch.Generator`` seeded per
+  call: same seed, same inputs, same tokens. temperature / top-k / top-p follow HF's
+  warpers (top-p keeps the smallest set whose mass reaches ``top_p``, always the best token).
+- ``response_mask`` is 1 up to and including the first EOS (verl's convention); everything
+  after is pad. A response whose first token is EOS is empty text with a mask of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+SYNC_EVERY = 8
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int
+    eos_token_ids: tuple[int, ...]
+    pad_token_id: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    do_sample: bool = True
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample or self.temperature == 0
+
+
+def response_mask_from_tokens(responses: torch.Tensor, eos_token_ids: tuple[int, ...]) -> torch.Tensor:
+    """1 up to and including the first EOS of each row, 0 after it (all ones without an EOS)."""
+    is_eos = torch.isin(responses, torch.tensor(eos_token_ids, device=responses.device)).long()
+    eos_before = is_eos.cumsum(-1) - is_eos
+    return (eos_before == 0).long()
+
+
+def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from last-position ``logits`` [B, V]."""
+    if params.greedy:
+        return logits.argmax(-1)
+    logits = logits.float() / params.temperature
+    if 0 < params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cum <= 1 - params.top_p
+        drop[:, -1] = False
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    probs = logits.softmax(-1)
+    race = torch.empty_like(probs).exponential_(1.0, generator=generator)
+    return (probs / race).argmax(-1)
+
+
+def _position_ids(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
+           *, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``responses`` [B, R] (right-padded with pad) and ``response_mask`` [B, R], on the model's device."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
+    batch, width = prompts.shape
+    steps = params.max_new_tokens
+    generator = None if params.greedy else torch.Generator(device=device).manual_seed(params.seed)
+    eos = torch.tensor(params.eos_token_ids, device=device)
+    out = torch.full((batch, steps), params.pad_token_id, dtype=torch.long, device=device)
+    mask = torch.cat([prompt_mask, torch.ones((batch, steps), dtype=torch.long, device=device)], dim=1)
+    positions = _position_ids(mask)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    cache = DynamicCache() if use_cache else None
+    sync_every = 1 if device.type == "cpu" else SYNC_EVERY
+    ids = prompts
+    for t in range(steps):
+        end = width + t
+        if use_cache:
+            start = 0 if t == 0 else end - 1
+            logits = model(input_ids=ids, attention_mask=mask[:, :end], position_ids=positions[:, start:end],
+                           past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        else:
+            full = torch.cat([prompts, out[:, :t]], dim=1)
+            logits = model(input_ids=full, attention_mask=mask[:, :end], position_ids=positions[:, :end],
+                           use_cache=False, logits_to_keep=1).logits[:, -1]
+        token = next_tokens(logits, params, generator).masked_fill(finished, params.pad_token_id)
+        out[:, t] = token
+        finished |= torch.isin(token, eos)
+        if (t + 1) % sync_every == 0 and bool(finished.all()):
+            break
+        ids = token[:, None]
+    return out, response_mask_from_tokens(out, params.eos_token_ids)
+
+
+@torch.no_grad()
+def sample_hf(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same contract through HF ``generate`` (seeded through a forked global RNG)."""
+    from transformers import GenerationConfig
+
+    device = next(model.parameters()).device
+    prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
+    config = GenerationConfig(
+        max_new_tokens=params.max_new_tokens, min_new_tokens=0, do_sample=not params.greedy,
+        temperature=params.temperature if not params.greedy else None,
+        top_p=params.top_p if not params.greedy else None,
+        top_k=(params.top_k if params.top_k > 0 else 0) if not params.greedy else None,
+        eos_token_id=list(params.eos_token_ids), pad_token_id=params.pad_token_id, bos_token_id=None,
+    )
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(params.seed)
+        full = model.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config)
+    new = full[:, prompts.shape[1]:]
+    out = torch.full((prompts.shape[0], params.max_new_tokens), params.pad_token_id, dtype=torch.long, device=device)
+    out[:, : new.shape[1]] = new
+    mask = response_mask_from_tokens(out, params.eos_token_ids)
+    return out.masked_fill(mask == 0, params.pad_token_id), mask

@@ -1,0 +1,177 @@
+"""Model and tokenizer loading for the local backend, and the built-in tiny model.
+
+``model.path`` is either ``builtin:<name>`` or a local Hugging Face directory. Design decisions:
+
+- Never a hub download: directories load with ``local_files_only=True``; a missing path, a
+  directory without a config, or a model that is not a causal LM is a ``BackendError`` naming
+  the path and saying what to point at instead.
+- ``builtin:tiny-qwen2`` is a real ``Qwen2ForCausalLM`` (about 4 M parameters, tied embeddings)
+  initialised from the seed inside a forked RNG, so building it neither depends on nor
+  disturbs the process's random state, and every rank (and a resumed run) gets the same
+  weights. It is built on the CPU and then moved, so CPU and GPU start from equal weights.
+  Its tokenizer is the byte-level BPE shipped in ``assets/tiny_tokenizer`` (made by
+  ``scripts/make_tiny_tokenizer.py``).
+- A tokenizer without a pad token gets ``pad = eos`` (logged once per path): prompts are
+  left-padded and masked, so the pad id's identity never reaches the model.
+- ``load_tokenizer`` imports transformers inside, so the driver can call it cheaply.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlflow.batch import Batch
+from rlflow.errors import BackendError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.schemas.pipeline import ModelSpec
+
+log = logging.getLogger("rlflow.backends.local")
+
+BUILTIN_PREFIX = "builtin:"
+ASSETS = Path(__file__).parent / "assets"
+# Shapes of the built-in models (Qwen2Config keyword arguments); vocab comes from the tokenizer.
+BUILTIN_MODELS: dict[str, dict[str, Any]] = {
+    "tiny-qwen2": dict(
+        hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=2048, rope_theta=10000.0,
+        tie_word_embeddings=True, rms_norm_eps=1e-6,
+    ),
+}
+BUILTIN_TOKENIZERS = {"tiny-qwen2": ASSETS / "tiny_tokenizer"}
+_warned_pad: set[str] = set()
+
+
+def resolve_path(path: str, root: Path | None) -> Path:
+    """A pipeline path, relative paths resolved against the project root (else the cwd)."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else (root or Path.cwd()) / p
+
+
+def _builtin_name(path: str) -> str | None:
+    if not path.startswith(BUILTIN_PREFIX):
+        return None
+    name = path[len(BUILTIN_PREFIX):]
+    if name not in BUILTIN_MODELS:
+        raise BackendError(
+            f"model.path: unknown built-in model {path!r}; built-ins are "
+            f"{', '.join(BUILTIN_PREFIX + n for n in sorted(BUILTIN_MODELS))}, or give a local Hugging Face directory"
+        )
+    return name
+
+
+def _local_dir(path: str, root: Path | None, what: str) -> Path:
+    directory = resolve_path(path, root)
+    if not directory.exists():
+        raise BackendError(
+            f"{what}: {directory} does not exist; give a local Hugging Face directory "
+            f"(rlflow never downloads) or builtin:tiny-qwen2"
+        )
+    if not directory.is_dir():
+        raise BackendError(f"{what}: {directory} is a file; give the Hugging Face model directory that holds it")
+    return directory
+
+
+def load_tokenizer(model_spec: "ModelSpec", root: Path | None = None):
+    """The tokenizer of ``model_spec`` (``model.tokenizer`` if set, else ``model.path``), pad id set."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    source = model_spec.tokenizer or model_spec.path
+    name = _builtin_name(source)
+    if name is not None:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(BUILTIN_TOKENIZERS[name]), local_files_only=True)
+    else:
+        directory = _local_dir(source, root, "model.tokenizer" if model_spec.tokenizer else "model.path")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise BackendError(f"model.path: no usable tokenizer in {directory}: {exc}") from exc
+    _ensure_pad(tokenizer, source)
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def _ensure_pad(tokenizer, source: str) -> None:
+    if tokenizer.pad_token_id is not None:
+        return
+    if tokenizer.eos_token_id is None:
+        raise BackendError(f"tokenizer of {source!r} has neither a pad nor an eos token; add one to its tokenizer_config.json")
+    tokenizer.pad_token = tokenizer.eos_token
+    if source not in _warned_pad:
+        _warned_pad.add(source)
+        log.warning("tokenizer of %r has no pad token: using its eos token %r as pad", source, tokenizer.eos_token)
+
+
+def load_model(model_spec: "ModelSpec", tokenizer, *, seed: int, root: Path | None = None, device: str = "cpu"):
+    """The causal LM of ``model_spec`` on ``device`` in ``model_spec.dtype``."""
+    import torch
+
+    dtype = getattr(torch, model_spec.dtype)
+    name = _builtin_name(model_spec.path)
+    model = _build_builtin(name, tokenizer, seed) if name is not None else _load_dir(model_spec.path, root, dtype)
+    model.to(device=device, dtype=dtype)
+    if model_spec.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def _build_builtin(name: str, tokenizer, seed: int):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    vocab = -(-len(tokenizer) // 64) * 64  # round up: friendlier matmul shapes
+    config = Qwen2Config(
+        vocab_size=vocab, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None, **BUILTIN_MODELS[name],
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Qwen2ForCausalLM(config)
+
+
+def _load_dir(path: str, root: Path | None, dtype):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    directory = _local_dir(path, root, "model.path")
+    try:
+        config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"model.path: {directory} is not a Hugging Face model directory (no usable config.json): {exc}") from exc
+    try:
+        return AutoModelForCausalLM.from_pretrained(str(directory), config=config, dtype=dtype, local_files_only=True)
+    except ValueError as exc:
+        raise BackendError(
+            f"model.path: {directory} holds a {type(config).__name__} ({config.model_type}), which is not a causal "
+            f"language model; give a decoder-only model (e.g. Qwen2, Llama) directory"
+        ) from exc
+    except OSError as exc:
+        raise BackendError(f"model.path: could not load the weights in {directory}: {exc}") from exc
+
+
+def build_prompt_batch(tokenizer, texts: list[str], max_prompt_length: int) -> Batch:
+    """``prompts`` / ``prompt_mask`` for ``texts``: left-padded with the pad id to the longest prompt.
+
+    A prompt longer than ``max_prompt_length`` tokens is an error naming it (the data loader
+    owns the drop/left/error policy; this helper is for tests and tools).
+    """
+    import torch
+
+    ids = tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+    too_long = [i for i, row in enumerate(ids) if len(row) > max_prompt_length]
+    if too_long:
+        i = too_long[0]
+        raise BackendError(
+            f"prompt {i} is {len(ids[i])} tokens, over data.max_prompt_length={max_prompt_length} "
+            f"({len(too_long)} prompt(s) too long); raise max_prompt_length or shorten the prompts"
+        )
+    width = max((len(row) for row in ids), default=0)
+    prompts = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(ids), width), dtype=torch.long)
+    for i, row in enumerate(ids):
+        if row:
+            prompts[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row):] = 1
+    return Batch({"prompts": prompts, "prompt_mask": mask})

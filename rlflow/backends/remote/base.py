@@ -1,0 +1,120 @@
+"""``RemoteBackend``: the seam through which an out-of-process RL backend plugs into rlflow.
+
+The surface is verl's RemoteBackend (``from_config`` with an optional reconnect ``handle``,
+``reconnect_handle``, ``destroy``, ``update_weights``, ``save_checkpoint``,
+``requires_single_forwarder``) on top of rlflow's ``Engine``, so that a forwarder can hand a
+connected backend to the stages as their engine and the stages never know the difference.
+
+How the runtime drives a backend (docs/remote_backend.md has the whole contract):
+
+- on the driver, once: ``backend = create_backend(name, main_config)`` (this may start the
+  backend's processes), then ``handle = backend.reconnect_handle()``;
+- in each forwarder (a Ray actor without GPUs): ``connect_backend(name, main_config, handle)``,
+  i.e. ``from_config(main_config, handle=handle)``, which connects and starts nothing;
+- at the end, failure or interrupt: ``destroy_backend(backend)`` on the driver.
+
+``single_forwarder`` is a class attribute so that validation can read it without creating a
+backend; ``requires_single_forwarder()`` returns it unless a subclass has a better reason.
+``config_model`` (optional) is a pydantic model of the resource's ``config:`` block, which
+lets validation report a typo in it before anything starts.
+
+This module keeps torch out of its own imports so that looking a backend class up stays cheap.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import inspect
+import threading
+from typing import Any, Awaitable, ClassVar
+
+from rlflow.backends.engine import Engine
+from rlflow.errors import BackendError
+
+MAIN_CONFIG_KEYS = ("pipeline", "resource", "backend_config", "project_root")
+
+
+class RemoteBackend(Engine):
+    """An out-of-process backend that owns its own devices; rlflow talks to it through forwarders."""
+
+    single_forwarder: ClassVar[bool] = False
+    config_model: ClassVar[Any] = None  # a pydantic BaseModel subclass validating ``backend_config``, or None
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, main_config: dict[str, Any], *, handle: dict[str, Any] | None = None) -> "RemoteBackend":
+        """Start the backend (``handle`` is None) or reconnect to a running one (start nothing).
+
+        ``main_config``: ``{"pipeline": <resolved pipeline dict>, "resource": <name>,
+        "backend_config": <the resource's config dict>, "project_root": <str>}``. On failure,
+        raise and leave nothing running.
+        """
+
+    @abc.abstractmethod
+    def reconnect_handle(self) -> dict[str, Any]:
+        """A JSON-able dict from which ``from_config(main_config, handle=...)`` reconnects, in any process."""
+
+    @abc.abstractmethod
+    def destroy(self) -> None | Awaitable[None]:
+        """Release what this instance started; idempotent. May be a coroutine function."""
+
+    def requires_single_forwarder(self) -> bool:
+        """True when more than one forwarder would split work the backend must see whole."""
+        return type(self).single_forwarder
+
+
+def check_main_config(main_config: Any, backend: str) -> dict[str, Any]:
+    """``main_config['backend_config']`` after checking the main_config's shape (a clear error otherwise)."""
+    if not isinstance(main_config, dict):
+        raise BackendError(f"remote backend {backend!r}: main_config must be a dict, got {type(main_config).__name__}")
+    missing = [key for key in MAIN_CONFIG_KEYS if key not in main_config]
+    if missing:
+        raise BackendError(
+            f"remote backend {backend!r}: main_config lacks {', '.join(missing)} "
+            f"(it needs {', '.join(MAIN_CONFIG_KEYS)})"
+        )
+    config = main_config["backend_config"]
+    if not isinstance(config, dict):
+        raise BackendError(f"remote backend {backend!r}: backend_config must be a dict, got {type(config).__name__}")
+    return config
+
+
+def destroy_backend(backend: RemoteBackend) -> None:
+    """Call ``backend.destroy()`` and wait for it, whether it is sync or async.
+
+    Safe to call from inside a running event loop: a coroutine is then run to completion on a
+    helper thread with its own loop (the caller's loop is not re-entered).
+    """
+    result = backend.destroy()
+    if not inspect.isawaitable(result):
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(_await(result))
+        return
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(_await(result))
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="rlflow-destroy-backend")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+async def adestroy_backend(backend: RemoteBackend) -> None:
+    """The async twin of ``destroy_backend`` for async forwarders and drivers."""
+    result = backend.destroy()
+    if inspect.isawaitable(result):
+        await result
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable

@@ -1,0 +1,65 @@
+"""Settings of the reference backend: the resource's ``config:`` block and the server's own file.
+
+``ReferenceConfig`` is what a pipeline writes under ``resources.<name>.config`` for
+``backend: reference``; it is strict (a typo is an error) so validation can check it before
+anything starts. ``ServeConfig`` is the JSON file a server process reads: the client writes
+one (mode 0600, since it holds the token) when it starts a server, and ``rlflow backend
+serve`` builds one from its command line.
+
+Pure pydantic: no torch, so the validator may import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Strict):
+    """Knobs shared by a started server and the client that talks to it."""
+
+    host: str = Field("127.0.0.1", description="Address the server binds; 0.0.0.0 exposes it to the network.")
+    port: int = Field(0, ge=0, le=65535, description="0 picks a free port.")
+    max_message_bytes: int = Field(DEFAULT_MAX_MESSAGE_BYTES, gt=0, description="Cap on one message, either way.")
+    remember_calls: int = Field(64, ge=1, description="Replies of this many update calls are kept for retries.")
+    device: Literal["cpu", "cuda", "auto"] = Field("auto", description="Where the server's engine runs.")
+    engine: str | None = Field(
+        None, description="`module:factory` returning an rlflow Engine from main_config; default: the local engine."
+    )
+
+
+class ReferenceConfig(ServerSettings):
+    """``resources.<name>.config`` for ``backend: reference``."""
+
+    handle: dict[str, Any] | None = Field(None, description="Join a running server (`rlflow backend serve` prints this).")
+    handle_file: str | None = Field(None, description="Join a running server whose handle is in this JSON file.")
+    startup_timeout_s: float = Field(300.0, gt=0, description="How long a started server may take to come up.")
+    retries: int = Field(3, ge=0, description="Reconnect-and-retry attempts after a lost connection.")
+    backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles each attempt.")
+    connect_timeout_s: float = Field(10.0, gt=0)
+    call_timeout_s: float | None = Field(None, gt=0, description="Give up on a silent call; None waits (the stage watchdog still applies).")
+    log_dir: str | None = Field(None, description="Where a started server writes its log; a temporary folder by default.")
+
+    @model_validator(mode="after")
+    def _one_way_to_join(self) -> "ReferenceConfig":
+        if self.handle is not None and self.handle_file is not None:
+            raise ValueError("give either `handle` or `handle_file`, not both")
+        return self
+
+    def server_settings(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in ServerSettings.model_fields}
+
+
+class ServeConfig(ServerSettings):
+    """The file ``python -m rlflow.backends.remote.server --config FILE`` reads."""
+
+    main_config: dict[str, Any]
+    backend: str = "reference"
+    token: str | None = Field(None, description="Shared secret of the handle; a random one when omitted.")

@@ -1,0 +1,162 @@
+"""The remote-backend registry: built-in ``reference`` plus plugins, and the calls that create backends.
+
+Plugins register through the ``rlflow.remote_backends`` entry-point group (loaded lazily,
+once) or by a module listed under ``plugins:`` in rlflow.yaml that calls ``register(name)``
+on import. Registering the same class twice is a no-op; another class under a taken name
+is an error; an unknown name is answered with the known ones and how to load plugins.
+
+``create_backend`` is where a plugin's failure to start becomes one clear ``BackendError``
+naming the backend. It also keeps the promise that a failed start leaves nothing running:
+child processes that appeared during the failed ``from_config`` are stopped, so a plugin
+that forgot to clean up cannot leak a server holding GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from rlflow.backends.remote.base import RemoteBackend, check_main_config
+from rlflow.errors import BackendError, RegistryError
+from rlflow.registry import Registry
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "rlflow.remote_backends"
+REMOTE_BACKENDS: Registry = Registry(
+    "remote backend",
+    ENTRY_POINT_GROUP,
+    f"Plugins add remote backends through the `{ENTRY_POINT_GROUP}` entry-point group (pip install the "
+    "plugin package) or a module listed under `plugins:` in rlflow.yaml that calls "
+    "rlflow.backends.remote.register(name) on import.",
+)
+
+
+def register(name: str) -> Callable[[type[RemoteBackend]], type[RemoteBackend]]:
+    """Class decorator: ``@register("mine") class Mine(RemoteBackend): ...``."""
+
+    def add(cls: type[RemoteBackend]) -> type[RemoteBackend]:
+        _check_class(name, cls)
+        REMOTE_BACKENDS.register(name, cls)
+        return cls
+
+    return add
+
+
+def get(name: str) -> type[RemoteBackend]:
+    """The backend class registered under ``name`` (entry points load on first use)."""
+    cls = REMOTE_BACKENDS.get(name)
+    _check_class(name, cls)
+    return cls
+
+
+def list_backends() -> list[str]:
+    return REMOTE_BACKENDS.names()
+
+
+def create_backend(name: str, main_config: dict[str, Any]) -> RemoteBackend:
+    """Start backend ``name`` (driver side, once per run); a failure is a BackendError naming it."""
+    cls = get(name)
+    _validate_config(name, cls, main_config)
+    before = _descendants()
+    try:
+        backend = cls.from_config(main_config)
+    except BaseException as exc:
+        stopped = _stop_new_processes(before)
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise _start_error(name, cls, exc, stopped) from exc
+    _check_instance(name, cls, backend)
+    return backend
+
+
+def connect_backend(name: str, main_config: dict[str, Any], handle: dict[str, Any]) -> RemoteBackend:
+    """Reconnect to a running backend from its ``reconnect_handle()`` (forwarder side; starts nothing)."""
+    cls = get(name)
+    check_main_config(main_config, name)
+    if not isinstance(handle, dict):
+        raise BackendError(f"remote backend {name!r}: the reconnect handle must be a dict, got {type(handle).__name__}")
+    try:
+        backend = cls.from_config(main_config, handle=handle)
+    except BackendError:
+        raise
+    except Exception as exc:
+        raise BackendError(f"remote backend {name!r} could not reconnect: {type(exc).__name__}: {exc}") from exc
+    _check_instance(name, cls, backend)
+    return backend
+
+
+def _check_class(name: str, cls: Any) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, RemoteBackend)):
+        raise RegistryError(
+            f"remote backend {name!r} must be a subclass of rlflow.backends.remote.RemoteBackend, "
+            f"got {cls!r} (fix the plugin's registration or its `{ENTRY_POINT_GROUP}` entry point)"
+        )
+    if not isinstance(cls.single_forwarder, bool):
+        raise RegistryError(f"remote backend {name!r}: single_forwarder must be a bool class attribute")
+
+
+def _check_instance(name: str, cls: type, backend: Any) -> None:
+    if not isinstance(backend, RemoteBackend):
+        raise BackendError(
+            f"remote backend {name!r}: {cls.__qualname__}.from_config returned {type(backend).__name__}, "
+            "not a RemoteBackend instance"
+        )
+
+
+def _validate_config(name: str, cls: type[RemoteBackend], main_config: dict[str, Any]) -> None:
+    config = check_main_config(main_config, name)
+    if cls.config_model is None:
+        return
+    from pydantic import ValidationError
+
+    try:
+        cls.config_model.model_validate(config)
+    except ValidationError as exc:
+        resource = main_config["resource"]
+        problems = "; ".join(
+            f"resources.{resource}.config.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise BackendError(f"remote backend {name!r}: invalid config: {problems}") from None
+
+
+def _start_error(name: str, cls: type, exc: BaseException, stopped: list[str]) -> BackendError:
+    detail = str(exc) if isinstance(exc, BackendError) and name in str(exc) else f"{type(exc).__name__}: {exc}"
+    cleanup = f"; stopped {len(stopped)} process(es) it left behind ({', '.join(stopped)})" if stopped else ""
+    return BackendError(
+        f"remote backend {name!r} ({cls.__module__}.{cls.__qualname__}) failed to start: {detail}{cleanup}"
+    )
+
+
+def _descendants() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _stop_new_processes(before: set[int]) -> list[str]:
+    """Terminate (then kill) descendants of this process that a failed from_config left behind."""
+    import psutil
+
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    names = []
+    for proc in new:
+        try:
+            names.append(f"pid {proc.pid} {proc.name()}")
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(new, timeout=5)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    if names:
+        log.warning("stopped processes left behind by a failed backend start: %s", ", ".join(names))
+    return names
+
+
+# Built-in backends register on import; this sits last because they import ``register`` from here.
+from rlflow.backends.remote import reference as _reference  # noqa: E402,F401

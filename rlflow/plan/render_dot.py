@@ -1,0 +1,107 @@
+"""A Plan as Graphviz DOT: what ``rlflow graph --render`` draws.
+
+Layout choices:
+- one cluster (a box) per resource around its stages, labelled with what it reserves; the
+  driver is a cluster of its own;
+- a remote resource holds its forwarder node, and the backend it relays to is drawn outside
+  every cluster (it owns its own GPUs, outside rlflow's pools), forwarder -> backend;
+- data edges are labelled with their fields; the loop edge (sync_weights back to the next
+  step's generate) is dashed and does not constrain the layout (``constraint=false``), so the
+  step still reads left to right;
+- the init phase is a dashed cluster of its own, chained and leading to the first stage.
+Every id and label is quoted and escaped, since stage and resource names may hold dots or
+dashes.
+"""
+
+from __future__ import annotations
+
+from rlflow.plan.model import DATA_SOURCE, Placement, Plan, PlanStage
+from rlflow.plan.render_text import placement_summary
+
+STAGE_STYLE = 'shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica"'
+CLUSTER_FILL = {"local": "#e8f0fe", "cpu": "#e6f4ea", "remote": "#fef7e0", "driver": "#f1f3f4"}
+
+
+def quote(text: str) -> str:
+    """A DOT string literal (escape backslashes and quotes; newlines become centred line breaks)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _stage_label(number: str, stage: PlanStage) -> str:
+    timer = f"\n[{stage.verl_timer}]" if stage.verl_timer else ""
+    notes = "" if stage.cadence in ("every_step", "init") else f"\n({stage.cadence})"
+    return f"{number}. {stage.name}{timer}{notes}"
+
+
+def _cluster(plan: Plan, name: str, placement: Placement, numbers: dict[str, int]) -> list[str]:
+    lines = [
+        f"  subgraph {quote('cluster_' + name)} {{",
+        f"    label={quote(name + chr(10) + placement_summary(placement))};",
+        f'    style="rounded,filled"; fillcolor="{CLUSTER_FILL[placement.type]}";',
+    ]
+    if placement.type == "remote":
+        lines.append(
+            f"    {quote(name + ':forwarder')} [shape=component, style=filled, fillcolor=\"#fff3c4\", "
+            f"label={quote(f'forwarder x{placement.forwarders}' + chr(10) + '(CPU only)')}];"
+        )
+    for stage in plan.step:
+        if stage.resource == name:
+            lines.append(f"    {quote(stage.name)} [label={quote(_stage_label(str(numbers[stage.name]), stage))}];")
+    lines.append("  }")
+    return lines
+
+
+def _init_cluster(plan: Plan) -> list[str]:
+    if not plan.init:
+        return []
+    lines = [f"  subgraph {quote('cluster_init')} {{", f"    label={quote('init (once)')}; style=dashed;"]
+    for n, stage in enumerate(plan.init, 1):
+        label = _stage_label(f"i{n}", stage) + f"\non {stage.resource}"
+        lines.append(f"    {quote('init:' + stage.name)} [label={quote(label)}];")
+    lines.append("  }")
+    ids = [quote("init:" + s.name) for s in plan.init]
+    lines += [f"  {a} -> {b};" for a, b in zip(ids, ids[1:])]
+    if plan.step:
+        lines.append(f"  {ids[-1]} -> {quote(plan.step[0].name)} [style=dotted, label={quote('step 1')}];")
+    return lines
+
+
+def _edges(plan: Plan) -> list[str]:
+    lines = []
+    for edge in plan.edges:
+        fields = list(edge.fields) + (["(next step)"] if edge.loop else [])
+        if edge.loop:
+            style = 'style=dashed, color="#c5221f", fontcolor="#c5221f", constraint=false'
+        elif edge.src == DATA_SOURCE:
+            style = 'color="#9aa0a6", fontcolor="#5f6368"'
+        else:
+            style = ""
+        attrs = ", ".join(filter(None, [f"label={quote(chr(10).join(fields))}", style]))
+        lines.append(f"  {quote(edge.src)} -> {quote(edge.dst)} [{attrs}];")
+    return lines
+
+
+def render_dot(plan: Plan) -> str:
+    numbers = {s.name: n for n, s in enumerate(plan.step, 1)}
+    lines = [
+        f"digraph {quote(plan.pipeline_name)} {{",
+        '  rankdir=LR; compound=true; newrank=true; fontname="Helvetica";',
+        f"  label={quote('pipeline ' + plan.pipeline_name)}; labelloc=t;",
+        f"  node [{STAGE_STYLE}];",
+        '  edge [fontname="Helvetica", fontsize=10];',
+        f"  {quote(DATA_SOURCE)} [shape=cylinder, label={quote('data loader')}];",
+    ]
+    lines += _init_cluster(plan)
+    for name, placement in plan.resources.items():
+        lines += _cluster(plan, name, placement, numbers)
+    for name, placement in plan.resources.items():
+        if placement.type == "remote":
+            backend = quote(name + ":backend")
+            lines.append(
+                f"  {backend} [shape=box3d, style=filled, fillcolor=\"#fce8e6\", "
+                f"label={quote(f'remote backend {placement.backend!r}' + chr(10) + '(owns its GPUs)')}];"
+            )
+            lines.append(f"  {quote(name + ':forwarder')} -> {backend} [style=bold, label={quote('relays calls')}];")
+    lines += _edges(plan)
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,51 @@
+"""A Plan as a Mermaid flowchart (pastes into Markdown on GitHub, GitLab and most wikis).
+
+One subgraph per resource around its stages, the data loader as a database node, data edges
+labelled with their fields, the loop edge (sync_weights back to the next generate) dashed,
+and the init phase as a chain of its own. Node ids are prefixed and sanitised (``s_``,
+``i_``, ``r_``) because stage names may contain dots and dashes and may collide with Mermaid
+keywords such as ``end``; labels are quoted.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rlflow.plan.model import DATA_SOURCE, Plan
+from rlflow.plan.render_text import placement_summary
+
+
+def _id(prefix: str, name: str) -> str:
+    return prefix + re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def _label(text: str) -> str:
+    return '"' + text.replace('"', "#quot;") + '"'
+
+
+def _stage_node(prefix: str, number: str, stage) -> str:
+    timer = f"<br/>[{stage.verl_timer}]" if stage.verl_timer else ""
+    return f"{_id(prefix, stage.name)}[{_label(f'{number}. {stage.name}{timer}')}]"
+
+
+def render_mermaid(plan: Plan) -> str:
+    lines = ["flowchart LR", f"  {_id('d_', DATA_SOURCE)}[({_label('data loader')})]"]
+    if plan.init:
+        lines.append(f"  subgraph init[{_label('init (once)')}]")
+        lines += [f"    {_stage_node('i_', f'i{n}', s)}" for n, s in enumerate(plan.init, 1)]
+        lines.append("  end")
+    numbers = {s.name: n for n, s in enumerate(plan.step, 1)}
+    for name, placement in plan.resources.items():
+        lines.append(f"  subgraph {_id('r_', name)}[{_label(f'{name}: {placement_summary(placement)}')}]")
+        lines += [f"    {_stage_node('s_', str(numbers[s.name]), s)}" for s in plan.step if s.resource == name]
+        lines.append("  end")
+    init_ids = [_id("i_", s.name) for s in plan.init]
+    lines += [f"  {a} --> {b}" for a, b in zip(init_ids, init_ids[1:])]
+    if init_ids and plan.step:
+        lines.append(f"  {init_ids[-1]} -.->|{_label('step 1')}| {_id('s_', plan.step[0].name)}")
+    for edge in plan.edges:
+        src = _id("d_", edge.src) if edge.src == DATA_SOURCE else _id("s_", edge.src)
+        fields = ", ".join(edge.fields) + (" (next step)" if edge.loop else "")
+        arrow = "-.->" if edge.loop else "-->"
+        lines.append(f"  {src} {arrow}|{_label(fields)}| {_id('s_', edge.dst)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,91 @@
+"""A Plan as plain text for the terminal: the init phase, the numbered step, the loop, the resources.
+
+Plain aligned columns rather than rich tables: the output is stable (golden-tested), reads
+the same in a pipe, a log or a CI job, and costs no import. ``placement_summary`` and
+``CADENCE_TEXT`` are shared with the other renderers so every view names things alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rlflow.plan.model import Placement, Plan, PlanStage
+
+CADENCE_TEXT = {
+    "every_step": "every step",
+    "save_freq": "when trainer.save_freq hits",
+    "test_freq": "when trainer.test_freq hits",
+    "init": "once",
+    "resume": "on resume",
+}
+
+
+DISPATCH_TEXT = {"shard": "rows split over workers", "all": "every worker", "driver": "whole batch, once"}
+
+
+def where(stage: PlanStage) -> str:
+    """``on actor_pool (local, rows split over workers)``; just ``on driver`` for the driver."""
+    if stage.resource_type == "driver":
+        return f"on {stage.resource}"
+    return f"on {stage.resource} ({stage.resource_type}; {DISPATCH_TEXT[stage.dispatch]})"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _number(x: float) -> str:
+    return f"{x:g}"
+
+
+def placement_summary(p: Placement) -> str:
+    """One line saying what a resource reserves, e.g. ``local, device auto, 2 workers x {CPU: 1}, PACK``."""
+    if p.type == "driver":
+        return "driver process"
+    bundle = "{" + ", ".join(f"{k}: {_number(v)}" for k, v in p.bundles[0].items()) + "}" if p.bundles else "{}"
+    if p.type == "remote":
+        return f"remote backend '{p.backend}', {_plural(p.forwarders, 'forwarder')} x {bundle} (CPU only), {p.strategy}"
+    device = f", device {p.device}" if p.type == "local" else ""
+    nodes = f" on {p.nnodes} nodes" if p.nnodes > 1 else ""
+    return f"{p.type}{device}, {_plural(p.workers, 'worker')}{nodes} x {bundle}, {p.strategy}"
+
+
+def _flow(stage: PlanStage) -> str:
+    return f"{', '.join(stage.reads) or '-'} -> {', '.join(stage.writes) or '-'}"
+
+
+def _stage_lines(label: str, stages: Sequence[PlanStage]) -> list[str]:
+    """Two lines a stage: number, name, timer, where and when; then what it reads and writes."""
+    rows = []
+    for i, s in enumerate(stages, 1):
+        notes = CADENCE_TEXT[s.cadence] + (", implicit" if s.implicit else "")
+        timer = f"[{s.verl_timer}]" if s.verl_timer else ""
+        rows.append([f"{label}{i}.", s.name, timer, where(s), notes])
+    if not rows:
+        return ["  (nothing)"]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = []
+    for row, stage in zip(rows, stages):
+        cells = [row[0].rjust(widths[0])] + [cell.ljust(widths[c]) for c, cell in enumerate(row[1:], 1)]
+        lines.append(("  " + "  ".join(cells)).rstrip())
+        lines.append(" " * (4 + widths[0]) + _flow(stage))
+    return lines
+
+
+def render_text(plan: Plan) -> str:
+    lines = [f"pipeline {plan.pipeline_name}", "", "init (once, before step 1; load_checkpoint only on resume)"]
+    lines += _stage_lines("i", plan.init)
+    lines += ["", "step (every training step, in this order)"]
+    lines += _stage_lines("", plan.step)
+    for edge in plan.loop_edges():
+        lines.append(f"  loop: {edge.src} --{', '.join(edge.fields)}--> {edge.dst} of the next step")
+    lines += ["", "resources"]
+    width = max((len(name) for name in plan.resources), default=0)
+    for name, placement in plan.resources.items():
+        lines.append(f"  {name.ljust(width)}  {placement_summary(placement)}")
+        if placement.stages:
+            shared = "colocated: " if len(placement.stages) > 1 and placement.type != "driver" else ""
+            lines.append(f"  {' ' * width}    {shared}{', '.join(placement.stages)}")
+        else:
+            lines.append(f"  {' ' * width}    (no stages)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,140 @@
+"""Run untrusted SQL on a SQLite database without letting it change anything or run away.
+
+Model-written SQL is hostile input. Each layer below holds on its own:
+
+- The file is opened through a ``file:`` URI with ``mode=ro`` (SQLite refuses every write) and
+  ``immutable=1`` (SQLite takes no locks and never creates ``-journal``/``-wal``/``-shm`` files
+  next to the database; the training data is not expected to change while it is read).
+- ``PRAGMA query_only`` is switched on, then an authorizer allows only what a query needs
+  (SELECT, reading columns, calling functions other than ``load_extension``, recursive CTEs)
+  and denies everything else: writes, DDL, ATTACH/DETACH, every PRAGMA, transactions.
+- Extension loading is off and ``SQLITE_LIMIT_ATTACHED`` is 0; values are capped at 10 MB so
+  ``zeroblob(1e9)`` cannot allocate a gigabyte.
+- A progress handler interrupts a statement once its wall-clock budget is spent (recursive-CTE
+  bombs, cross joins), and at most ``max_rows`` rows are fetched; more is an error.
+- Only one statement runs, and only a query: the text must open with SELECT, WITH or VALUES
+  (after comments and parentheses), and the sqlite3 module refuses a string holding two.
+
+The outcome is an ``ExecResult``: ``ok`` with the rows as a frozenset (BIRD compares result
+sets), or ``error`` / ``refused`` / ``timeout`` / ``too_many_rows`` with SQLite's message.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Status = Literal["ok", "error", "refused", "timeout", "too_many_rows"]
+
+_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                              sqlite3.SQLITE_RECURSIVE})
+# printf/format: one call such as printf('%.*c', 2000000000, 'x') loops for tens of seconds inside a
+# single VM step, out of the progress handler's reach; text-to-SQL answers have no need of them.
+_DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit", "printf",
+                               "format"})
+_QUERY_KEYWORDS = ("select", "with", "values")
+_LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$)|\()*", re.S)
+_MAX_VALUE_BYTES = 10_000_000
+_MAX_SQL_BYTES = 100_000
+_REFUSALS = ("not authorized", "readonly database")  # the authorizer's and mode=ro's messages
+_PROGRESS_EVERY = 1_000  # VM instructions between deadline checks: cheap, and well under a millisecond
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    status: Status
+    rows: frozenset | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _authorize(action: int, arg1, arg2, db_name, trigger) -> int:
+    if action not in _ALLOWED_ACTIONS:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+def connect_readonly(path: str | Path) -> sqlite3.Connection:
+    """Open ``path`` read-only and locked down (see the module docstring); it must exist."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no SQLite database at {path}")
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True, isolation_level=None,
+                           check_same_thread=False)
+    if hasattr(conn, "enable_load_extension"):  # absent when Python's sqlite3 is built without it
+        conn.enable_load_extension(False)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, _MAX_SQL_BYTES)
+    # Some databases hold text that is not valid UTF-8; decode it leniently, the same way for gold and prediction.
+    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
+    conn.execute("PRAGMA query_only = ON")
+    conn.set_authorizer(_authorize)
+    return conn
+
+
+def _classify(exc: Exception, timed_out: bool) -> ExecResult:
+    message = str(exc)
+    if timed_out or message == "interrupted":
+        return ExecResult("timeout", message=message)
+    if isinstance(exc, (sqlite3.ProgrammingError, sqlite3.Warning)) or any(m in message for m in _REFUSALS):
+        return ExecResult("refused", message=message)
+    return ExecResult("error", message=message)
+
+
+def is_query(sql: str) -> bool:
+    """True when ``sql`` opens with a query keyword, so REINDEX, VACUUM and the like never start."""
+    head = sql[_LEADING_NOISE.match(sql).end():]
+    word = re.match(r"[A-Za-z]+", head)
+    return bool(word) and word.group(0).lower() in _QUERY_KEYWORDS
+
+
+def execute(conn: sqlite3.Connection, sql: str, timeout_s: float, max_rows: int) -> ExecResult:
+    """Run one query under a wall-clock deadline and a row cap."""
+    if not is_query(sql):
+        return ExecResult("refused", message="not a query: only SELECT, WITH or VALUES statements run")
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+
+    def past_deadline() -> int:
+        nonlocal timed_out
+        timed_out = time.monotonic() > deadline
+        return int(timed_out)
+
+    conn.set_progress_handler(past_deadline, _PROGRESS_EVERY)
+    cursor = None
+    try:
+        cursor = conn.execute(sql)
+        rows = cursor.fetchmany(max_rows + 1)
+    except (sqlite3.Error, sqlite3.Warning) as exc:  # Python < 3.11 raises Warning for a second statement
+        return _classify(exc, timed_out)
+    except (OverflowError, ValueError) as exc:  # e.g. an embedded NUL character
+        return ExecResult("error", message=str(exc))
+    finally:
+        if cursor is not None:
+            cursor.close()  # ends the statement, releasing its read snapshot
+        conn.set_progress_handler(None, 0)
+    if len(rows) > max_rows:
+        return ExecResult("too_many_rows", message=f"more than {max_rows} rows")
+    return ExecResult("ok", rows=frozenset(rows))
+
+
+def compile_error(conn: sqlite3.Connection, sql: str) -> str | None:
+    """Why ``sql`` cannot run on ``conn`` (not a query, more than one statement, a missing table
+    or column, a syntax error), found by compiling it with EXPLAIN without running it; None if it compiles."""
+    if not is_query(sql):
+        return "not a query: only SELECT, WITH or VALUES statements run"
+    try:
+        conn.execute(f"EXPLAIN {sql}").close()
+    except (sqlite3.Error, sqlite3.Warning) as exc:
+        return str(exc)
+    return None

@@ -1,0 +1,141 @@
+"""``--set`` on the command line: template variables and dotted-path overrides.
+
+``--set name=value`` (no dot) sets a template variable; ``--set dotted.path=value`` replaces
+one field of the rendered pipeline (``trainer.seed=3``, ``stages.0.with.temperature=0.7``).
+
+Design decisions:
+- Values are read as YAML with the same safe loader as files (``3`` is an int, ``true`` a
+  bool, ``null`` None, ``[1, 2]`` a list; anything that is not valid YAML stays a string).
+- A path is checked against the schema before it is applied, so a typo is reported with
+  did-you-mean even for a key the file does not contain yet; keys under a stage's ``with``
+  are checked against that stage kind's config model. A list index must exist.
+- Problems are positioned in the pipeline file, at the deepest part of the path it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
+from rlflow.schemas.validation import known_keys, walk
+from rlflow.schemas.yaml_loader import Positions, parse_yaml
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``--set``: its text, the name or path it sets, and the value read as YAML."""
+
+    text: str
+    path: tuple
+    value: Any
+
+    @property
+    def is_variable(self) -> bool:
+        return len(self.path) == 1 and isinstance(self.path[0], str)
+
+
+def parse_settings(sets: list[str] | tuple[str, ...], file: str) -> tuple[list[Setting], list[Diagnostic]]:
+    settings, problems = [], []
+    for text in sets:
+        name, eq, raw = text.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            problems.append(Diagnostic(file, 1, 1, "", f"--set {text!r}: expected name=value",
+                                       "e.g. --set bird_root=/data/bird or --set trainer.seed=3"))
+            continue
+        path = parse_path(name) if "." in name or "[" in name else (name,)
+        if len(path) == 1 and not name.isidentifier():
+            problems.append(Diagnostic(file, 1, 1, "", f"--set {text!r}: {name!r} is not a valid variable name"))
+            continue
+        settings.append(Setting(text, path, _read_value(raw)))
+    return settings, problems
+
+
+def _read_value(raw: str) -> Any:
+    if not raw.strip():
+        return raw
+    data, _, problems = parse_yaml(raw, "--set")
+    return raw if problems else data
+
+
+def apply_overrides(
+    data: dict, positions: Positions, settings: list[Setting], root: Any, file: str
+) -> list[Diagnostic]:
+    """Apply ``settings`` (paths) to ``data`` in place; a diagnostic for each path the schema rejects."""
+    problems = []
+    for setting in settings:
+        problem = _check_path(data, setting.path, root)
+        if problem is None:
+            problem = _assign(data, setting.path, setting.value)
+        if problem is not None:
+            depth, message, fix = problem
+            line, col = positions.locate(setting.path[:depth])
+            problems.append(Diagnostic(file, line, col, format_path(setting.path), f"--set {setting.text}: {message}", fix))
+    return problems
+
+
+def _check_path(data: dict, path: tuple, root: Any) -> tuple[int, str, str] | None:
+    """None when ``path`` is allowed, else (depth reached, message, fix)."""
+    for depth in range(1, len(path) + 1):
+        parent, key = path[: depth - 1], path[depth - 1]
+        node = _get(data, parent)
+        if walk(root, path[:depth], data) is not None:
+            if isinstance(key, int) and not (isinstance(node, list) and key < len(node)):
+                size = len(node) if isinstance(node, list) else 0
+                return depth - 1, f"index {key} is out of range ({format_path(parent)} has {size} items)", ""
+            if _is_stage_with(path, depth):
+                return _check_stage_with(data, path)
+            continue
+        if isinstance(node, list):
+            if not isinstance(key, int):
+                return depth - 1, f"{format_path(parent)} is a list; index it with a number", f"0..{len(node) - 1}"
+            return depth - 1, f"index {key} is out of range ({format_path(parent)} has {len(node)} items)", ""
+        known = known_keys(walk(root, parent, data)) or []
+        return depth - 1, f"unknown key {key!r}", suggestion(key, known) or f"known keys: {', '.join(known)}"
+    return None
+
+
+def _is_stage_with(path: tuple, depth: int) -> bool:
+    return depth == 3 and len(path) > 3 and path[0] == "stages" and path[2] == "with"
+
+
+def _check_stage_with(data: dict, path: tuple) -> tuple[int, str, str] | None:
+    """Keys under ``stages.<i>.with`` must belong to that stage kind's config model."""
+    from rlflow.stages import STAGE_KINDS
+
+    stage = _get(data, path[:2])
+    kind = stage.get("uses") if isinstance(stage, dict) else None
+    if not isinstance(kind, str) or kind not in STAGE_KINDS:
+        return None  # the stage's own problem is reported by the checks
+    model = STAGE_KINDS.get(kind).config_model
+    for depth in range(4, len(path) + 1):
+        if walk(model, path[3:depth]) is None:
+            known = known_keys(walk(model, path[3 : depth - 1])) or []
+            fix = suggestion(path[depth - 1], known) or f"stage kind {kind!r} takes: {', '.join(known) or 'nothing'}"
+            return depth - 1, f"unknown key {path[depth - 1]!r} for stage kind {kind!r}", fix
+    return None
+
+
+def _get(data: Any, path: tuple) -> Any:
+    for key in path:
+        if isinstance(data, dict):
+            data = data.get(key)
+        elif isinstance(data, list) and isinstance(key, int) and 0 <= key < len(data):
+            data = data[key]
+        else:
+            return None
+    return data
+
+
+def _assign(data: dict, path: tuple, value: Any) -> tuple[int, str, str] | None:
+    node: Any = data
+    for depth, key in enumerate(path[:-1], start=1):
+        child = node[key] if isinstance(node, list) else node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, (dict, list)):
+            return depth, f"{format_path(path[:depth])} holds {child!r}, not a mapping", "set the whole value instead"
+        node = child
+    node[path[-1]] = value
+    return None

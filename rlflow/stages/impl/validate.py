@@ -1,0 +1,74 @@
+"""Validation metrics with verl's names, from a generated and scored validation batch.
+
+The runtime orchestrates validation (generate with the validate stage's sampling settings,
+then the reward stage, then ``val_metrics``); ``run_validate`` only says so.
+
+Design decisions:
+- Statistics come from verl's ``process_validation_metrics`` (per prompt ``mean@N``,
+  ``std@N``, bootstrapped ``best@k``/``worst@k``, then averaged over prompts per data source),
+  fed with the reward (``scores``) and every numeric key of ``reward_extra`` (e.g.
+  ``exec_acc``, ``format_ok``).
+- Naming: ``mean@N`` of every variable is ``val-core/<data_source>/<var>/mean@N`` (the numbers
+  a dashboard plots); verl's core variable (``acc`` if present, else ``reward``) also gets its
+  ``best``/``maj`` at N there; every other statistic is ``val-aux/...``, as verl files it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rlflow.batch import Batch
+from rlflow.errors import StageError
+from rlflow.stages.base import StageContext
+
+
+def _variables(batch: Batch) -> dict[str, list[Any]]:
+    infos: dict[str, list[Any]] = {"reward": [float(v) for v in batch["scores"].tolist()]}
+    extras = batch.non_tensors.get("reward_extra")
+    if extras:
+        keys = sorted({k for row in extras for k, v in (row or {}).items() if isinstance(v, (int, float))})
+        for key in keys:
+            infos[key] = [(row or {}).get(key) for row in extras]
+    return infos
+
+
+def _section(var: str, metric: str, core_var: str, n_max: int) -> str:
+    if metric.startswith("mean@"):
+        return "val-core"
+    if var == core_var and metric.startswith(("maj", "best")) and f"@{n_max}" in metric:
+        return "val-core"
+    return "val-aux"
+
+
+def val_metrics(batch: Batch, n: int, data_source_key: str = "data_source") -> dict[str, float]:
+    """``val-core/<data_source>/<var>/mean@N`` (and verl's auxiliary statistics) for a scored batch.
+
+    ``n`` is the number of samples per prompt; every ``uid`` must appear exactly ``n`` times.
+    """
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    if len(batch) == 0:
+        return {}
+    uids = [str(u) for u in batch["uid"]]
+    wrong = {u: c for u, c in Counter(uids).items() if c != n}
+    if wrong:
+        uid, count = next(iter(wrong.items()))
+        raise ValueError(f"validation batch: uid {uid!r} has {count} samples, expected n={n} ({len(wrong)} uid(s) differ)")
+    sources = batch.non_tensors.get(data_source_key) or ["unknown"] * len(batch)
+    stats = process_validation_metrics([str(s) for s in sources], uids, _variables(batch))
+    out: dict[str, float] = {}
+    for source, var2metric in stats.items():
+        core_var = "acc" if "acc" in var2metric else "reward"
+        for var, metric2val in var2metric.items():
+            n_max = max(int(name.split("@")[-1].split("/")[0]) for name in metric2val)
+            for metric, value in metric2val.items():
+                out[f"{_section(var, metric, core_var, n_max)}/{source}/{var}/{metric}"] = float(value)
+    return out
+
+
+def run_validate(batch: Batch, ctx: StageContext) -> Batch:
+    raise StageError(
+        f"stage {ctx.stage_name!r}: validation is orchestrated by the runtime (generate with the validate "
+        f"stage's settings, then the reward stage, then val_metrics); it is not run as a worker stage"
+    )

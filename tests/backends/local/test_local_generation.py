@@ -1,0 +1,87 @@
+"""The KV-cached sampling loop: agreement with the uncached loop and with HF generate, seeding, EOS."""
+
+from __future__ import annotations
+
+import torch
+
+from rlflow.backends.local.generation import SamplingParams, next_tokens, response_mask_from_tokens, sample, sample_hf
+
+
+def params(tokenizer, **kw) -> SamplingParams:
+    base = dict(max_new_tokens=12, eos_token_ids=(tokenizer.eos_token_id,), pad_token_id=tokenizer.pad_token_id)
+    return SamplingParams(**{**base, **kw})
+
+
+def test_greedy_with_and_without_kv_cache_agree(sharp_model, prompt_batch, tokenizer):
+    p = params(tokenizer, do_sample=False)
+    cached, cached_mask = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    plain, plain_mask = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p, use_cache=False)
+    assert torch.equal(cached, plain) and torch.equal(cached_mask, plain_mask)
+    assert len({tuple(r) for r in cached.tolist()}) == len(cached)  # not a vacuous agreement
+    assert all(len(set(r)) > 3 for r in cached.tolist())
+
+
+def test_torch_loop_agrees_with_hf_generate_when_greedy(sharp_model, prompt_batch, tokenizer):
+    p = params(tokenizer, do_sample=False)
+    ours, ours_mask = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    hf, hf_mask = sample_hf(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    assert torch.equal(ours, hf) and torch.equal(ours_mask, hf_mask)
+
+
+def test_sampling_is_seeded_per_call(sharp_model, prompt_batch, tokenizer):
+    p = params(tokenizer, temperature=1.0, top_p=0.95, top_k=50, seed=11)
+    a, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    torch.rand(5)  # global RNG use in between must not matter
+    b, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    c, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, seed=12))
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(sharp_model, prompt_batch, tokenizer):
+    greedy, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False))
+    top_k, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, top_k=1, seed=3))
+    top_p, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, top_p=1e-6, seed=4))
+    assert torch.equal(greedy, top_k) and torch.equal(greedy, top_p)
+
+
+def test_next_tokens_draws_from_the_distribution():
+    logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]])).repeat(20000, 1)
+    p = SamplingParams(max_new_tokens=1, eos_token_ids=(0,), pad_token_id=0, seed=0)
+    draws = next_tokens(logits, p, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=3).float() / len(draws)
+    assert torch.allclose(freq, torch.tensor([0.1, 0.6, 0.3]), atol=0.015)
+    top_p = SamplingParams(max_new_tokens=1, eos_token_ids=(0,), pad_token_id=0, top_p=0.8)
+    kept = next_tokens(logits, top_p, torch.Generator().manual_seed(0))
+    assert set(kept.tolist()) == {1, 2}  # 0.6 + 0.3 reaches 0.8; the 0.1 token is cut
+
+
+def test_rows_stop_at_eos_and_keep_padding(sharp_model, prompt_batch, tokenizer):
+    greedy, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False))
+    # Declare row 0's third greedy token the EOS: row 0 must stop right there, with the EOS kept in its mask.
+    eos = int(greedy[0, 2])
+    p = params(tokenizer, do_sample=False, eos_token_ids=(eos,))
+    out, mask = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    first_eos = (out[0] == eos).nonzero()[0].item()
+    assert first_eos <= 2
+    assert mask[0].tolist() == [1] * (first_eos + 1) + [0] * (out.shape[1] - first_eos - 1)
+    assert (out[0, first_eos + 1:] == tokenizer.pad_token_id).all()
+    for row, row_mask in zip(out.tolist(), mask.tolist()):  # every row: mask = prefix up to its first EOS
+        n = row.index(eos) + 1 if eos in row else len(row)
+        assert row_mask == [1] * n + [0] * (len(row) - n)
+
+
+def test_eos_as_first_token_gives_an_empty_response_with_a_mask_of_one(sharp_model, prompt_batch, tokenizer):
+    greedy, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False))
+    eos = int(greedy[1, 0])
+    out, mask = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"],
+                       params(tokenizer, do_sample=False, eos_token_ids=(eos,)))
+    assert out[1, 0] == eos and mask[1].sum() == 1
+    hf, hf_mask = sample_hf(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"],
+                            params(tokenizer, do_sample=False, eos_token_ids=(eos,)))
+    assert torch.equal(out, hf) and torch.equal(mask, hf_mask)
+
+
+def test_response_mask_from_tokens():
+    tokens = torch.tensor([[5, 6, 1, 0], [1, 0, 0, 0], [5, 6, 7, 8], [5, 9, 6, 1]])
+    assert response_mask_from_tokens(tokens, (1, 9)).tolist() == [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]]

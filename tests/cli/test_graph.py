@@ -1,0 +1,119 @@
+"""``rlflow graph``: formats, files, --set, --render with and without Graphviz, timelines, and lightness."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rlflow.cli.main import app
+from rlflow.errors import ConfigError, RlflowError
+
+REPO = Path(__file__).resolve().parents[2]
+BIRD = "pipelines/bird_grpo.yaml"
+STEP = ["generate", "reward", "old_log_prob", "ref_log_prob", "advantage", "update_actor", "save_checkpoint",
+        "sync_weights", "validate"]  # fmt: skip
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)  # rlflow.yaml (template vars) is found from the working directory
+
+
+def graph(*args: str):
+    return CliRunner().invoke(app, ["graph", *args])
+
+
+def test_text_lists_the_step_in_order():
+    result = graph(BIRD)
+    assert result.exit_code == 0, result.output
+    positions = [result.output.index(f"{i}.  {name}") for i, name in enumerate(STEP, 1)]
+    assert positions == sorted(positions)
+    assert "loop: sync_weights --rollout_weights--> generate of the next step" in result.output
+
+
+def test_json_and_set_override():
+    result = graph(BIRD, "--format", "json", "--set", "trainer.save_freq=-1")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [s["name"] for s in data["stages"]] == [s for s in STEP if s != "save_checkpoint"]
+
+
+@pytest.mark.parametrize(("fmt", "marker"), [("mermaid", "flowchart LR"), ("dot", 'digraph "bird-grpo"')])
+def test_formats_to_a_file(tmp_path, fmt, marker):
+    out = tmp_path / f"step.{fmt}"
+    result = graph(BIRD, "--format", fmt, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith(marker)
+
+
+@needs_dot
+def test_render_draws_svg_with_every_stage(tmp_path):
+    out = tmp_path / "pictures" / "step.svg"
+    result = graph(BIRD, "--render", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    texts = "".join(ET.parse(out).getroot().itertext())
+    assert all(name in texts for name in STEP)
+
+
+def test_render_without_graphviz_writes_the_dot_file_and_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = graph(BIRD, "--render", "-o", str(tmp_path / "step.png"))
+    assert isinstance(result.exception, RlflowError)
+    assert "apt-get install graphviz" in str(result.exception) and "brew install graphviz" in str(result.exception)
+    assert (tmp_path / "step.dot").read_text().startswith('digraph "bird-grpo"')
+    assert not (tmp_path / "step.png").exists()
+
+
+def test_invalid_pipeline_reports_every_problem(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / BIRD).read_text().replace("on: reward_pool}", "on: reward_pol}").replace(
+        "  - {name: old_log_prob, uses: old_log_prob,    on: actor_pool}\n", ""))  # fmt: skip
+    result = graph(str(bad))
+    assert isinstance(result.exception, ConfigError)
+    message = str(result.exception)
+    assert "unknown resource 'reward_pol'" in message and "'old_log_probs'" in message
+
+
+def test_usage_errors():
+    assert graph().exit_code == 2
+    assert graph(BIRD, "--format", "svg").exit_code == 2
+    assert graph(BIRD, "--timeline", ".").exit_code == 2
+
+
+def write_trace(run_dir: Path) -> None:
+    run_dir.mkdir()
+    rows = [(0, "sync_weights", 0.0, 1.0), (1, "generate", 1.0, 4.0), (1, "update_actor", 4.0, 5.0)]
+    run_dir.joinpath("trace.jsonl").write_text("".join(
+        json.dumps({"step": s, "stage": n, "resource": "actor", "pid": 7, "start": a, "end": b}) + "\n"
+        for s, n, a, b in rows))  # fmt: skip
+
+
+def test_timeline_summary_and_chart(tmp_path):
+    write_trace(tmp_path / "run")
+    result = graph("--timeline", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1].split() == ["generate", "1", "3.000", "3.000", "75.0%"]
+    out = tmp_path / "timeline.svg"
+    result = graph("--timeline", str(tmp_path / "run"), "--render", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert "generate" in "".join(ET.parse(out).getroot().itertext())
+
+
+def test_graph_stays_light():
+    """Drawing a pipeline must not import the training stack (it starts as fast as validate)."""
+    code = (
+        "import sys; from typer.testing import CliRunner; from rlflow.cli.main import app; "
+        f"r = CliRunner().invoke(app, ['graph', {BIRD!r}, '--format', 'dot']); assert r.exit_code == 0, r.output; "
+        "print(sorted(m for m in ('torch', 'ray', 'verl', 'transformers', 'matplotlib') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

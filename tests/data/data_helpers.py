@@ -1,0 +1,33 @@
+"""Helpers for the data tests: small BIRD-layout databases and records, and a minimal pipeline."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "data" / "bird_sample"
+
+
+def make_db(path: Path, rows: int = 3) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE pet (id INTEGER PRIMARY KEY, name TEXT, kind TEXT)")
+    pets = [(i, f"pet{i}", "cat" if i % 2 else "dog") for i in range(rows)]
+    conn.executemany("INSERT INTO pet VALUES (?, ?, ?)", pets)
+    conn.commit()
+    conn.close()
+    return path
+
+
+def bird_record(db_id: str, question: str, sql: str, **extra) -> dict:
+    """A record as real BIRD writes it, extra keys included."""
+    return {"question_id": extra.pop("question_id", 0), "db_id": db_id, "question": question,
+            "evidence": extra.pop("evidence", ""), "SQL": sql, "difficulty": "simple", **extra}
+
+
+def pipeline(**data):
+    """A minimal valid Pipeline whose data section is ``data``."""
+    from rlflow.schemas.pipeline import Pipeline
+
+    return Pipeline.model_validate({"name": "t", "data": data, "stages": []})

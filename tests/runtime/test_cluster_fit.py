@@ -1,0 +1,33 @@
+"""The fit check names every shortfall before anything starts."""
+
+import pytest
+
+from rlflow.errors import ResourceError
+from rlflow.runtime.cluster import Demand, check_fit
+
+NODES = [{"name": "node0", "CPU": 16, "GPU": 4}, {"name": "node1", "CPU": 16, "GPU": 4}]
+
+
+def test_fits():
+    check_fit([Demand("actor_pool", 4, 1, 1), Demand("reward_pool", 2, 1, 0)], NODES)
+    check_fit([Demand("actor_pool", 8, 1, 1, nnodes=2)], NODES)
+
+
+def test_gpu_shortfall_names_pool_and_node():
+    with pytest.raises(ResourceError, match="pool actor_pool wants 8 GPUs on each of 1 node.*node0 with 4"):
+        check_fit([Demand("actor_pool", 8, 1, 1)], NODES)
+
+
+def test_total_gpu_shortfall():
+    with pytest.raises(ResourceError, match="want 12 GPUs in all; the cluster has 8"):
+        check_fit([Demand("a", 4, 1, 1), Demand("b", 4, 1, 1), Demand("c", 4, 1, 1)], NODES)
+
+
+def test_cpu_shortfall():
+    with pytest.raises(ResourceError, match="want 40 CPUs in all; the cluster has 32"):
+        check_fit([Demand("reward_pool", 40, 1, 0)], NODES)
+
+
+def test_gpu_pool_on_cpu_cluster():
+    with pytest.raises(ResourceError, match="actor_pool wants 1 GPUs"):
+        check_fit([Demand("actor_pool", 1, 1, 1)], [{"name": "laptop", "CPU": 2, "GPU": 0}])
