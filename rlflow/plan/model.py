@@ -5,15 +5,17 @@ it: the runtime (binds ``resources`` to Ray placement groups and runs ``init`` o
 ``step`` every training step) and the renderers (text, Mermaid, DOT, JSON).
 
 Design decisions:
-- Frozen dataclasses with tuples and read-only dicts (``FrozenDict``): a plan cannot drift once compiled,
-  and it is pure data (no torch, no ray), so ``rlflow graph`` stays as light as ``validate``.
+- Frozen dataclasses with tuples and read-only dicts (``FrozenDict``): a plan cannot drift
+  once compiled, and it is pure data (no torch, no ray), so ``rlflow graph`` stays as light
+  as ``validate``. Plans pickle, so they can travel to Ray actors.
 - Stage names are the pipeline's names. The same stage may appear in both phases (the weight
   sync runs once at init and every step); ``cadence`` tells the runtime when each entry runs.
 - ``load_checkpoint`` is not a registered stage kind: it is the runtime's own resume step,
   listed in the plan so that the init phase reads as verl's does (load, sync, validate).
 - Data-loader fields come from a pseudo-stage named ``DATA_SOURCE`` in ``edges``.
 - A local pool with ``device: auto`` stays ``auto`` here; the runtime resolves the device and
-  calls ``Placement.with_device`` to get the bundles it will reserve.
+  calls ``Placement.with_device`` to get the bundles it will reserve. Placement choices
+  (bundles, PACK / SPREAD) are explained in rlflow.plan.placement.
 """
 
 from __future__ import annotations

@@ -60,18 +60,13 @@ class Dispatcher:
         refs = [w.run_stage.remote(stage.name, stage.kind, dict(config), shard, step) for w, shard in zip(workers, shards)]
         results = self.wait(refs, stage, pool, workers)
         self.trace([self._record(step, label, stage.resource, r) for r in results])
-        outputs = [r["batch"] for r in results]
+        merged = Batch.concat([r["batch"] for r in results])
         if stage.dispatch == "all":
-            merged = Batch.concat(outputs)
             if pool.type == "remote":
                 self.broadcast(pool, "set_global_steps", step, stage=stage)
             batch.metrics.update(merged.metrics)
             return batch
-        merged = Batch.concat(outputs)
-        if kind.changes_rows:
-            merged.metrics = {**batch.metrics, **merged.metrics}
-            return merged
-        return batch.update(merged)
+        return _merge(batch, merged, kind.changes_rows)
 
     def _run_on_driver(self, stage, kind, config, batch: Batch, step: int, label: str) -> Batch:
         ctx = StageContext(pipeline=self.pipeline, config=kind.parse_config(dict(config)), stage_name=stage.name,
@@ -80,7 +75,7 @@ class Dispatcher:
         out = kind().run(batch, ctx)
         self.trace([{"step": step, "stage": label, "resource": "driver", "pid": os.getpid(),
                      "start": start, "end": time.time()}])
-        return out
+        return _merge(batch, out, kind.changes_rows)
 
     # ---- engine calls ---------------------------------------------------------------------
     def call(self, pool, method: str, *args: Any, stage=None, step: int = 0, label: str | None = None,
@@ -140,6 +135,16 @@ class Dispatcher:
     def _record(step: int, stage: str, resource: str, result: dict) -> dict[str, Any]:
         return {"step": step, "stage": stage, "resource": resource, "pid": result["pid"],
                 "start": result["start"], "end": result["end"]}
+
+
+def _merge(batch: Batch, out: Batch, changes_rows: bool) -> Batch:
+    """A stage's output into the step's batch: taken whole when it changed rows, else its fields added."""
+    if changes_rows:
+        out.metrics = {**batch.metrics, **out.metrics}
+        return out
+    if out is batch:
+        return batch
+    return batch.update(out)
 
 
 class WorkerDied(StageError):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("rlflow.runtime")
-HEADLINE = ("critic/score/mean", "reward/exec_acc", "actor/pg_loss", "timing_s/step")
+HEADLINE = {"critic/score/mean": "reward", "reward/exec_acc": "exec_acc", "actor/pg_loss": "pg_loss", "timing_s/step": "step_s"}
 
 
 class ConsoleSink:
@@ -38,7 +38,7 @@ class ConsoleSink:
             self.progress.start()
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        shown = "  ".join(f"{k.split('/')[-2] if k.count('/') > 1 else k.split('/')[0]}:{_fmt(metrics[k])}" for k in HEADLINE if k in metrics)
+        shown = "  ".join(f"{label}={_fmt(metrics[key])}" for key, label in HEADLINE.items() if key in metrics)
         vals = "  ".join(f"{k}={_fmt(v)}" for k, v in sorted(metrics.items()) if k.startswith("val-core/"))
         if self.progress is not None:
             self.progress.update(self.task, completed=step, info=shown)

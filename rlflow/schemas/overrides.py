@@ -70,7 +70,7 @@ def apply_overrides(
             problem = _assign(data, setting.path, setting.value)
         if problem is not None:
             depth, message, fix = problem
-            line, col = positions.locate(setting.path[:depth])
+            line, col = positions.locate(setting.path[:depth], "key")
             problems.append(Diagnostic(file, line, col, format_path(setting.path), f"--set {setting.text}: {message}", fix))
     return problems
 

@@ -126,20 +126,21 @@ def validation_diagnostics(
     for err in exc.errors():
         loc = clean_loc(tuple(err["loc"]), data)
         path, message, fix, at = _describe(err, loc, root, data)
-        line, col = positions.locate(prefix + path, at)
+        # a missing key has no spot of its own: point at the key that holds the mapping
+        line, col = positions.locate(prefix + path[:-1], "key") if at == "parent" else positions.locate(prefix + path, at)
         out.append(Diagnostic(file, line, col, format_path(prefix + path), message, fix))
     return out
 
 
 def _describe(err: dict, loc: tuple, root: Any, data: Any) -> tuple[tuple, str, str, str]:
-    """(path, message, fix, "key"|"value") for one pydantic error."""
+    """(path, message, fix, where): where is "key", "value" or "parent" (the key holding the mapping)."""
     kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
     if kind == "extra_forbidden":
         known = known_keys(walk(root, loc[:-1], data)) or []
         fix = suggestion(loc[-1], known) or (f"known keys: {', '.join(known)}" if known else "")
         return loc, f"unknown key {loc[-1]!r}", fix, "key"
     if kind == "missing":
-        return loc, f"missing required key {loc[-1]!r}", "", "value"
+        return loc, f"missing required key {loc[-1]!r}", "", "parent"
     if kind == "union_tag_invalid":
         disc, expected = ctx["discriminator"].strip("'"), _quoted(ctx["expected_tags"])
         return (loc + (disc,), f"unknown {disc} {ctx['tag']!r}; expected one of {', '.join(expected)}",
@@ -147,7 +148,7 @@ def _describe(err: dict, loc: tuple, root: Any, data: Any) -> tuple[tuple, str, 
     if kind == "union_tag_not_found":
         disc = ctx["discriminator"].strip("'")
         tags = _tags(walk(root, loc, data), disc)
-        return loc, f"missing key {disc!r}", f"set {disc}: one of {', '.join(tags)}" if tags else "", "value"
+        return loc, f"missing key {disc!r}", f"set {disc}: one of {', '.join(tags)}" if tags else "", "key"
     if kind == "literal_error":
         expected = _quoted(ctx.get("expected", ""))
         return loc, f"{short_repr(value)} is not one of {', '.join(expected)}", suggestion(value, expected), "value"

@@ -90,13 +90,17 @@ class Positions:
 class _Refused(Exception):
     """Construction must stop (alias bomb, runaway depth)."""
 
-    def __init__(self, node: Node, message: str, fix: str) -> None:
+    def __init__(self, node: Node, path: tuple, message: str, fix: str) -> None:
         super().__init__(message)
-        self.node, self.message, self.fix = node, message, fix
+        self.node, self.path, self.message, self.fix = node, path, message, fix
 
 
 def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:
     """Bytes -> text, refusing non-UTF-8 and binary data with the position of the first bad byte."""
+    if b"\x00" in raw:  # UTF-8 text never holds NUL; binary files nearly always do
+        line, col = _offset_position(raw, raw.index(b"\x00"))
+        return None, [Diagnostic(file, line, col, "", "binary data: control character 0x00 is not allowed",
+                                 "is this a pipeline YAML file?")]
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -136,8 +140,10 @@ def parse_yaml(
         return None, builder.positions, []
     try:
         data = builder.build(node, ())
-    except _Refused as exc:
-        builder.error(exc.node, (), exc.message, exc.fix)
+    except _Refused as exc:  # reported at the top-level key whose value blew up: that is what to fix
+        top = exc.path[:1]
+        line, col = builder.positions.keys.get(top) or builder.where(exc.node)
+        builder.diagnostics.append(Diagnostic(file, line, col, format_path(top), exc.message, exc.fix))
         data = None
     except RecursionError:
         builder.error(node, (), "document nests too deeply", f"at most {MAX_DEPTH} levels")
@@ -164,8 +170,10 @@ class _Builder:
 
     def syntax_error(self, exc: yaml.MarkedYAMLError) -> Diagnostic:
         mark = exc.problem_mark or exc.context_mark
-        line, col = (self.line_map(mark.line + 1), mark.column + 1) if mark else (1, 1)
         problem = exc.problem or "invalid YAML"
+        if "end of stream" in problem and exc.context_mark:  # e.g. a quote never closed: show where it opened
+            mark = exc.context_mark
+        line, col = (self.line_map(mark.line + 1), mark.column + 1) if mark else (1, 1)
         fix = "indent with spaces; YAML does not allow tabs" if "\\t" in problem else ""
         if exc.context and exc.context_mark:
             problem += f"; {exc.context} from line {self.line_map(exc.context_mark.line + 1)}"
@@ -174,10 +182,10 @@ class _Builder:
     def build(self, node: Node, path: tuple) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
-            raise _Refused(node, f"document expands to more than {MAX_NODES} nodes (alias bomb?)",
+            raise _Refused(node, path, f"document expands to more than {MAX_NODES} nodes (alias bomb?)",
                            "use fewer aliases; a pipeline is small")
         if len(path) > MAX_DEPTH:
-            raise _Refused(node, f"document nests deeper than {MAX_DEPTH} levels (self-referencing alias?)", "")
+            raise _Refused(node, path, f"document nests deeper than {MAX_DEPTH} levels (self-referencing alias?)", "")
         self.positions.values[path] = self.where(node)
         if isinstance(node, MappingNode):
             return self._mapping(node, path) if self._tag_ok(node, path, "map") else None

@@ -1,0 +1,161 @@
+"""``ConfiguredLocalEngine``: the local engine with the pipeline's DeepSpeed trainer and/or vLLM rollout.
+
+``LocalEngine`` does everything with torch; this subclass swaps in the engines a pipeline
+asks for (see ``engines.engine_choice``) and leaves every other path to its parent.
+Design decisions:
+
+- Training (``update_actor.with.engine: deepspeed``): the actor becomes a ``DeepSpeedActor``
+  built on the same module (ZeRO 0-2), so the colocated rollout, the reference copy and the
+  checkpoint's model files keep reading the trained weights with no copy. ZeRO-3 partitions
+  what it trains, so it trains a copy and the engine's own module stays dense for the
+  rollout: ``update_weights`` (and ``save_checkpoint``) gather the trained weights into it, a
+  collective every rank of the pool joins (the runtime calls both on every actor worker).
+  The actor's log-probs go through the DeepSpeed module; the reference stays a frozen dense
+  copy of the initial policy.
+- Rollout (``generate.with.engine: vllm``): a ``VllmRollout`` beside the torch model. After
+  each update (``update_weights``, colocated) or each cross-pool push
+  (``load_rollout_weights``, separate pool) the weights are handed to vLLM and ``sync/bytes``
+  / ``sync/seconds`` report that transfer. ``generate`` with another engine still decodes
+  with the torch model, so validation may use either.
+- Checkpoints keep the local engine's per-rank layout and add DeepSpeed's own under
+  ``<checkpoint>/deepspeed`` (module and partitioned optimizer state); loading restores the
+  per-rank files first and DeepSpeed's last, so its fp32 master weights win.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import torch
+
+from rlflow.backends.local import generation
+from rlflow.backends.local.engine import ALL_ROLES, LocalEngine
+from rlflow.backends.local.engines import EngineChoice
+from rlflow.backends.local.models import BUILTIN_PREFIX, resolve_path
+from rlflow.batch import Batch
+
+
+class ConfiguredLocalEngine(LocalEngine):
+    """A ``LocalEngine`` whose trainer and rollout follow the pipeline's engine choices."""
+
+    def __init__(self, pipeline, *, choice: EngineChoice, device: str = "cpu", rank: int = 0, world_size: int = 1,
+                 roles: frozenset = ALL_ROLES, project_root=None, dist: dict | None = None,
+                 total_training_steps: int | None = None) -> None:
+        super().__init__(pipeline, device=device, rank=rank, world_size=world_size, roles=roles,
+                         project_root=project_root, dist=dist, total_training_steps=total_training_steps)
+        self.choice = choice
+        self.deepspeed = None
+        if self.actor is not None and choice.training == "deepspeed":
+            from rlflow.backends.local.deepspeed_engine import DeepSpeedActor
+
+            trained = copy.deepcopy(self.model) if choice.zero_stage == 3 else self.model
+            self.actor = self.deepspeed = DeepSpeedActor(
+                trained, pipeline, rank=rank, world_size=world_size, device=self.device, dist=dist,
+                zero_stage=choice.zero_stage, total_training_steps=total_training_steps,
+            )
+        self.vllm = None
+        if "rollout" in self.roles and choice.rollout == "vllm":
+            self.vllm = self._start_vllm(project_root)
+
+    def _start_vllm(self, project_root):
+        from rlflow.backends.local.vllm_rollout import VllmRollout
+
+        spec, data = self.pipeline.model, self.pipeline.data
+        options = {"dtype": spec.dtype, "seed": self.pipeline.trainer.seed,
+                   "max_model_len": data.max_prompt_length + data.max_response_length,
+                   "device": "cpu" if self.device.type == "cpu" else "cuda"}
+        if spec.path.startswith(BUILTIN_PREFIX) or spec.tokenizer is not None:
+            return VllmRollout.from_model(self.model, self.tokenizer, **options)
+        return VllmRollout(resolve_path(spec.path, project_root), **options)
+
+    # ---- rollout ----------------------------------------------------------------------------
+    def generate(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        if params.get("engine") != "vllm":
+            return super().generate(batch, params)
+        self._need("rollout", "generate")
+        sp = generation.SamplingParams(
+            max_new_tokens=int(params.get("max_response_length", self.pipeline.data.max_response_length)),
+            eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
+            temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
+            top_k=int(params.get("top_k", -1)), do_sample=bool(params.get("do_sample", True)),
+            seed=int(params.get("seed", 0)),
+        )
+        start = time.perf_counter()
+        responses, mask = self.vllm.generate(batch["prompts"], batch["prompt_mask"], sp)
+        seconds = time.perf_counter() - start
+        out = Batch({"responses": responses, "response_mask": mask}, {"response_text": self._decode(responses, mask)})
+        first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids)) if len(out) else mask.sum(-1).bool()
+        tokens = float(mask.sum())
+        out.metrics = {"rollout/empty_responses": float(first_is_eos.sum()), "rollout/gen_seconds": seconds,
+                       "rollout/policy_version": float(self.global_steps),
+                       "rollout/tokens_per_second": tokens / seconds if seconds > 0 else 0.0}
+        return out
+
+    # ---- log-probs --------------------------------------------------------------------------
+    def compute_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        if self.deepspeed is None:
+            return super().compute_log_prob(batch, params)
+        self._need("actor", "compute_log_prob")
+        log_probs, entropys = self.deepspeed.log_probs(batch, micro_batch_size=params.get("micro_batch_size"),
+                                                       temperature=float(params.get("temperature", 1.0)), with_entropy=True)
+        return Batch({"old_log_probs": log_probs, "entropys": entropys})
+
+    # ---- weights ----------------------------------------------------------------------------
+    def update_weights(self, global_steps: int) -> dict[str, float]:
+        metrics = super().update_weights(global_steps)
+        start = time.perf_counter()
+        moved = self._refresh_dense()
+        if self.vllm is not None:
+            moved += self.vllm.load_weights(self._model_weights().items())["sync/bytes"]
+        if moved:
+            metrics = {"sync/bytes": float(moved), "sync/seconds": metrics["sync/seconds"] + time.perf_counter() - start}
+        return metrics
+
+    def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
+        metrics = super().load_rollout_weights(state)
+        if self.vllm is None:
+            return metrics
+        pushed = self.vllm.load_weights(state.items())
+        return {"sync/bytes": pushed["sync/bytes"], "sync/seconds": metrics["sync/seconds"] + pushed["sync/seconds"]}
+
+    def _refresh_dense(self) -> float:
+        """ZeRO-3: gather the trained weights into the dense module (collective); returns bytes copied."""
+        if self.deepspeed is None or self.deepspeed.zero_stage < 3:
+            return 0.0
+        state = self.deepspeed.dense_state_dict()
+        self.model.load_state_dict(state, strict=False)
+        return float(sum(t.numel() * t.element_size() for t in state.values()))
+
+    def _model_weights(self) -> dict[str, torch.Tensor]:
+        """The rollout model's tensors by HF name, a tied weight once (vLLM re-ties it)."""
+        out, seen = {}, set()
+        for key, tensor in self.model.state_dict().items():
+            if tensor.data_ptr() not in seen:
+                seen.add(tensor.data_ptr())
+                out[key] = tensor.detach()
+        return out
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:
+        self._refresh_dense()
+        out = super().save_checkpoint(path, global_steps)
+        if self.deepspeed is not None:
+            out["deepspeed"] = str(self.deepspeed.save_checkpoint(path, global_steps))
+        return out
+
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        out = super().load_checkpoint(path)
+        if self.deepspeed is not None:
+            self.deepspeed.load_checkpoint(path)
+            self._refresh_dense()
+        if self.vllm is not None:
+            self.vllm.load_weights(self._model_weights().items())
+        return out
+
+    def close(self) -> None:
+        if self.vllm is not None:
+            self.vllm.close()
+            self.vllm = None
+        super().close()

@@ -1,0 +1,218 @@
+"""DeepSpeed training engine for ``update_actor`` (``with: {engine: deepspeed, zero_stage: 0..3}``).
+
+``DeepSpeedActor`` is the torch ``Actor`` with DeepSpeed doing the data-parallel part: the
+loss, its global-batch scaling, the mini-batch split and the metrics are the torch actor's
+own (inherited, not copied), so both engines optimise the same objective and report the same
+``actor/*`` metrics. Design decisions:
+
+- Process group: the runtime hands every worker its rank, the world size and
+  ``dist={master_addr, master_port}``. Those become ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/
+  ``WORLD_SIZE``/``LOCAL_RANK`` and ``deepspeed.init_distributed`` runs with gloo on the CPU
+  and nccl on GPUs; when the local engine already made the torch group from the same
+  address, DeepSpeed adopts it. A world of one still gets a group (DeepSpeed needs one), on a
+  free loopback port.
+- Optimizer and schedule: the torch optimizer and verl's warm-up schedule built by ``Actor``
+  are handed to DeepSpeed (a torch ``AdamW`` needs no compiled fused-Adam op on the CPU); the
+  schedule steps once per update, as the torch engine's does, so it stays outside DeepSpeed.
+  Gradient clipping is DeepSpeed's (``gradient_clipping`` = ``trainer.grad_clip``).
+- Micro-batches: DeepSpeed accumulates gradients (``gradient_accumulation_steps``), with the
+  boundary set explicitly on the last micro-batch of a mini-batch. ZeRO-2 reduces on every
+  micro-batch and ZeRO-3 gathers on every forward, so every rank runs the same number of
+  micro-batches: a rank with fewer rows runs zero-weighted ones (same hooks, no gradient).
+  The loss is already normalised by the global token count (verl's scaling), so DeepSpeed's
+  own ``1/gradient_accumulation_steps`` scaling is switched off.
+- A non-finite loss is never applied: that micro-batch back-propagates zero, the ranks agree
+  (the torch actor's check), and all raise before DeepSpeed's optimizer step.
+- ZeRO-3 partitions the module it trains, so the engine trains a copy and
+  ``dense_state_dict`` gathers the full weights (a collective) for the colocated rollout and
+  for checkpoints' model files. Log-probs run through DeepSpeed's module with equal forward
+  counts on every rank for the same reason as micro-batches.
+- Checkpoints: DeepSpeed's own ``save_checkpoint``/``load_checkpoint`` (module, partitioned
+  optimizer state) under ``<checkpoint>/deepspeed``; the schedule rides in the local
+  engine's per-rank ``trainer.pt``.
+
+deepspeed is imported inside functions: importing this module costs nothing without it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlflow.backends.local import distributed
+from rlflow.backends.local.actor import Actor
+from rlflow.backends.local.logprob import forward_log_probs
+from rlflow.batch import Batch
+from rlflow.errors import BackendError
+
+CHECKPOINT_DIR = "deepspeed"
+_NEVER_PRINT = 1 << 30
+
+
+def ds_config(pipeline, *, world_size: int, zero_stage: int) -> dict[str, Any]:
+    """DeepSpeed's config for the pipeline's batch sizes, clipping, dtype and ZeRO stage."""
+    t, a = pipeline.trainer, pipeline.algorithm
+    rows_per_rank = max(1, math.ceil(t.ppo_mini_batch_size * a.n / world_size))
+    micro = min(t.ppo_micro_batch_size or rows_per_rank, rows_per_rank)
+    dtype = pipeline.model.dtype
+    return {
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": max(1, math.ceil(rows_per_rank / micro)),
+        "gradient_clipping": t.grad_clip,
+        "zero_optimization": {"stage": zero_stage},
+        "zero_allow_untested_optimizer": True,
+        "bf16": {"enabled": dtype == "bfloat16"},
+        "fp16": {"enabled": dtype == "float16"},
+        "steps_per_print": _NEVER_PRINT,
+        "wall_clock_breakdown": False,
+    }
+
+
+def init_deepspeed_distributed(rank: int, world_size: int, device: torch.device, dist: dict | None) -> None:
+    """Point DeepSpeed at the runtime's process group (see the module docstring)."""
+    if device.type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if world_size > 1 and not (dist and "master_addr" in dist and "master_port" in dist):
+        raise BackendError(f"deepspeed engine rank {rank}/{world_size}: data parallelism needs "
+                           f"dist={{'master_addr', 'master_port'}} from the runtime; got {sorted(dist or {})}")
+    addr, port = (dist["master_addr"], dist["master_port"]) if dist else ("127.0.0.1", _free_port())
+    os.environ.update(MASTER_ADDR=str(addr), MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_RANK=str(torch.cuda.current_device() if device.type == "cuda" else 0))
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", rank=rank,
+                               world_size=world_size, auto_mpi_discovery=False, verbose=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DeepSpeedActor(Actor):
+    """The torch actor's update, with DeepSpeed's engine doing backward, reduction, clipping and step."""
+
+    def __init__(self, model, pipeline, *, rank: int, world_size: int, device: torch.device, dist: dict | None,
+                 zero_stage: int, total_training_steps: int | None = None) -> None:
+        if not 0 <= zero_stage <= 3:
+            raise BackendError(f"update_actor.with.zero_stage: {zero_stage} is not a ZeRO stage; use 0, 1, 2 or 3")
+        init_deepspeed_distributed(rank, world_size, device, dist)
+        super().__init__(model, pipeline, world_size=world_size, total_training_steps=total_training_steps)
+        import deepspeed
+
+        self.zero_stage = zero_stage
+        self.config = ds_config(pipeline, world_size=world_size, zero_stage=zero_stage)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.optimizer, config=self.config,
+                                                    dist_init_required=False)
+        self.model = self.engine  # forwards go through DeepSpeed (ZeRO-3 gathers in its hooks)
+        self.module = model
+
+    # ---- one mini-batch ---------------------------------------------------------------------
+    def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
+        counts = torch.tensor([float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0], device=self.device)
+        rows, tokens = distributed.all_reduce(counts, self.world_size).tolist()
+        info = self.loss_config.global_batch_info
+        info.update(dp_size=self.world_size, batch_num_tokens=max(tokens, 1.0), global_batch_size=max(rows, 1.0),
+                    loss_scale_factor=self.loss_config.loss_scale_factor)
+        size = self.pipeline.trainer.ppo_micro_batch_size or max(len(mini), 1)
+        micros = mini.split(self._agreed_count(math.ceil(len(mini) / size)))
+        sums = dict.fromkeys(self._metric_names(), 0.0)
+        micro_count, bad = 0, None
+        for j, micro in enumerate(micros):
+            self.engine.set_gradient_accumulation_boundary(j == len(micros) - 1)
+            loss, parts = self._micro_loss(micro, temperature) if len(micro) else (None, None)
+            if loss is not None and not torch.isfinite(loss):
+                bad, loss = bad or (j, float(loss), parts), None
+            if loss is None:
+                loss = self._zero_loss(micro, temperature)
+            else:
+                micro_count += 1
+                for k, v in parts.items():
+                    sums[k] += v
+            self.engine.backward(loss, scale_wrt_gas=False)
+        self._raise_if_bad(bad, where)
+        self.engine.step()
+        grad_norm = self.engine.get_global_grad_norm()
+        return self._reduce_metrics(sums, micro_count, float(grad_norm) if grad_norm is not None else float("nan"))
+
+    @staticmethod
+    def _metric_names() -> tuple[str, ...]:
+        from rlflow.backends.local.actor import AVERAGED, SUMMED
+
+        return SUMMED + AVERAGED
+
+    def _agreed_count(self, local: int) -> int:
+        """The largest count over ranks (at least one), so every rank joins as many collectives."""
+        value = torch.tensor([float(local)], device=self.device)
+        return max(1, int(distributed.all_reduce(value, self.world_size, op="max").tolist()[0]))
+
+    def _zero_loss(self, micro: Batch, temperature: float) -> torch.Tensor:
+        """A loss with zero gradient that still runs the forward (and DeepSpeed's hooks) once."""
+        if len(micro) == 0:
+            one = torch.zeros((1, 1), dtype=torch.long)
+            micro = Batch({"prompts": one, "prompt_mask": torch.ones_like(one), "responses": one,
+                           "response_mask": torch.ones_like(one)})
+        log_prob, _ = forward_log_probs(self.model, micro["prompts"], micro["prompt_mask"], micro["responses"],
+                                        micro["response_mask"], temperature=temperature)
+        return (log_prob.nan_to_num(0.0) * 0.0).sum()
+
+    # ---- log-probs --------------------------------------------------------------------------
+    @torch.no_grad()
+    def log_probs(self, batch: Batch, *, micro_batch_size: int | None, temperature: float,
+                  with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs (and entropy) through DeepSpeed's module, the same number of forwards on every rank."""
+        self.engine.eval()
+        size = micro_batch_size or max(len(batch), 1)
+        log_probs, entropys = [], []
+        for part in batch.split(self._agreed_count(math.ceil(len(batch) / size))):
+            if len(part) == 0:
+                self._zero_loss(part, temperature)
+                continue
+            lp, ent = forward_log_probs(self.model, part["prompts"], part["prompt_mask"], part["responses"],
+                                        part["response_mask"], temperature=temperature, with_entropy=with_entropy)
+            log_probs.append(lp.cpu())
+            if ent is not None:
+                entropys.append(ent.cpu())
+        empty = torch.zeros((0, batch["responses"].shape[1]))
+        return (torch.cat(log_probs) if log_probs else empty,
+                (torch.cat(entropys) if entropys else empty) if with_entropy else None)
+
+    # ---- weights ----------------------------------------------------------------------------
+    def dense_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full weights as CPU tensors; under ZeRO-3 a gather every rank must join."""
+        if self.zero_stage < 3:
+            return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+        import deepspeed
+
+        params = list(self.module.parameters())
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+            return {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+
+    # ---- checkpoint state -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule only: the optimizer state is DeepSpeed's (``save_checkpoint``)."""
+        return {"scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    def save_checkpoint(self, path: str | Path, global_steps: int) -> Path:
+        """DeepSpeed's checkpoint of module and optimizer (every rank must call it)."""
+        out = Path(path) / CHECKPOINT_DIR
+        self.engine.save_checkpoint(str(out), tag=f"global_step{int(global_steps)}", save_latest=True)
+        return out
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        src = Path(path) / CHECKPOINT_DIR
+        if not (src / "latest").exists():
+            raise BackendError(f"checkpoint {path}: no DeepSpeed state in {src} (no 'latest' file); it was written "
+                               f"by another engine: resume with update_actor.with.engine as it was")
+        loaded, _ = self.engine.load_checkpoint(str(src), load_optimizer_states=True, load_lr_scheduler_states=False)
+        if loaded is None:
+            raise BackendError(f"checkpoint {path}: DeepSpeed could not load {src}; see the worker's log")

