@@ -95,20 +95,29 @@ class Placement:
     backend_config: Mapping[str, Any] = field(default_factory=FrozenDict)
     forwarders: int = 0
     stages: tuple[str, ...] = ()
+    bundle_of: tuple[int, ...] = ()  # the bundle index of each worker (several share a node-sized bundle)
 
     def with_device(self, device: Literal["cpu", "gpu"]) -> "Placement":
         """This placement with ``device: auto`` resolved (only local pools carry a device choice)."""
         if self.type != "local" or self.device == device:
             return self
         gpus = 1.0 if device == "gpu" else 0.0
-        return replace(
-            self, device=device, gpus_per_worker=gpus, bundles=local_bundles(self.workers, self.cpus_per_worker, gpus)
-        )
+        bundles, bundle_of = local_bundles(self.workers, self.cpus_per_worker, gpus, self.nnodes)
+        return replace(self, device=device, gpus_per_worker=gpus, bundles=bundles, bundle_of=bundle_of)
 
 
-def local_bundles(workers: int, cpus: float, gpus: float) -> tuple[Mapping[str, float], ...]:
-    bundle = {"CPU": float(cpus), "GPU": float(gpus)} if gpus else {"CPU": float(cpus)}
-    return tuple(FrozenDict(bundle) for _ in range(workers))
+def local_bundles(workers: int, cpus: float, gpus: float, nnodes: int = 1) -> tuple[tuple[Mapping[str, float], ...], tuple[int, ...]]:
+    """Bundles of a pool and each worker's bundle index.
+
+    One node: one bundle per worker (placed with PACK). Several nodes: one node-sized bundle per
+    node holding that node's ``workers // nnodes`` workers (placed with STRICT_SPREAD, so each
+    bundle lands on its own node); Ray lets several actors share a bundle when their resources fit.
+    """
+    per_node = workers // nnodes
+    size = 1 if nnodes == 1 else per_node
+    bundle = {"CPU": float(cpus * size), **({"GPU": float(gpus * size)} if gpus else {})}
+    count = workers if nnodes == 1 else nnodes
+    return tuple(FrozenDict(bundle) for _ in range(count)), tuple(r // size for r in range(workers))
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,11 @@
 
 Choices:
 - A local pool gets one bundle per worker (``gpus_per_node * nnodes`` workers), each
-  ``{CPU: cpus_per_worker}`` plus ``GPU: 1`` on a GPU device. One node: ``PACK`` (colocated
-  workers talk over NVLink / shared memory). Several nodes: ``SPREAD``, not ``STRICT_SPREAD``:
-  STRICT_SPREAD forbids two bundles on one node, which cannot hold ``gpus_per_node > 1``
-  workers per node, while SPREAD lays the bundles evenly over the nodes and still fits
-  when nodes are shared. A runtime that wants one group per node can cut ``bundles`` into
-  ``nnodes`` runs of ``workers // nnodes``.
+  ``{CPU: cpus_per_worker}`` plus ``GPU: 1`` on a GPU device, under ``PACK`` on one node
+  (colocated workers talk over NVLink / shared memory). Over several nodes it gets one
+  node-sized bundle per node under ``STRICT_SPREAD``, each holding that node's workers:
+  STRICT_SPREAD is what guarantees one group per node, and node-sized bundles let it hold
+  ``gpus_per_node > 1`` workers per node. ``bundle_of`` maps each worker to its bundle.
 - ``device: auto`` stays ``auto`` (CPU-only bundles); the runtime resolves it with
   ``Placement.with_device`` once it knows what the cluster has.
 - A cpu pool is ``workers`` CPU actors; a remote resource is ``forwarders`` CPU-only
@@ -43,21 +42,21 @@ def _placement(name: str, resource: LocalPool | CpuPool | RemotePool, stages: tu
     if isinstance(resource, LocalPool):
         workers = resource.gpus_per_node * resource.nnodes
         gpus = 1.0 if resource.device == "gpu" else 0.0
+        bundles, bundle_of = local_bundles(workers, resource.cpus_per_worker, gpus, resource.nnodes)
         return Placement(
             name=name, type="local", device=resource.device, workers=workers, nnodes=resource.nnodes,
-            bundles=local_bundles(workers, resource.cpus_per_worker, gpus),
-            strategy="PACK" if resource.nnodes == 1 else "SPREAD",
+            bundles=bundles, bundle_of=bundle_of, strategy="PACK" if resource.nnodes == 1 else "STRICT_SPREAD",
             cpus_per_worker=resource.cpus_per_worker, gpus_per_worker=gpus, stages=stages,
         )  # fmt: skip
     if isinstance(resource, CpuPool):
         return Placement(
             name=name, type="cpu", device="cpu", workers=resource.workers, nnodes=1,
-            bundles=local_bundles(resource.workers, resource.cpus_per_worker, 0.0), strategy="PACK",
+            bundles=local_bundles(resource.workers, resource.cpus_per_worker, 0.0)[0], strategy="PACK",
             cpus_per_worker=resource.cpus_per_worker, gpus_per_worker=0.0, stages=stages,
         )  # fmt: skip
     return Placement(
         name=name, type="remote", device="cpu", workers=resource.forwarders, nnodes=1,
-        bundles=local_bundles(resource.forwarders, resource.cpus_per_forwarder, 0.0), strategy="PACK",
+        bundles=local_bundles(resource.forwarders, resource.cpus_per_forwarder, 0.0)[0], strategy="PACK",
         cpus_per_worker=resource.cpus_per_forwarder, gpus_per_worker=0.0, backend=resource.backend,
         backend_config=frozen_mapping(resource.config), forwarders=resource.forwarders, stages=stages,
     )  # fmt: skip

@@ -46,8 +46,9 @@ def placement_summary(p: Placement) -> str:
     if p.type == "remote":
         return f"remote backend '{p.backend}', {_plural(p.forwarders, 'forwarder')} x {bundle} (CPU only), {p.strategy}"
     device = f", device {p.device}" if p.type == "local" else ""
-    nodes = f" on {p.nnodes} nodes" if p.nnodes > 1 else ""
-    return f"{p.type}{device}, {_plural(p.workers, 'worker')}{nodes} x {bundle}, {p.strategy}"
+    if p.nnodes > 1:
+        return f"{p.type}{device}, {_plural(p.workers, 'worker')} on {p.nnodes} nodes x node bundle {bundle}, {p.strategy}"
+    return f"{p.type}{device}, {_plural(p.workers, 'worker')} x {bundle}, {p.strategy}"
 
 
 def _flow(stage: PlanStage) -> str:

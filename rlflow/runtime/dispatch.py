@@ -102,8 +102,8 @@ class Dispatcher:
         if pending:
             late = [i for i, ref in enumerate(refs) if ref in pending]
             who = ", ".join(self._worker_name(pool, i) for i in late)
-            for ref in pending:
-                ray.cancel(ref, force=True)
+            for i in late:  # a hung actor cannot be interrupted (Ray refuses force-cancel of actor tasks): end it
+                ray.kill(workers[i], no_restart=True)
             raise StageTimeout(
                 f"stage {name!r} on resource {pool.name!r} did not finish within {limit:g} s on {who}; "
                 f"the worker is hung or far too slow (raise `timeout_s` on the stage or trainer.stage_timeout_s if it is just slow)"

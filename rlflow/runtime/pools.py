@@ -1,7 +1,7 @@
 """Resources -> Ray: placement groups, fused pool workers, CPU workers and forwarders.
 
-- ``local``: a placement group with one bundle per device (PACK) on one node, or one
-  node-sized bundle per node (STRICT_SPREAD) over ``nnodes``; one ``StageWorker`` per device
+- ``local``: the plan's placement group (one bundle per device under PACK on one node, or one
+  node-sized bundle per node under STRICT_SPREAD); one ``StageWorker`` per device
   holding every role bound to the pool; workers of a pool with several devices form a
   torch.distributed data-parallel group (rank 0's address).
 - ``cpu``: ``workers`` CPU-only actors.
@@ -123,31 +123,16 @@ def _actor_class(num_cpus: float, num_gpus: float, strategy=None, env: dict | No
     return ray.remote(StageWorker).options(**options)
 
 
-def local_bundles(workers: int, nnodes: int, cpus: float, gpus: float) -> tuple[list[dict], list[int]]:
-    """Bundles of a local pool and the bundle index of each worker.
-
-    One node: one bundle per device, PACK. Several nodes: one node-sized bundle per node under
-    STRICT_SPREAD (so each lands on its own node) holding that node's workers; Ray lets several
-    actors share a bundle as long as their resources fit in it.
-    """
-    if nnodes == 1:
-        one = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
-        return [dict(one) for _ in range(workers)], list(range(workers))
-    per_node = workers // nnodes
-    node = {"CPU": cpus * per_node, **({"GPU": gpus * per_node} if gpus else {})}
-    return [dict(node) for _ in range(nnodes)], [rank // per_node for rank in range(workers)]
-
-
 def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus, plugins) -> Pool:
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     device = resolve_device(placement.device, cluster_gpus)
-    gpus = 1.0 if device == "gpu" else 0.0
-    bundles, bundle_of = local_bundles(placement.workers, placement.nnodes, placement.cpus_per_worker, gpus)
-    strategy = "PACK" if placement.nnodes == 1 else "STRICT_SPREAD"
-    pg = placement_group(bundles, strategy=strategy, name=f"rlflow-{placement.name}")
+    placement = placement.with_device(device)
+    gpus = placement.gpus_per_worker
+    bundles = [dict(b) for b in placement.bundles]
+    pg = placement_group(bundles, strategy=placement.strategy, name=f"rlflow-{placement.name}")
     ready, _ = ray.wait([pg.ready()], timeout=PG_READY_TIMEOUT_S)
     if not ready:
         ray.util.remove_placement_group(pg)
@@ -158,7 +143,7 @@ def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus, plu
     threads = max(1, int(placement.cpus_per_worker))
     env = {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"} if device == "cpu" else {"OMP_NUM_THREADS": str(threads)}
     workers = [
-        _actor_class(placement.cpus_per_worker, gpus, PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle_of[i]), env)
+        _actor_class(placement.cpus_per_worker, gpus, PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=placement.bundle_of[i]), env)
         .remote(pipeline_dict, placement.name, i, placement.workers, project_root, plugins)
         for i in range(placement.workers)
     ]

@@ -83,7 +83,7 @@ def load_pipeline(
         spec = Pipeline.model_validate(data)
         subject = _full_subject(spec)
     except ValidationError as exc:
-        report.diagnostics += validation_diagnostics(exc, Pipeline, data, positions, file)
+        report.diagnostics += _not_follow_ons(validation_diagnostics(exc, Pipeline, data, positions, file), diagnostics)
         subject = _subject_despite(data, exc)
     run_checks(subject, report, project)
     problems += report.diagnostics
@@ -131,6 +131,12 @@ def _variables(
 def _not_a_mapping(data: Any, file: str, where: tuple[int, int]) -> Diagnostic:
     got = "nothing (only comments)" if data is None else f"a {type(data).__name__}"
     return Diagnostic(file, *where, "", f"the top level must be a mapping (name:, data:, stages:, ...), got {got}")
+
+
+def _not_follow_ons(found: list[Diagnostic], earlier: list[Diagnostic]) -> list[Diagnostic]:
+    """Drop schema errors at a path the YAML layer already reported (a refused tag leaves a null behind)."""
+    spots = {d.path for d in earlier if d.path}
+    return [d for d in found if not any(d.path == s or d.path.startswith((s + ".", s + "[")) for s in spots)]
 
 
 def _full_subject(spec: Pipeline) -> Subject:

@@ -91,7 +91,9 @@ def _check_path(data: dict, path: tuple, root: Any) -> tuple[int, str, str] | No
             if not isinstance(key, int):
                 return depth - 1, f"{format_path(parent)} is a list; index it with a number", f"0..{len(node) - 1}"
             return depth - 1, f"index {key} is out of range ({format_path(parent)} has {len(node)} items)", ""
-        known = known_keys(walk(root, parent, data)) or []
+        known = known_keys(walk(root, parent, data))
+        if not known:
+            return depth - 1, f"{format_path(parent)} is a single value, not a mapping", f"set it whole: --set {'.'.join(map(str, parent))}=..."
         return depth - 1, f"unknown key {key!r}", suggestion(key, known) or f"known keys: {', '.join(known)}"
     return None
 

@@ -153,7 +153,8 @@ def _describe(err: dict, loc: tuple, root: Any, data: Any) -> tuple[tuple, str, 
         expected = _quoted(ctx.get("expected", ""))
         return loc, f"{short_repr(value)} is not one of {', '.join(expected)}", suggestion(value, expected), "value"
     if kind in _EXPECTED:
-        return loc, f"expected {_EXPECTED[kind]}, got {_type_name(value)} {short_repr(value)}", "", "value"
+        got = "null" if value is None else f"{_type_name(value)} {short_repr(value)}"
+        return loc, f"expected {_EXPECTED[kind]}, got {got}", "", "value"
     message = err["msg"].replace("Input should", "should").replace("String should", "should")
     return loc, f"{message[:1].lower()}{message[1:]}; got {short_repr(value)}", "", "value"
 

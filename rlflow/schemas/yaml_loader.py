@@ -78,9 +78,9 @@ class Positions:
     def locate(self, path: tuple, at: str = "value") -> tuple[int, int]:
         """Position of ``path`` (its key when ``at == "key"``), else of its nearest ancestor."""
         path = tuple(path)
-        if at == "key" and path in self.keys:
-            return self.keys[path]
         while path:
+            if at == "key" and path in self.keys:
+                return self.keys[path]
             if path in self.values:
                 return self.values[path]
             path = path[:-1]
@@ -176,7 +176,8 @@ class _Builder:
         line, col = (self.line_map(mark.line + 1), mark.column + 1) if mark else (1, 1)
         fix = "indent with spaces; YAML does not allow tabs" if "\\t" in problem else ""
         if exc.context and exc.context_mark:
-            problem += f"; {exc.context} from line {self.line_map(exc.context_mark.line + 1)}"
+            context = f"{exc.context} from line {self.line_map(exc.context_mark.line + 1)}"
+            problem = f"{context}, {problem}" if problem.startswith("but ") else f"{problem}; {context}"
         return Diagnostic(self.file, line, col, "", f"YAML syntax error: {problem}", fix)
 
     def build(self, node: Node, path: tuple) -> Any:

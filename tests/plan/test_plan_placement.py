@@ -20,9 +20,11 @@ def test_single_node_gpu_pool_packs_one_bundle_per_gpu():
     assert p.gpus_per_worker == 1.0 and p.forwarders == 0 and p.backend is None
 
 
-def test_multi_node_pool_spreads():
+def test_multi_node_pool_gets_one_node_sized_bundle_per_node():
     p = plan_with_resources("  pool: {type: local, device: gpu, gpus_per_node: 8, nnodes: 2}\n").resources["pool"]
-    assert (p.workers, p.nnodes, p.strategy, len(p.bundles)) == (16, 2, "SPREAD", 16)
+    assert (p.workers, p.nnodes, p.strategy, len(p.bundles)) == (16, 2, "STRICT_SPREAD", 2)
+    assert p.bundles == ({"CPU": 8.0, "GPU": 8.0},) * 2
+    assert p.bundle_of == (0,) * 8 + (1,) * 8
 
 
 def test_auto_device_stays_auto_until_the_runtime_resolves_it():

@@ -50,7 +50,7 @@ def test_text_shows_order_placement_loop_and_colocation():
     positions = [step.index(f"{i}.  {name}") for i, name in enumerate(order, 1)]
     assert positions == sorted(positions)
     assert "loop: sync_weights --rollout_weights--> generate of the next step" in text
-    assert "local, device gpu, 4 workers on 2 nodes x {CPU: 4, GPU: 1}, SPREAD" in text
+    assert "local, device gpu, 4 workers on 2 nodes x node bundle {CPU: 8, GPU: 2}, STRICT_SPREAD" in text
     assert "colocated: generate, old_log_prob, ref_log_prob, update_actor, save_checkpoint, sync_weights" in text
 
 

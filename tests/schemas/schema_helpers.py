@@ -48,3 +48,42 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comple
     return subprocess.run(
         [sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
+
+
+def load_text(folder: Path, text: str, sets=(), name: str = "p.yaml"):
+    """Write ``text`` as a pipeline in ``folder`` (which holds rlflow.yaml) and load it."""
+    from rlflow.schemas.loader import load_pipeline
+    from rlflow.schemas.project import load_project_config
+
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return load_pipeline(path, sets, load_project_config(folder))
+
+
+def problems_of(folder: Path, text: str, sets=()) -> list[str]:
+    """The diagnostics (as text, file name dropped) of a pipeline that must be invalid."""
+    from rlflow.errors import ConfigError
+
+    try:
+        load_text(folder, text, sets)
+    except ConfigError as exc:
+        return [str(d).split(":", 1)[1] for d in exc.diagnostics]
+    raise AssertionError("the pipeline was valid")
+
+
+MINIMAL = """\
+name: tiny
+data: {train: data/train.json}
+algorithm: {n: 4}
+trainer: {train_batch_size: 8, ppo_mini_batch_size: 4}
+resources:
+  pool: {type: local, device: cpu}
+  rw: {type: cpu}
+stages:
+  - {name: generate, uses: generate, on: pool}
+  - {name: reward, uses: text2sql_reward, on: rw}
+  - {name: old_log_prob, uses: old_log_prob, on: pool}
+  - {name: advantage, uses: grpo_advantage, on: driver}
+  - {name: update_actor, uses: update_actor, on: pool}
+  - {name: sync_weights, uses: sync_weights, on: pool}
+"""

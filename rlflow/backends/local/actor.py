@@ -126,7 +126,7 @@ class Actor:
         for j, micro in enumerate(mini.chunks(size)):
             loss, parts = self._micro_loss(micro, temperature)
             if not torch.isfinite(loss):
-                bad = (j, float(loss), parts)
+                bad = (j, float(loss.detach()), parts)
                 break
             loss.backward()
             micro_count += 1

@@ -5,13 +5,14 @@ asks for (see ``engines.engine_choice``) and leaves every other path to its pare
 Design decisions:
 
 - Training (``update_actor.with.engine: deepspeed``): the actor becomes a ``DeepSpeedActor``
-  built on the same module (ZeRO 0-2), so the colocated rollout, the reference copy and the
-  checkpoint's model files keep reading the trained weights with no copy. ZeRO-3 partitions
-  what it trains, so it trains a copy and the engine's own module stays dense for the
-  rollout: ``update_weights`` (and ``save_checkpoint``) gather the trained weights into it, a
-  collective every rank of the pool joins (the runtime calls both on every actor worker).
-  The actor's log-probs go through the DeepSpeed module; the reference stays a frozen dense
-  copy of the initial policy.
+  training its own copy of the module. DeepSpeed rewrites what it trains (ZeRO 1-2 turn the
+  parameters into views of one flat buffer, ZeRO-3 partitions them), so the engine's own
+  module stays an ordinary dense Hugging Face model for the colocated rollout, the
+  checkpoint's model files and ``export_weights``: ``update_weights`` and ``save_checkpoint``
+  copy the trained weights into it (under ZeRO-3 a gather every rank of the pool joins; the
+  runtime calls both on every actor worker), and ``sync/bytes`` counts that copy. The
+  actor's log-probs go through the DeepSpeed module; the reference stays a frozen dense copy
+  of the initial policy.
 - Rollout (``generate.with.engine: vllm``): a ``VllmRollout`` beside the torch model. After
   each update (``update_weights``, colocated) or each cross-pool push
   (``load_rollout_weights``, separate pool) the weights are handed to vLLM and ``sync/bytes``
@@ -50,9 +51,8 @@ class ConfiguredLocalEngine(LocalEngine):
         if self.actor is not None and choice.training == "deepspeed":
             from rlflow.backends.local.deepspeed_engine import DeepSpeedActor
 
-            trained = copy.deepcopy(self.model) if choice.zero_stage == 3 else self.model
             self.actor = self.deepspeed = DeepSpeedActor(
-                trained, pipeline, rank=rank, world_size=world_size, device=self.device, dist=dist,
+                copy.deepcopy(self.model), pipeline, rank=rank, world_size=world_size, device=self.device, dist=dist,
                 zero_stage=choice.zero_stage, total_training_steps=total_training_steps,
             )
         self.vllm = None
@@ -121,8 +121,8 @@ class ConfiguredLocalEngine(LocalEngine):
         return {"sync/bytes": pushed["sync/bytes"], "sync/seconds": metrics["sync/seconds"] + pushed["sync/seconds"]}
 
     def _refresh_dense(self) -> float:
-        """ZeRO-3: gather the trained weights into the dense module (collective); returns bytes copied."""
-        if self.deepspeed is None or self.deepspeed.zero_stage < 3:
+        """Copy DeepSpeed's trained weights into the engine's module (ZeRO-3: a gather); returns bytes copied."""
+        if self.deepspeed is None:
             return 0.0
         state = self.deepspeed.dense_state_dict()
         self.model.load_state_dict(state, strict=False)

@@ -23,10 +23,10 @@ own (inherited, not copied), so both engines optimise the same objective and rep
   own ``1/gradient_accumulation_steps`` scaling is switched off.
 - A non-finite loss is never applied: that micro-batch back-propagates zero, the ranks agree
   (the torch actor's check), and all raise before DeepSpeed's optimizer step.
-- ZeRO-3 partitions the module it trains, so the engine trains a copy and
-  ``dense_state_dict`` gathers the full weights (a collective) for the colocated rollout and
-  for checkpoints' model files. Log-probs run through DeepSpeed's module with equal forward
-  counts on every rank for the same reason as micro-batches.
+- DeepSpeed rewrites the module it trains (flat-buffer views under ZeRO 1-2, partitions under
+  ZeRO-3); ``dense_state_dict`` hands out the full weights (under ZeRO-3 a gather every rank
+  joins) for whoever needs an ordinary model. Log-probs run through DeepSpeed's module with
+  equal forward counts on every rank, for the same reason as micro-batches.
 - Checkpoints: DeepSpeed's own ``save_checkpoint``/``load_checkpoint`` (module, partitioned
   optimizer state) under ``<checkpoint>/deepspeed``; the schedule rides in the local
   engine's per-rank ``trainer.pt``.
@@ -185,14 +185,13 @@ class DeepSpeedActor(Actor):
 
     # ---- weights ----------------------------------------------------------------------------
     def dense_state_dict(self) -> dict[str, torch.Tensor]:
-        """The full weights as CPU tensors; under ZeRO-3 a gather every rank must join."""
+        """The full trained weights on the training device; under ZeRO-3 a gather every rank must join."""
         if self.zero_stage < 3:
-            return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+            return {k: v.detach() for k, v in self.module.state_dict().items()}
         import deepspeed
 
-        params = list(self.module.parameters())
-        with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-            return {k: v.detach().to("cpu", copy=True) for k, v in self.module.state_dict().items()}
+        with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=None):
+            return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
 
     # ---- checkpoint state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

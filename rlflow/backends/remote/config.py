@@ -30,6 +30,9 @@ class ServerSettings(_Strict):
     max_message_bytes: int = Field(DEFAULT_MAX_MESSAGE_BYTES, gt=0, description="Cap on one message, either way.")
     remember_calls: int = Field(64, ge=1, description="Replies of this many update calls are kept for retries.")
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="Where the server's engine runs.")
+    num_threads: int | None = Field(
+        None, gt=0, description="torch CPU threads in the server; set it when the CPU is shared (oversubscribed threads crawl)."
+    )
     engine: str | None = Field(
         None, description="`module:factory` returning an rlflow Engine from main_config; default: the local engine."
     )

@@ -334,6 +334,10 @@ def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | Non
     """Build the engine, listen, announce the handle, serve until shut down (a ServeConfig in)."""
     import secrets
 
+    if config.num_threads:
+        import torch
+
+        torch.set_num_threads(config.num_threads)
     engine = build_engine(config.main_config, config.engine, config.device)
     server = BackendServer(
         engine,
@@ -356,6 +360,8 @@ def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | Non
         server.serve_forever()
     except KeyboardInterrupt:
         log.info("interrupted")
+    finally:
+        engine.close()
     log.info("backend %r on port %d stopped", config.backend, server.port)
 
 

@@ -49,6 +49,15 @@ def sharpen(model, seed: int = 0, scale: float = 0.15):
     return model
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: on a small shared CPU, more threads only wait for each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from rlflow.backends.local.models import load_tokenizer

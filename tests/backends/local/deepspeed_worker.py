@@ -73,7 +73,9 @@ def one_update(engine, shard: Batch, step: int) -> tuple[dict, float]:
                                          {"temperature": 1.0}))
     start = time.perf_counter()
     metrics = engine.update_actor(shard, {"temperature": 1.0, "global_steps": step})
-    return metrics, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    engine.update_weights(step)  # as sync_weights does after every update: the rollout's model follows
+    return metrics, seconds
 
 
 def fingerprint(engine) -> list[float]:

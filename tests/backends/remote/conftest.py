@@ -119,3 +119,47 @@ def proxy(served):
     relay = DroppingProxy(served.port)
     yield relay
     relay.close()
+
+
+EXAMPLE_PLUGIN = HERE.parents[2] / "examples" / "remote_backend_plugin"
+
+
+@pytest.fixture(scope="session")
+def example_plugin():
+    """pip-install the example plugin (editable, no deps) so its entry point is really discovered.
+
+    Done here rather than in the Makefile so that ``pytest`` alone works on a fresh checkout.
+    The running interpreter then re-reads site-packages (for the editable finder) and the
+    registry forgets that it already scanned the entry points.
+    """
+    import importlib
+    import importlib.metadata
+    import site
+    import subprocess
+    import sys
+    import sysconfig
+
+    from rlflow.backends.remote.registry import REMOTE_BACKENDS
+
+    try:
+        importlib.metadata.distribution("rlflow-example-backend")
+    except importlib.metadata.PackageNotFoundError:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(EXAMPLE_PLUGIN)],
+            check=True, capture_output=True, timeout=300,
+        )
+        site.addsitedir(sysconfig.get_paths()["purelib"])
+        importlib.invalidate_caches()
+    REMOTE_BACKENDS._entry_points_loaded = False  # rescan: the plugin may be newer than the last scan
+    return "inproc_example"
+
+
+@pytest.fixture(scope="class")
+def one_torch_thread():
+    """Tiny models on a shared CPU run far faster on one thread than on oversubscribed ones."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

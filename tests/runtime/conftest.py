@@ -1,0 +1,49 @@
+"""Helpers for end-to-end runtime tests: the real CLI in a subprocess, on the shipped sample."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+# Small enough for a 2-core machine: 4 prompts x 4 samples, short responses, 8 validation prompts.
+SMALL = [
+    "trainer.train_batch_size=4", "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=4",
+    "algorithm.n=4", "data.max_response_length=24", "data.max_val_samples=8", "model_path=builtin:tiny-qwen2",
+]
+
+
+def small_sets(*extra: str) -> list[str]:
+    args: list[str] = []
+    for item in (*SMALL, *extra):
+        args += ["--set", item]
+    return args
+
+
+def rlflow(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def project_dir(tmp_path: Path) -> Path:
+    """A project folder whose rlflow.yaml loads the fault plugins and points at the repo's sample."""
+    (tmp_path / "rlflow.yaml").write_text(
+        "vars:\n"
+        "  model_path: builtin:tiny-qwen2\n"
+        f"  bird_root: {REPO / 'data' / 'bird_sample'}\n"
+        "plugins: [rlflow_test_faults]\n"
+        "runs_dir: runs\n"
+    )
+    return tmp_path

@@ -1,0 +1,149 @@
+"""The semantic rules, one at a time: weight paths, reference policy, batch sizes, inventory, plugins."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rlflow.stages.registry import STAGE_KINDS
+from schema_helpers import MINIMAL, load_text, problems_of, write_project
+
+REMOTE = """\
+name: remote
+data: {train: data/train.json}
+algorithm: {n: 4}
+trainer: {train_batch_size: 8, ppo_mini_batch_size: 4}
+resources:
+  srv: {type: remote, backend: reference}
+  other: {type: remote, backend: reference}
+  pool: {type: local, device: cpu}
+  rw: {type: cpu}
+stages:
+  - {name: generate, uses: generate, on: srv}
+  - {name: reward, uses: text2sql_reward, on: rw}
+  - {name: old_log_prob, uses: old_log_prob, on: srv}
+  - {name: advantage, uses: grpo_advantage, on: driver}
+  - {name: update_actor, uses: update_actor, on: srv}
+  - {name: sync_weights, uses: sync_weights, on: srv}
+"""
+
+
+def test_minimal_and_remote_pipelines_are_valid(project_dir):
+    assert load_text(project_dir, MINIMAL).spec.name == "tiny"
+    assert load_text(project_dir, REMOTE).spec.resources["srv"].type == "remote"
+
+
+def test_generate_on_another_local_pool_is_a_supported_cross_pool_sync(project_dir):
+    text = MINIMAL.replace("  rw: {type: cpu}\n", "  rw: {type: cpu}\n  rollout: {type: local, device: cpu}\n")
+    text = text.replace("{name: generate, uses: generate, on: pool}", "{name: generate, uses: generate, on: rollout}")
+    assert load_text(project_dir, text).spec.stage("generate").on == "rollout"
+
+
+@pytest.mark.parametrize("generate_on, expected", [
+    ("pool", "11:42: stages[0].on: generate runs on local pool 'pool' but update_actor trains on remote backend "
+             "'srv', so the new weights cannot reach this rollout: a remote backend syncs weights only within itself "
+             "(run generate on 'srv')"),
+    ("other", "11:42: stages[0].on: generate runs on remote backend 'other' but update_actor trains on remote backend "
+              "'srv', so the new weights cannot reach this rollout"),
+])
+def test_weights_must_reach_the_rollout(generate_on, expected, project_dir):
+    problems = problems_of(project_dir, REMOTE.replace("uses: generate, on: srv", f"uses: generate, on: {generate_on}"))
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_validation_rollout_follows_the_same_rule(project_dir):
+    text = REMOTE + "  - {name: validate, uses: validate, on: other}\n"
+    problems = problems_of(project_dir, text)
+    assert any(p.startswith("17:42: stages[6].on: validate runs on remote backend 'other'") for p in problems), problems
+
+
+def test_sync_weights_runs_where_the_actor_trains(project_dir):
+    text = REMOTE.replace("uses: sync_weights, on: srv", "uses: sync_weights, on: other")
+    assert problems_of(project_dir, text) == [
+        "16:50: stages[5].on: sync_weights runs on 'other' but update_actor trains on 'srv'; weights are synced "
+        "from where the actor trains (set on: srv)"
+    ]
+
+
+def test_kl_in_reward_needs_a_reference_too(project_dir):
+    text = MINIMAL.replace("algorithm: {n: 4}", "algorithm: {n: 4, use_kl_in_reward: true, use_kl_loss: true}")
+    problems = problems_of(project_dir, text)
+    assert problems[0].startswith("3:56: algorithm.use_kl_loss: use_kl_loss and use_kl_in_reward are true, "
+                                  "but no stage computes reference log-probs")
+
+
+def test_data_parallel_size_uses_the_update_resource_and_generate_n(project_dir):
+    two = MINIMAL.replace("pool: {type: local, device: cpu}", "pool: {type: local, device: cpu, gpus_per_node: 2}")
+    assert load_text(project_dir, two).spec  # 4 x 4 = 16 samples over 2 workers
+    odd = two.replace("algorithm: {n: 4}", "algorithm: {n: 3}").replace("ppo_mini_batch_size: 4", "ppo_mini_batch_size: 1")
+    odd = odd.replace("train_batch_size: 8", "train_batch_size: 3")
+    assert any("ppo_mini_batch_size 1 x n 3 = 3 samples does not split evenly over the 2 data-parallel workers"
+               in p for p in problems_of(project_dir, odd))
+    fixed = odd.replace("{name: generate, uses: generate, on: pool}", "{name: generate, uses: generate, on: pool, "
+                        "with: {n: 2}}")
+    assert load_text(project_dir, fixed).spec  # the generate stage's own n decides
+    remote = REMOTE.replace("algorithm: {n: 4}", "algorithm: {n: 3}").replace("ppo_mini_batch_size: 4",
+                                                                               "ppo_mini_batch_size: 1")
+    assert load_text(project_dir, remote.replace("train_batch_size: 8", "train_batch_size: 3")).spec  # remote: dp 1
+
+
+@pytest.mark.parametrize("nodes, pool, expected", [
+    ([{"name": "a", "gpus": 8, "cpus": 64}, {"name": "b", "gpus": 8, "cpus": 64}],
+     "{type: local, device: gpu, gpus_per_node: 8, nnodes: 2}", None),
+    ([{"name": "a", "gpus": 8, "cpus": 64}, {"name": "b", "gpus": 4, "cpus": 64}],
+     "{type: local, device: auto, gpus_per_node: 8, nnodes: 2}",
+     "6:52: resources.pool.gpus_per_node: pool pool wants 8 GPUs on each of 2 nodes; a has 8, b has 4"),
+    ([{"name": "a", "cpus": 64}], "{type: local, device: auto, gpus_per_node: 2, nnodes: 2}",
+     "6:63: resources.pool.nnodes: pool pool wants 2 nodes; the inventory has 1 (set nnodes: 1 or fewer)"),
+    ([{"name": "a", "cpus": 4}], "{type: local, device: cpu, cpus_per_worker: 6}",
+     "6:53: resources.pool.cpus_per_worker: each actor of pool wants 6 CPUs; the largest node (a) has 4"),
+])
+def test_inventory_fit(nodes, pool, expected, tmp_path, monkeypatch):
+    write_project(tmp_path, {"inventory": {"nodes": nodes}})
+    monkeypatch.chdir(tmp_path)
+    text = MINIMAL.replace("{type: local, device: cpu}", pool)
+    if expected is None:
+        assert load_text(tmp_path, text).spec
+    else:
+        assert any(p.startswith(expected) for p in problems_of(tmp_path, text)), problems_of(tmp_path, text)
+
+
+def test_plugin_stage_kinds_from_rlflow_yaml(tmp_path, monkeypatch):
+    (tmp_path / "my_reward_kinds.py").write_text(
+        "from rlflow.stages.base import StageKind\n"
+        "from rlflow.stages.registry import register_stage\n"
+        "@register_stage\n"
+        "class Judge(StageKind):\n"
+        "    name = 'test_judge_reward'\n"
+        "    verl_timer = 'reward'\n"
+        "    reads_fields = ('response_text',)\n"
+        "    writes_fields = ('token_level_scores', 'scores')\n"
+        "    allowed_on = frozenset({'cpu'})\n"
+        "    @classmethod\n"
+        "    def check(cls, pipeline, stage):\n"
+        "        return [('with', 'judges need a rubric')] if pipeline.name == 'strict' else []\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_project(tmp_path, {"plugins": ["my_reward_kinds"]})
+    monkeypatch.chdir(tmp_path)
+    try:
+        text = MINIMAL.replace("uses: text2sql_reward", "uses: test_judge_reward")
+        assert load_text(tmp_path, text).spec.stage("reward").uses == "test_judge_reward"
+        assert problems_of(tmp_path, text.replace("name: tiny", "name: strict")) == [
+            "10:5: stages[1].with: judges need a rubric"]
+    finally:
+        STAGE_KINDS.unregister("test_judge_reward")
+        sys.modules.pop("my_reward_kinds", None)
+
+
+def test_a_plugin_that_fails_to_import_is_positioned_in_rlflow_yaml(tmp_path, monkeypatch):
+    write_project(tmp_path, {"plugins": ["no_such_module_for_rlflow_tests"]})
+    monkeypatch.chdir(tmp_path)
+    from rlflow.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        load_text(tmp_path, MINIMAL)
+    (d,) = info.value.diagnostics
+    assert d.file == "rlflow.yaml" and d.path == "plugins[0]"
+    assert "plugin module 'no_such_module_for_rlflow_tests' failed to import" in d.message

@@ -1,0 +1,72 @@
+"""rlflow.yaml: found by walking up, optional, strict, errors positioned like pipeline errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlflow.errors import ConfigError
+from rlflow.schemas.project import ProjectConfig, find_project_file, load_project_config
+from schema_helpers import REPO
+
+
+def test_found_by_walking_up_from_a_subfolder(tmp_path, monkeypatch):
+    (tmp_path / "rlflow.yaml").write_text("vars: {a: 1}\nruns_dir: out\nray: {address: auto, num_cpus: 4}\n")
+    deep = tmp_path / "x" / "y"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    config = load_project_config()
+    assert config.root == tmp_path.resolve()
+    assert config.file == tmp_path.resolve() / "rlflow.yaml"
+    assert config.vars == {"a": 1} and config.runs_dir == "out"
+    assert config.ray.address == "auto" and config.ray.num_cpus == 4 and config.ray.init == {}
+    assert config.resolve("data/x.json") == tmp_path.resolve() / "data/x.json"
+    assert config.resolve("/abs/x") == Path("/abs/x")
+    assert load_project_config(deep).root == tmp_path.resolve()
+
+
+def test_defaults_when_there_is_none(tmp_path):
+    assert find_project_file(tmp_path) is None
+    config = load_project_config(tmp_path)
+    assert config.root == tmp_path.resolve() and config.file is None
+    assert config.model_dump() == ProjectConfig().model_dump()
+    assert config.logging.sinks == ["console", "jsonl"] and config.plugins == [] and config.inventory is None
+    assert config.resolve("runs") == tmp_path.resolve() / "runs"
+
+
+def test_the_repository_config_loads():
+    config = load_project_config(REPO / "pipelines")
+    assert config.root == REPO and set(config.vars) >= {"model_path", "bird_root"}
+
+
+def test_config_is_frozen(tmp_path):
+    config = load_project_config(tmp_path)
+    with pytest.raises(Exception):
+        config.runs_dir = "x"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("ray: {adress: auto}\n", "rlflow.yaml:1:7: ray.adress: unknown key 'adress' (did you mean 'address'?)"),
+    ("logging:\n  sinks: [console, wandbb]\n",
+     "rlflow.yaml:2:20: logging.sinks[1]: 'wandbb' is not one of console, jsonl, tensorboard, wandb, mlflow "
+     "(did you mean 'wandb'?)"),
+    ("inventory:\n  nodes:\n    - {name: a, gpus: -1, cpus: 4}\n",
+     "rlflow.yaml:3:23: inventory.nodes[0].gpus: should be greater than or equal to 0; got -1"),
+    ("inventory:\n  nodes:\n    - {name: a, cpus: 4}\n    - {name: a, cpus: 4}\n",
+     "rlflow.yaml:4:14: inventory.nodes[1].name: duplicate node name 'a' (also nodes[0])"),
+    ("- a\n", "rlflow.yaml:1:1: rlflow.yaml must be a mapping of settings (see docs/pipeline_format.md)"),
+    ("vars: {a: 1, a: 2}\n", "rlflow.yaml:1:14: vars.a: duplicate key 'a', first set on line 1"),
+    ("runs_dir: [a\n", "rlflow.yaml:2:1: YAML syntax error"),
+])
+def test_errors_are_positioned(text, expected, tmp_path, monkeypatch):
+    (tmp_path / "rlflow.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_project_config()
+    assert any(str(d).startswith(expected) for d in info.value.diagnostics), info.value
+
+
+def test_empty_file_means_defaults(tmp_path):
+    (tmp_path / "rlflow.yaml").write_text("# nothing yet\n")
+    assert load_project_config(tmp_path).model_dump() == ProjectConfig().model_dump()

@@ -1,0 +1,115 @@
+"""Safe YAML loading with positions: plain data only, core-schema scalars, duplicates, bombs, bytes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlflow.schemas.yaml_loader import MAX_NODES, decode_text, parse_yaml
+
+
+def load(text: str):
+    data, positions, problems = parse_yaml(text, "f.yaml")
+    return data, positions, [str(p) for p in problems]
+
+
+def test_core_schema_scalars():
+    data, _, problems = load(
+        "on: yes\nno: off\nt: true\nf: False\nn: ~\ne:\ni: 0x1F\no: 0o17\nd: -12\n"
+        "lr: 1e-6\nx: 1.5\ninf: -.inf\nday: 2024-01-01\nq: '1'\n"
+    )
+    assert problems == []
+    assert data == {"on": "yes", "no": "off", "t": True, "f": False, "n": None, "e": None, "i": 31, "o": 15,
+                    "d": -12, "lr": 1e-6, "x": 1.5, "inf": -math.inf, "day": "2024-01-01", "q": "1"}
+
+
+def test_positions_of_keys_and_values_are_one_based():
+    data, positions, _ = load("a:\n  b: [1, {c: 2}]\n")
+    assert positions.keys[("a", "b")] == (2, 3)
+    assert positions.values[("a", "b")] == (2, 6)
+    assert positions.values[("a", "b", 1, "c")] == (2, 14)
+    assert positions.locate(("a", "b", 7, "zz")) == (2, 6)  # nearest ancestor
+    assert positions.locate(("a",), "key") == (1, 1)
+
+
+def test_duplicate_keys_are_errors_and_the_first_value_stays():
+    data, _, problems = load("a: 1\nb: {x: 1, x: 2}\na: 3\n")
+    assert data == {"a": 1, "b": {"x": 1}}
+    assert problems == [
+        "f.yaml:2:11: b.x: duplicate key 'x', first set on line 2 (keep one of them; YAML keys must be unique)",
+        "f.yaml:3:1: a: duplicate key 'a', first set on line 1 (keep one of them; YAML keys must be unique)",
+    ]
+
+
+def test_merge_keys_and_anchors():
+    data, _, problems = load("base: &b {x: 1, y: 2}\nd:\n  <<: *b\n  y: 3\nl: [*b]\n")
+    assert problems == []
+    assert data["d"] == {"y": 3, "x": 1}
+    assert data["l"] == [{"x": 1, "y": 2}]
+
+
+@pytest.mark.parametrize("text, tag", [
+    ("a: !!python/object/apply:os.system ['echo hi']", "!!python/object/apply:os.system"),
+    ("a: !!python/name:os.system", "!!python/name:os.system"),
+    ("a: !!binary aGk=", "!!binary"),
+    ("a: !!set {x}", "!!set"),
+    ("a: !custom 1", "!custom"),
+    ("!!python/object:os.Foo {a: 1}", "!!python/object:os.Foo"),
+])
+def test_any_non_standard_tag_is_refused(text, tag):
+    data, _, problems = load(text)
+    assert len(problems) == 1 and f"tag {tag} is not allowed" in problems[0]
+
+
+def test_nothing_is_constructed_from_a_python_tag(tmp_path):
+    marker = tmp_path / "made"
+    load(f"a: !!python/object/apply:pathlib.Path.touch [!!python/object/apply:pathlib.Path ['{marker}']]")
+    assert not marker.exists()
+
+
+def test_alias_bomb_is_refused_quickly():
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    data, _, problems = load("\n".join(lines))
+    assert data is None
+    assert problems == [f"f.yaml:5:1: a4: document expands to more than {MAX_NODES} nodes (alias bomb?) "
+                        "(use fewer aliases; a pipeline is small)"]
+
+
+def test_self_referencing_alias_is_refused():
+    data, _, problems = load("loop: &s [*s]")
+    assert data is None and "self-referencing alias" in problems[0]
+
+
+@pytest.mark.parametrize("text, where, words", [
+    ("a:\n\tb: 1\n", "2:1", "YAML does not allow tabs"),
+    ("a: [1, 2\n", "2:1", "expected ',' or ']'"),
+    ("a: 'open\nb: 1\n", "1:4", "while scanning a quoted scalar"),
+    ("a: 1\n---\nb: 2\n", "2:1", "expected a single document"),
+    ("? [a]\n: 1\n", "1:3", "mapping keys must be plain text"),
+])
+def test_syntax_errors_carry_positions(text, where, words):
+    _, _, problems = load(text)
+    assert len(problems) == 1 and problems[0].startswith(f"f.yaml:{where}:") and words in problems[0], problems
+
+
+def test_line_map_translates_positions():
+    _, _, problems = parse_yaml("a: 1\nb: [\n", "f.yaml", line_map=lambda line: line + 10)
+    assert str(problems[0]).startswith("f.yaml:13:")
+
+
+def test_empty_document_is_none():
+    assert load("")[0::2] == (None, [])
+    assert load("# only a comment\n")[0] is None
+
+
+def test_decode_refuses_binary_and_non_utf8():
+    assert decode_text("naïve: 1\n".encode(), "f")[0] == "naïve: 1\n"
+    assert decode_text(b"\xef\xbb\xbfa: 1", "f")[0] == "a: 1"  # a BOM is dropped
+    _, problems = decode_text(b"a: 1\nb: \x00\x01", "f")
+    assert str(problems[0]) == "f:2:4: binary data: control character 0x00 is not allowed (is this a pipeline YAML file?)"
+    _, problems = decode_text(b"a: caf\xe9\n", "f")
+    assert str(problems[0]).startswith("f:1:7: not UTF-8 text (byte 0xe9 at offset 6)")
+    _, problems = decode_text(b"a: \x07bell", "f")
+    assert "control character 0x07" in str(problems[0])
