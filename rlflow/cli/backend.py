@@ -1,7 +1,127 @@
-"""`rlflow backend` (being written)."""
+"""``rlflow backend``: run the reference backend's server by hand, list the registered backends.
+
+``rlflow backend serve CONFIG`` starts the reference server in the foreground, prints its
+handle (one JSON line on stdout: host, port, token, pid, protocol version) and serves until
+Ctrl-C. A run joins it with ``config: {handle: {...}}`` or ``config: {handle_file: PATH}`` on
+its remote resource; a joined server belongs to whoever started it, so the run leaves it up.
+
+CONFIG is either
+- a pipeline file (validated as ``rlflow validate`` does; ``--set`` works) plus ``--resource``
+  naming its ``type: remote, backend: reference`` resource (optional when there is only one);
+  that resource's ``config`` supplies host, port, device and the rest, and its ``handle_file``
+  (when set) is where the handle is written, so the run finds it without copying anything; or
+- a JSON main_config, exactly what a run hands a backend:
+  ``{"pipeline": {...}, "resource": NAME, "backend_config": {...}, "project_root": PATH}``.
+
+Heavy imports (torch, the engine) happen inside the command.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
+from rlflow.errors import BackendError, ConfigError
+
+backend_app = typer.Typer(help="Remote backends: serve the reference backend, list what is registered.", no_args_is_help=True)
+
+
+@backend_app.command("serve")
+def serve(
+    config: Path = typer.Argument(..., help="A pipeline file, or a JSON main_config."),
+    resource: Optional[str] = typer.Option(None, "--resource", "-r", help="The pipeline's remote resource to serve."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."),
+    host: Optional[str] = typer.Option(None, help="Bind address (default: the resource's `host`, else 127.0.0.1)."),
+    port: Optional[int] = typer.Option(None, help="Port (default: the resource's `port`, else a free one)."),
+    device: Optional[str] = typer.Option(None, help="cpu, cuda or auto (default: the resource's `device`)."),
+    num_threads: Optional[int] = typer.Option(None, "--num-threads", help="torch CPU threads in the server."),
+    handle_file: Optional[Path] = typer.Option(None, "--handle-file", help="Also write the handle here (mode 0600)."),
+) -> None:
+    """Serve the reference backend in the foreground; prints the handle a run joins with."""
+    from rlflow.backends.remote.config import ReferenceConfig, ServeConfig
+
+    main_config = _main_config(config, resource, set_ or ())
+    try:
+        settings = ReferenceConfig.model_validate(main_config["backend_config"])
+    except Exception as exc:
+        raise BackendError(f"resources.{main_config['resource']}.config: {exc}") from None
+    overrides = {k: v for k, v in dict(host=host, port=port, device=device, num_threads=num_threads).items() if v is not None}
+    serve_config = ServeConfig(main_config=main_config, backend="reference", **{**settings.server_settings(), **overrides})
+    target = handle_file or (_resolve(settings.handle_file, main_config["project_root"]) if settings.handle_file else None)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    typer.echo(f"building the engine for resource {main_config['resource']!r}...", err=True)
+    from rlflow.backends.remote.server import serve as run_server
+
+    run_server(serve_config, handle_file=target, print_handle=True)
+
+
+@backend_app.command("list")
+def list_() -> None:
+    """The registered remote backends (built-in and plugins) and whether they take a single forwarder."""
+    from rlflow.backends.remote.registry import get, list_backends
+
+    for name in list_backends():
+        cls = get(name)
+        single = "single forwarder" if cls.single_forwarder else "any number of forwarders"
+        typer.echo(f"{name}\t{cls.__module__}.{cls.__qualname__}\t({single})")
+
+
+def _main_config(config: Path, resource: str | None, sets: tuple[str, ...]) -> dict:
+    if config.suffix == ".json":
+        if resource or sets:
+            raise BackendError("--resource and --set apply to pipeline files; a JSON main_config already names its resource")
+        return _json_main_config(config)
+    from rlflow.registry import import_plugins
+    from rlflow.schemas.loader import load_pipeline
+    from rlflow.schemas.project import load_project_config
+
+    project = load_project_config()
+    import_plugins(project.plugins)
+    loaded = load_pipeline(config, sets, project=project)
+    name = _pick_resource(loaded.spec, resource, str(config))
+    return {
+        "pipeline": loaded.spec.model_dump(by_alias=True, mode="json"),
+        "resource": name,
+        "backend_config": dict(loaded.spec.resources[name].config),
+        "project_root": str(project.root),
+    }
+
+
+def _json_main_config(path: Path) -> dict:
+    from rlflow.backends.remote.base import check_main_config
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BackendError(f"{path}: cannot read a JSON main_config: {exc}") from None
+    check_main_config(data, "reference")
+    return data
+
+
+def _pick_resource(spec, resource: str | None, file: str) -> str:
+    served = sorted(n for n, r in spec.resources.items() if r.type == "remote" and r.backend == "reference")
+    if resource is None:
+        if len(served) != 1:
+            found = ", ".join(served) or "none"
+            raise ConfigError([f"{file}: pick the resource to serve with --resource (remote resources on backend 'reference': {found})"])
+        return served[0]
+    res = spec.resources.get(resource)
+    if res is None or res.type != "remote":
+        raise ConfigError([f"{file}: resources.{resource}: no remote resource of that name (reference ones: {', '.join(served) or 'none'})"])
+    if res.backend != "reference":
+        raise ConfigError([f"{file}: resources.{resource}.backend is {res.backend!r}; `rlflow backend serve` runs the "
+                           "'reference' backend (start other backends with their own tooling)"])
+    return resource
+
+
+def _resolve(path: str, root: str) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else Path(root) / p
+
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.add_typer(backend_app, name="backend")

@@ -64,17 +64,22 @@ def run_pipeline(loaded, project, *, run_dir: str | None = None, resume: str | N
     if ckpt is not None:
         checkpoints.check_resumable((ckpt / "pipeline.resolved.yaml").read_text(), resolved, force)
     plan = compile_plan(spec)
+    done = int(checkpoints.read_state(ckpt)["global_step"]) if ckpt is not None else 0
+    if spec.trainer.total_steps is not None:  # known before loading any data: refuse an empty resume at once
+        _check_work_left(done, spec.trainer.total_steps)
     data = load_data(spec, project.root)
-    total = total_steps(spec, data)
     if ckpt is not None:
-        done = int(checkpoints.read_state(ckpt)["global_step"])
-        if done >= total:
-            raise ResumeError(f"nothing to train: the checkpoint is at step {done} and the pipeline stops at step {total} "
-                              "(raise trainer.total_steps with --set trainer.total_steps=N)")
+        _check_work_left(done, total_steps(spec, data))
         rd.truncate_metrics_after(done)
     rd.write_resolved(resolved)
     _log_data_stats(data)
     return _train_with_restarts(loaded, project, plan, rd, data, ckpt, resolved)
+
+
+def _check_work_left(done: int, total: int) -> None:
+    if done >= total:
+        raise ResumeError(f"nothing to train: the checkpoint is at step {done} and the pipeline stops at step {total} "
+                          "(raise trainer.total_steps with --set trainer.total_steps=N)")
 
 
 def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | None, resolved: str) -> RunResult:

@@ -22,9 +22,6 @@ from typing import Iterable, Sequence
 
 from rlflow.registry import did_you_mean
 
-Path = tuple  # tuple[str | int, ...]; kept loose so keys from YAML (any scalar text) fit
-
-
 @dataclass(frozen=True, order=True)
 class Diagnostic:
     """One problem: where it is (file, line, col, dotted path), what is wrong, how to fix it."""

@@ -62,7 +62,7 @@ def load_pipeline(
     path = Path(path)
     file = str(path)
     project = project if project is not None else load_project_config()
-    settings, problems = parse_settings(tuple(sets), file)
+    settings, problems = parse_settings(tuple(sets or ()), file)
     problems += import_project_plugins(project)
     source = _read(path, file)
     variables, paths, unused = _variables(source, settings, project, file)

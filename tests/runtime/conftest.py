@@ -20,10 +20,12 @@ SMALL = [
 
 
 def small_sets(*extra: str) -> list[str]:
-    args: list[str] = []
-    for item in (*SMALL, *extra):
-        args += ["--set", item]
-    return args
+    """``--set`` arguments for the small sizes plus ``extra`` overrides (later ones win)."""
+    return as_args([*SMALL, *extra])
+
+
+def as_args(items: list[str]) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
 
 
 def rlflow(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -52,11 +52,18 @@ from rlflow.errors import BackendError
 
 CHECKPOINT_DIR = "deepspeed"
 _NEVER_PRINT = 1 << 30
+DEFAULT_BUCKET = 500_000_000  # DeepSpeed's own default bucket size, in elements
 
 
-def ds_config(pipeline, *, world_size: int, zero_stage: int) -> dict[str, Any]:
-    """DeepSpeed's config for the pipeline's batch sizes, clipping, dtype and ZeRO stage."""
+def ds_config(pipeline, *, world_size: int, zero_stage: int, num_params: int = DEFAULT_BUCKET) -> dict[str, Any]:
+    """DeepSpeed's config for the pipeline's batch sizes, clipping, dtype and ZeRO stage.
+
+    Communication buckets are capped at the model's size: DeepSpeed's default (5e8 elements,
+    2 GB in fp32) is allocated up front, and under deterministic algorithms torch fills every
+    fresh buffer, which alone costs seconds per update on a CPU for a small model.
+    """
     t, a = pipeline.trainer, pipeline.algorithm
+    bucket = int(max(1, min(DEFAULT_BUCKET, num_params)))
     rows_per_rank = max(1, math.ceil(t.ppo_mini_batch_size * a.n / world_size))
     micro = min(t.ppo_micro_batch_size or rows_per_rank, rows_per_rank)
     dtype = pipeline.model.dtype
@@ -64,7 +71,8 @@ def ds_config(pipeline, *, world_size: int, zero_stage: int) -> dict[str, Any]:
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": max(1, math.ceil(rows_per_rank / micro)),
         "gradient_clipping": t.grad_clip,
-        "zero_optimization": {"stage": zero_stage},
+        "zero_optimization": {"stage": zero_stage, "reduce_bucket_size": bucket, "allgather_bucket_size": bucket,
+                              **({"stage3_prefetch_bucket_size": bucket} if zero_stage == 3 else {})},
         "zero_allow_untested_optimizer": True,
         "bf16": {"enabled": dtype == "bfloat16"},
         "fp16": {"enabled": dtype == "float16"},
@@ -107,7 +115,8 @@ class DeepSpeedActor(Actor):
         import deepspeed
 
         self.zero_stage = zero_stage
-        self.config = ds_config(pipeline, world_size=world_size, zero_stage=zero_stage)
+        self.config = ds_config(pipeline, world_size=world_size, zero_stage=zero_stage,
+                                num_params=sum(p.numel() for p in model.parameters()))
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.optimizer, config=self.config,
                                                     dist_init_required=False)
         self.model = self.engine  # forwards go through DeepSpeed (ZeRO-3 gathers in its hooks)

@@ -92,14 +92,16 @@ class ReferenceBackend(RemoteBackend):
             return
         self._destroyed = True
         process = self._process
+        grace_s = 2.0
         if process is not None and process.poll() is None:
             try:
                 self._client.call("shutdown", retries=0)
+                grace_s = 15.0  # acknowledged: let it finish in its own time
             except BackendError:
                 pass  # already gone or wedged: the signals below settle it
         self._client.close()
         if process is not None:
-            _stop(process)
+            _stop(process, grace_s)
             if self._workdir is not None:
                 # the serve file holds the token; the log stays for the post-mortem
                 for name in ("serve.json", "handle.json"):
@@ -207,7 +209,7 @@ def _launch(main_config: dict[str, Any], config: ReferenceConfig, workdir: Path)
     try:
         handle = _wait_for_handle(process, handle_path, log_path, config.startup_timeout_s)
     except BaseException:
-        _stop(process)
+        _stop(process, grace_s=0)
         config_path.unlink(missing_ok=True)
         raise
     config_path.unlink(missing_ok=True)  # the server has read it; the token now lives in memory only
@@ -233,7 +235,7 @@ def _wait_for_handle(process: subprocess.Popen, handle_path: Path, log_path: Pat
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 15.0) -> None:
-    """Wait for a clean exit, then SIGTERM, then SIGKILL."""
+    """Wait ``grace_s`` for a clean exit (after a shutdown request), then SIGTERM, then SIGKILL."""
     for action, wait_s in ((None, grace_s), (process.terminate, 5.0), (process.kill, 5.0)):
         if action is not None:
             action()

@@ -43,14 +43,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlflow.backends.engine import Engine
-from rlflow.batch import Batch
 from rlflow.backends.remote import wire
-from rlflow.errors import BackendError
+from rlflow.batch import Batch
+from rlflow.errors import BackendError, RlflowError
 
 log = logging.getLogger("rlflow.backends.remote.server")
 
 HELLO_MAX_BYTES = 64 * 1024
-READY_PREFIX = "RLFLOW_BACKEND_READY "
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_MAX_BYTES = 4 << 20
 
@@ -121,7 +120,7 @@ class BackendServer:
         self.refused = 0
         self._engine_lock = threading.Lock()
         self._remembered: OrderedDict[str, list] = OrderedDict()
-        self._tcp = _TCPServer((host, port), _Handler)
+        self._tcp = (_TCPServer6 if ":" in host else _TCPServer)((host, port), _Handler)
         self._tcp.owner = self
         self.host = advertise_host or (socket.gethostname() if host in ("0.0.0.0", "::", "") else host)
         self.port = int(self._tcp.server_address[1])
@@ -223,6 +222,10 @@ class _TCPServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
     owner: BackendServer
+
+
+class _TCPServer6(_TCPServer):
+    address_family = socket.AF_INET6
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -330,8 +333,12 @@ def write_handle(path: Path, handle: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | None = None) -> None:
-    """Build the engine, listen, announce the handle, serve until shut down (a ServeConfig in)."""
+def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | None = None, print_handle: bool = False) -> None:
+    """Build the engine, listen, announce the handle, serve until shut down (a ServeConfig in).
+
+    The handle holds the token: it goes to ``handle_file`` (mode 0600) and, with
+    ``print_handle``, to stdout; never into the log.
+    """
     import secrets
 
     if config.num_threads:
@@ -355,7 +362,8 @@ def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | Non
     handle = server.handle()
     if handle_file is not None:
         write_handle(handle_file, handle)
-    print(READY_PREFIX + json.dumps(handle), flush=True)
+    if print_handle:
+        print(json.dumps(handle), flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -385,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = ServeConfig.model_validate_json(args.config.read_text())
         serve(config, handle_file=args.handle_file, parent_pid=args.parent_pid)
+    except RlflowError as exc:  # a known failure: its message says what to fix, no traceback needed
+        log.error("the backend server failed: %s", exc)
+        return 1
     except Exception:
         log.exception("the backend server failed")
         return 1
@@ -392,4 +403,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is closed by now; skip interpreter teardown, which takes seconds with torch
+    # and transformers loaded and would only delay the destroy() waiting for this process.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -95,6 +95,7 @@ def run(engine_name: str, zero_stage: int, rank: int, world: int, port: int | No
     out = {"setup_seconds": time.perf_counter() - start, "steps": [], "seconds": []}
     batch = make_batch(engine.tokenizer)
     shard = data_parallel_order(batch, reorder_for).split(world)[rank]
+    out["initial_fingerprint"] = fingerprint(engine)
     try:
         for step in range(1, steps + 1):
             if checkpoint and step == steps:

@@ -1,0 +1,131 @@
+"""Learning you can see: does the default BIRD pipeline raise validation execution accuracy?
+
+    python benchmarks/bench_learning.py                 # seeds 1, 2, 3; the real check (minutes per seed)
+    python benchmarks/bench_learning.py --quick         # a 2-step smoke of the same path, seed 1
+    python benchmarks/bench_learning.py --seeds 2 --set trainer.total_steps=10
+
+For each seed it runs ``rlflow run pipelines/bird_grpo.yaml --set trainer.seed=S --run-dir DIR``
+as a subprocess (exactly what a user types), times it, and reads ``DIR/metrics.jsonl``:
+``val-core/<source>/exec_acc/mean@1`` of step 0 (greedy, before any update) and of the last
+step that validated. It prints a Markdown table (seed, before, after, delta, wall minutes)
+and writes the figures, the machine and the goal to ``benchmarks/results/learning.json``.
+
+Design decisions:
+- The goal is the one the README states: on each seed the run finishes within
+  ``--max-minutes`` (15) and accuracy rises by at least ``--min-delta`` (0.15, i.e. 15
+  points). The exit code is 1 when a full run misses it, so the script can gate a release.
+- ``--quick`` proves the path (subprocess, metrics, table, JSON) in a couple of minutes; its
+  figures mean nothing and go to ``learning_quick.json`` so they never overwrite a real result.
+- Not part of the test suite: a real check takes most of an hour of CPU.
+- The machine's CPU count and load average are recorded beside the wall times, because a
+  busy machine makes every figure slower and a reader should know.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINE = "pipelines/bird_grpo.yaml"
+RESULTS = ROOT / "benchmarks" / "results"
+QUICK_SETS = ("trainer.total_steps=2", "trainer.test_freq=2", "data.max_val_samples=8")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Validation exec accuracy before and after the default GRPO run.")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="trainer.seed values (default 1 2 3; --quick: 1)")
+    p.add_argument("--quick", action="store_true", help="2 steps, 8 validation questions: a smoke of the path")
+    p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for rlflow run (repeatable)")
+    p.add_argument("--runs-root", default=str(ROOT / "runs" / "bench-learning"), help="where the run directories go")
+    p.add_argument("--out", default=None, help="JSON output (default benchmarks/results/learning[_quick].json)")
+    p.add_argument("--min-delta", type=float, default=0.15, help="required rise of exec_acc (0.15 = 15 points)")
+    p.add_argument("--max-minutes", type=float, default=15.0, help="required wall time per run")
+    return p.parse_args(argv)
+
+
+def val_accuracy(records: list[dict]) -> dict[int, float]:
+    """Step -> validation exec accuracy (``val-core/<source>/exec_acc/mean@1``) for every step that validated."""
+    out = {}
+    for record in records:
+        keys = [k for k in record if k.startswith("val-core/") and k.endswith("/exec_acc/mean@1")]
+        if keys:
+            out[int(record["step"])] = sum(float(record[k]) for k in keys) / len(keys)
+    return out
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{path}: no metrics were written; see the run's output above")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
+    """One ``rlflow run`` for ``seed``; its figures."""
+    run_dir = runs_root / f"seed{seed}"
+    if (run_dir / "metrics.jsonl").exists():
+        raise SystemExit(f"{run_dir} already holds a run; remove it or pass another --runs-root")
+    cmd = ["rlflow", "run", PIPELINE, "--set", f"trainer.seed={seed}", "--run-dir", str(run_dir)]
+    for setting in sets:
+        cmd += ["--set", setting]
+    print("$", " ".join(cmd), flush=True)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env)
+    minutes = (time.perf_counter() - start) / 60
+    if done.returncode != 0:
+        raise SystemExit(f"seed {seed}: rlflow run exited with {done.returncode}")
+    records = read_metrics(run_dir)
+    acc = val_accuracy(records)
+    if 0 not in acc or len(acc) < 2:
+        raise SystemExit(f"{run_dir}/metrics.jsonl: need validation at step 0 and at the end, found steps {sorted(acc)}; "
+                         "keep trainer.val_before_train and a test_freq that hits the last step")
+    last = max(acc)
+    scores = [r.get("critic/score/mean") for r in records if r["step"] > 0]
+    return {"seed": seed, "before": acc[0], "after": acc[last], "delta": acc[last] - acc[0], "wall_minutes": minutes,
+            "last_step": last, "val_exec_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
+            "train_score_by_step": scores, "run_dir": str(run_dir)}
+
+
+def table(runs: list[dict]) -> str:
+    lines = ["| seed | val exec_acc before | after | delta (points) | wall (min) |", "|---:|---:|---:|---:|---:|"]
+    for r in runs:
+        lines.append(f"| {r['seed']} | {r['before']:.2f} | {r['after']:.2f} | {100 * r['delta']:+.0f} | {r['wall_minutes']:.1f} |")
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "load_average_at_end": list(load) if load else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
+    sets = (list(QUICK_SETS) if args.quick else []) + args.sets
+    runs_root = Path(args.runs_root) / time.strftime("%Y%m%d-%H%M%S")
+    runs = [run_seed(seed, sets, runs_root) for seed in seeds]
+    passed = all(r["delta"] >= args.min_delta and r["wall_minutes"] <= args.max_minutes for r in runs)
+    print()
+    print(table(runs))
+    result = {"pipeline": PIPELINE, "quick": args.quick, "extra_sets": sets,
+              "goal": {"min_delta": args.min_delta, "max_minutes": args.max_minutes}, "passed": passed,
+              "machine": machine(), "runs": runs}
+    out = Path(args.out) if args.out else RESULTS / ("learning_quick.json" if args.quick else "learning.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\n{'goal met' if passed else 'goal NOT met'}: every seed +{100 * args.min_delta:.0f} points within "
+          f"{args.max_minutes:.0f} min; figures in {out}")
+    return 0 if passed or args.quick else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""``rlflow validate`` and ``rlflow schema`` as users run them: output, exit codes, JSON, import weight."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIRD = "pipelines/bird_grpo.yaml"
+HEAVY = ("torch", "ray", "verl", "transformers", "vllm", "deepspeed")
+
+
+def line_of(path: Path, needle: str) -> int:
+    """1-based line of the first line holding ``needle`` (the shipped file may gain comments)."""
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
+
+
+def rlflow(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_valid_pipeline_prints_ok_and_exits_0():
+    result = rlflow("validate", BIRD)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{BIRD}: ok (7 stages, 2 resources)\n"
+    assert result.stderr == ""
+
+
+def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
+    (tmp_path / "rlflow.yaml").write_text("vars: {model_path: m, bird_root: /b}\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / BIRD).read_text().replace("on: reward_pool", "on: reward_pol")
+                   .replace("total_steps: 30", "total_step: 30"))
+    worse = tmp_path / "worse.yaml"
+    worse.write_text("name: [\n")
+    result = rlflow("validate", str(REPO / BIRD), str(bad), str(worse), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stdout == f"{REPO / BIRD}: ok (7 stages, 2 resources)\n"
+    lines = result.stderr.splitlines()
+    trainer, reward = line_of(bad, "trainer:"), line_of(bad, "reward_pol}")
+    assert lines[0].startswith(f"{bad}:{trainer}:") and "trainer.total_step: unknown key 'total_step'" in lines[0]
+    assert lines[1] == f"{bad}:{reward}:53: stages[1].on: unknown resource 'reward_pol' (did you mean 'reward_pool'?)"
+    assert lines[2].startswith(f"{worse}:2:1: YAML syntax error")
+    assert lines[-1] == "3 problems in 2 files"
+
+
+def test_set_options_reach_the_pipeline():
+    result = rlflow("validate", BIRD, "--set", "trainer.ppo_mini_batch_size=5", "-s", "bird_root=/elsewhere")
+    assert result.returncode == 2
+    assert "trainer.ppo_mini_batch_size: train_batch_size 16 is not a multiple of ppo_mini_batch_size 5" in result.stderr
+
+
+def test_json_output():
+    result = rlflow("validate", BIRD, "--json", "--set", "stages.1.on=reward_pol")
+    assert result.returncode == 2
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    (entry,) = report["files"]
+    assert entry["file"] == BIRD and entry["ok"] is False
+    line = line_of(REPO / BIRD, "uses: text2sql_reward")
+    assert entry["diagnostics"] == [{"file": BIRD, "line": line, "col": 53, "path": "stages[1].on",
+                                     "message": "unknown resource 'reward_pol'", "fix": "did you mean 'reward_pool'?"}]
+    ok = json.loads(rlflow("validate", BIRD, "--json").stdout)
+    assert ok == {"ok": True, "files": [{"file": BIRD, "ok": True, "stages": 7, "resources": 2, "diagnostics": []}]}
+
+
+def test_broken_project_config_is_reported(tmp_path):
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\nray: {adress: auto}\n")
+    result = rlflow("validate", str(REPO / BIRD), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("rlflow.yaml:2:7: ray.adress: unknown key 'adress' (did you mean 'address'?)")
+
+
+RUNNER = """
+import sys
+sys.argv = ["rlflow", "validate", "pipelines/bird_grpo.yaml"]
+from rlflow.cli.main import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})
+print(code, " ".join(heavy) or "-", file=sys.stderr)
+"""
+
+
+def test_validate_imports_no_heavy_module():
+    code = RUNNER.replace("{heavy!r}", repr(set(HEAVY)))
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.stderr.strip().splitlines()[-1] == "0 -", result.stderr
+
+
+def test_importtime_shows_no_heavy_module():
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlflow.cli.main", "validate", BIRD], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
+    assert "pydantic" in imported and not imported & set(HEAVY)
+
+
+def test_schema_command(tmp_path):
+    result = rlflow("schema")
+    assert result.returncode == 0
+    schema = json.loads(result.stdout)
+    assert schema["$schema"].startswith("https://json-schema.org/") and "StageSpec" in schema["$defs"]
+    out = tmp_path / "sub" / "pipeline.schema.json"
+    assert rlflow("schema", "--output", str(out)).returncode == 0
+    assert json.loads(out.read_text()) == schema
+
+
+@pytest.mark.parametrize("args", [("validate", "--help"), ("schema", "--help")])
+def test_help(args):
+    result = rlflow(*args)
+    assert result.returncode == 0 and "Usage" in result.stdout

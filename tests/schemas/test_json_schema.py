@@ -1,0 +1,47 @@
+"""The JSON Schema of pipeline files accepts the shipped pipeline and catches what an editor should."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonschema
+import pytest
+
+from rlflow.schemas.json_schema import pipeline_json_schema
+from rlflow.schemas.loader import load_pipeline
+from rlflow.schemas.project import load_project_config
+from schema_helpers import BIRD, REPO
+
+SCHEMA = pipeline_json_schema()
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+BIRD_DATA = load_pipeline(BIRD, project=load_project_config(REPO)).data
+
+
+def test_schema_is_valid_and_accepts_the_shipped_pipeline():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert list(VALIDATOR.iter_errors(BIRD_DATA)) == []
+
+
+def _errors(mutate) -> list[str]:
+    data = copy.deepcopy(BIRD_DATA)
+    mutate(data)
+    return [e.message for e in VALIDATOR.iter_errors(data)]
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda d: d["trainer"].update(sedd=1), "'sedd' was unexpected"),
+    (lambda d: d["stages"][0]["with"].update(temperatur=1), "'temperatur' was unexpected"),
+    (lambda d: d["stages"][0]["with"].update(temperature=-1), "-1 is less than the minimum of 0"),
+    (lambda d: d["resources"]["actor_pool"].update(type="lcoal"), "lcoal"),
+    (lambda d: d.pop("stages"), "'stages' is a required property"),
+])
+def test_schema_catches_editor_level_mistakes(mutate, words):
+    assert any(words in message for message in _errors(mutate)), _errors(mutate)
+
+
+def test_every_stage_kind_has_a_with_rule():
+    from rlflow.stages import STAGE_KINDS
+
+    stage = SCHEMA["$defs"]["StageSpec"]
+    assert stage["properties"]["uses"]["examples"] == STAGE_KINDS.names()
+    assert [rule["if"]["properties"]["uses"]["const"] for rule in stage["allOf"]] == STAGE_KINDS.names()

@@ -1,0 +1,50 @@
+"""Validation metrics: verl's ``val-core/<data_source>/<var>/mean@N`` names and values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlflow.batch import Batch
+from rlflow.errors import StageError
+from rlflow.stages.base import StageContext
+from rlflow.stages.impl.validate import val_metrics
+from rlflow.stages.validate import Validate
+
+
+def scored(scores: list[float], uids: list[str], sources: list[str], extra: list[dict] | None = None) -> Batch:
+    non_tensors = {"uid": uids, "data_source": sources}
+    if extra is not None:
+        non_tensors["reward_extra"] = extra
+    return Batch({"scores": torch.tensor(scores)}, non_tensors)
+
+
+def test_mean_at_n_per_data_source_for_reward_and_extras():
+    batch = scored(
+        [1.0, 0.0, 1.0, 1.0, 0.0, 0.0], ["a", "a", "b", "b", "c", "c"], ["bird", "bird", "bird", "bird", "spider", "spider"],
+        [{"exec_acc": 1.0, "format_ok": 1.0}, {"exec_acc": 0.0, "format_ok": 1.0}, {"exec_acc": 1.0, "format_ok": 0.0},
+         {"exec_acc": 1.0, "format_ok": 1.0}, {"exec_acc": 0.0, "format_ok": 0.0}, {"exec_acc": 0.0, "format_ok": 1.0}],
+    )
+    metrics = val_metrics(batch, n=2)
+    assert metrics["val-core/bird/reward/mean@2"] == pytest.approx(0.75)
+    assert metrics["val-core/bird/exec_acc/mean@2"] == pytest.approx(0.75)
+    assert metrics["val-core/bird/format_ok/mean@2"] == pytest.approx(0.75)
+    assert metrics["val-core/spider/reward/mean@2"] == 0.0
+    assert metrics["val-aux/bird/reward/std@2"] == pytest.approx(0.25)  # prompt a: 0.5, prompt b: 0
+    assert all(k.startswith(("val-core/", "val-aux/")) for k in metrics)
+
+
+def test_single_sample_greedy_validation():
+    metrics = val_metrics(scored([1.0, 0.0, 1.0], ["a", "b", "c"], ["bird"] * 3), n=1)
+    assert metrics == {"val-core/bird/reward/mean@1": pytest.approx(2 / 3)}
+
+
+def test_group_sizes_must_match_n():
+    with pytest.raises(ValueError, match="uid 'a' has 1 samples, expected n=2"):
+        val_metrics(scored([1.0, 0.0, 1.0], ["a", "b", "b"], ["bird"] * 3), n=2)
+
+
+def test_run_validate_says_the_runtime_orchestrates_validation():
+    ctx = StageContext(pipeline=None, config=Validate.parse_config({}), stage_name="validate")
+    with pytest.raises(StageError, match="orchestrated by the runtime"):
+        Validate().run(Batch(), ctx)
