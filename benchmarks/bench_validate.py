@@ -6,6 +6,12 @@ Measures, each in a fresh process (cold, as a user runs it):
 - ``python -m verl.trainer.main_ppo data.train_batch_size=-1``: verl reporting one config
   error (a batch size it rejects in ``validate_config``, before any Ray or GPU work).
 
+``rlflow validate`` is timed twice: with Python's bytecode cache as any installed package has
+it (kept in a temporary PYTHONPYCACHEPREFIX, warmed by one untimed run, so nothing is written
+into the source tree), and with PYTHONDONTWRITEBYTECODE=1 as a development checkout may set
+it (libraries still load their cached bytecode; rlflow's own modules, never cached, are
+compiled from source on every run).
+
 Prints a table and writes benchmarks/results/validate.json. CPU time is reported beside
 wall time because on a shared machine wall time mostly measures the neighbours.
 
@@ -42,10 +48,11 @@ print(len(sys.modules), " ".join(sorted({{m.split(".")[0] for m in sys.modules}}
 """
 
 
-def timed(cmd: list[str], cwd: Path, runs: int) -> dict:
+def timed(cmd: list[str], cwd: Path, runs: int, **env_vars: str) -> dict:
     """Wall and CPU seconds of ``cmd`` over ``runs`` fresh processes, plus its last run's outcome."""
     walls, cpus, result = [], [], None
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HYDRA_FULL_ERROR": "0"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HYDRA_FULL_ERROR": "0", **env_vars}
+    env = {k: v for k, v in env.items() if v != ""}  # "" removes a variable
     for _ in range(runs):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
@@ -71,7 +78,7 @@ def rlflow_command(pipeline: str) -> list[str]:
 def imported_modules(pipeline: str) -> tuple[int, list[str]]:
     probe = PROBE.format(pipeline=pipeline, heavy=set(HEAVY))
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
-    count, _, heavy = result.stderr.strip().splitlines()[-1].partition(" ")
+    count, _, heavy = result.stderr.strip().splitlines()[-1].partition(" ")  # "<modules> <heavy ones>"
     return int(count), heavy.split()
 
 
@@ -92,13 +99,19 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "validate.json")
     args = parser.parse_args()
 
-    rlflow = timed(rlflow_command(args.pipeline), REPO, args.runs)
+    command = rlflow_command(args.pipeline)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as cache:
+        timed(command, REPO, 1, PYTHONPYCACHEPREFIX=cache, PYTHONDONTWRITEBYTECODE="")  # fills the cache
+        rlflow = timed(command, REPO, args.runs, PYTHONPYCACHEPREFIX=cache, PYTHONDONTWRITEBYTECODE="")
+    uncached = timed(command, REPO, args.runs, PYTHONPYCACHEPREFIX="", PYTHONDONTWRITEBYTECODE="1")
     count, heavy = imported_modules(args.pipeline)
     rlflow.update(modules_imported=count, heavy_modules_imported=heavy)
-    rows = [(f"rlflow validate {args.pipeline}", rlflow)]
+    rows = [(f"rlflow validate {args.pipeline}", rlflow), ("  same, PYTHONDONTWRITEBYTECODE=1", uncached)]
     report = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0]},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_1m": load_before},
         "rlflow_validate": rlflow,
+        "rlflow_validate_dont_write_bytecode": uncached,
     }
     if not args.skip_verl:
         with tempfile.TemporaryDirectory() as scratch:  # Hydra writes outputs/ into the working directory

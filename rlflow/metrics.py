@@ -14,7 +14,7 @@ Design decisions:
   step's longest prompt).
 - Sections whose fields a pipeline does not produce are left out instead of failing, so a
   pipeline without an advantage stage still logs its lengths.
-- All values are Python floats; one ``.tolist()``-free reduction per statistic.
+- Every value is a Python float (or int for token counts), ready for JSON sinks.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ NAN = float("nan")
 PER_TOKEN_SECTIONS = ("ref", "values", "adv", "update_critic", "update_actor")
 
 
-def _stats(prefix: str, values: "torch.Tensor") -> dict[str, float]:
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     if values.numel() == 0:
         return {f"{prefix}/mean": NAN, f"{prefix}/max": NAN, f"{prefix}/min": NAN}
     values = values.float()
@@ -38,11 +38,11 @@ def _stats(prefix: str, values: "torch.Tensor") -> dict[str, float]:
             f"{prefix}/min": values.min().item()}
 
 
-def _lengths(batch: Batch) -> tuple["torch.Tensor", "torch.Tensor"]:
+def _lengths(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return batch["prompt_mask"].sum(-1).float(), batch["response_mask"].sum(-1).float()
 
 
-def _length_stats(prefix: str, lengths: "torch.Tensor", limit: int) -> dict[str, float]:
+def _length_stats(prefix: str, lengths: torch.Tensor, limit: int) -> dict[str, float]:
     out = _stats(prefix, lengths)
     out[f"{prefix}/clip_ratio"] = (lengths == limit).float().mean().item() if lengths.numel() else NAN
     return out

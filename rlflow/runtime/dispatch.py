@@ -29,12 +29,16 @@ TraceFn = Callable[[list[dict[str, Any]]], None]
 class Dispatcher:
     """Runs plan stages on started pools and records the trace."""
 
-    def __init__(self, pools: dict, pipeline, trace: TraceFn, run_dir: str | None = None) -> None:
+    def __init__(self, pools: dict, pipeline, trace: TraceFn, run_dir: str | None = None, attempt: int = 0) -> None:
         self.pools = pools
         self.pipeline = pipeline
-        self.trace = trace
+        self.attempt = attempt  # which start of the pools this is (0, then 1.. after restarts), kept in the trace
+        self._trace = trace
         self.run_dir = run_dir
         self.driver_state: dict[str, Any] = {}
+
+    def trace(self, records: list[dict[str, Any]]) -> None:
+        self._trace([{**r, "attempt": self.attempt} for r in records])
 
     # ---- stages ---------------------------------------------------------------------------
     def run_stage(self, stage, batch: Batch, step: int, config: dict | None = None, trace_as: str | None = None) -> Batch:
@@ -59,7 +63,7 @@ class Dispatcher:
             shards = payload.split(len(workers))
         refs = [w.run_stage.remote(stage.name, stage.kind, dict(config), shard, step) for w, shard in zip(workers, shards)]
         results = self.wait(refs, stage, pool, workers)
-        self.trace([self._record(step, label, stage.resource, r) for r in results])
+        self.trace([self.record(step, label, stage.resource, r) for r in results])
         merged = Batch.concat([r["batch"] for r in results])
         if stage.dispatch == "all":
             if pool.type == "remote":
@@ -85,7 +89,7 @@ class Dispatcher:
         refs = [w.call.remote(method, *args) for w in workers]
         results = self.wait(refs, stage, pool, workers, timeout=timeout, what=label or method)
         if label:
-            self.trace([self._record(step, label, pool.name, r) for r in results])
+            self.trace([self.record(step, label, pool.name, r) for r in results])
         return [r["result"] for r in results]
 
     def broadcast(self, pool, method: str, *args: Any, stage=None) -> None:
@@ -132,7 +136,7 @@ class Dispatcher:
         return f"worker {index} (pid {info.get('pid', '?')} on {info.get('host', '?')})"
 
     @staticmethod
-    def _record(step: int, stage: str, resource: str, result: dict) -> dict[str, Any]:
+    def record(step: int, stage: str, resource: str, result: dict) -> dict[str, Any]:
         return {"step": step, "stage": stage, "resource": resource, "pid": result["pid"],
                 "start": result["start"], "end": result["end"]}
 

@@ -107,7 +107,7 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
             pools = start_pools(plan, pipeline_dict, str(project.root), gpus, lambda p: _main_config(pipeline_dict, p, project),
                                 tuple(project.plugins))
             try:
-                loop = StepLoop(spec, plan, pools, rd, data, resolved, sinks)
+                loop = StepLoop(spec, plan, pools, rd, data, resolved, sinks, restarts)
                 first = loop.init(ckpt)
                 last = loop.train(first)
                 return RunResult(rd.path, loop.total, last, restarts)

@@ -66,7 +66,8 @@ def due(freq: int, step: int, last: int) -> bool:
 class StepLoop:
     """One attempt at training: from ``start_step`` to the last step, on started pools."""
 
-    def __init__(self, spec, plan, pools: dict, run_dir: RunDir, data: DataState, resolved_yaml: str, sinks: list) -> None:
+    def __init__(self, spec, plan, pools: dict, run_dir: RunDir, data: DataState, resolved_yaml: str, sinks: list,
+                 attempt: int = 0) -> None:
         self.spec = spec
         self.plan = plan
         self.pools = pools
@@ -74,7 +75,7 @@ class StepLoop:
         self.data = data
         self.resolved_yaml = resolved_yaml
         self.sinks = sinks
-        self.dispatch = Dispatcher(pools, spec, run_dir.append_trace, str(run_dir.path))
+        self.dispatch = Dispatcher(pools, spec, run_dir.append_trace, str(run_dir.path), attempt)
         self.total = total_steps(spec, data)
         self.by_kind = {s.kind: s for s in plan.step}
         actor = self.by_kind["update_actor"].resource
@@ -165,11 +166,11 @@ class StepLoop:
 
     def _cross_pool_sync(self, source, target, batch: Batch, step: int, stage) -> None:
         refs = self.dispatch.wait([source.workers[0].export_weights_ref.remote()], stage, source, source.workers[:1])
-        self.run_dir.append_trace([self.dispatch._record(step, "export_weights", source.name, refs[0])])
+        self.dispatch.trace([self.dispatch.record(step, "export_weights", source.name, refs[0])])
         results = self.dispatch.wait(
             [w.load_weights_from.remote(refs[0]["result"]) for w in target.workers], stage, target, target.workers
         )
-        self.run_dir.append_trace([self.dispatch._record(step, stage.name, target.name, r) for r in results])
+        self.dispatch.trace([self.dispatch.record(step, stage.name, target.name, r) for r in results])
         merged = Batch.concat([Batch(metrics=r["result"]) for r in results])
         batch.metrics.update(merged.metrics)
 

@@ -168,7 +168,7 @@ def data_parallel_size(resource) -> int:
 def _samples_per_prompt(subject: Subject) -> int | None:
     for i, stage in subject.stages:
         config = subject.configs.get(i)
-        if stage.uses == "generate" and config is not None and getattr(config, "n", None):
+        if stage.uses == "generate" and config is not None and config.n:
             return config.n  # the generate stage's own n overrides algorithm.n
     return subject.algorithm.n if subject.algorithm is not None else None
 
@@ -179,9 +179,8 @@ def check_batch_sizes(subject: Subject, report: Reporter) -> None:
         return
     if t.train_batch_size % t.ppo_mini_batch_size:
         fit = max(d for d in range(1, t.ppo_mini_batch_size + 1) if t.train_batch_size % d == 0)
-        report(("trainer", "ppo_mini_batch_size"),
-               f"train_batch_size {t.train_batch_size} is not a multiple of ppo_mini_batch_size {t.ppo_mini_batch_size}",
-               f"use a divisor of {t.train_batch_size}, such as {fit}")
+        report(("trainer", "ppo_mini_batch_size"), f"train_batch_size {t.train_batch_size} is not a multiple of "
+               f"ppo_mini_batch_size {t.ppo_mini_batch_size}", f"use a divisor of {t.train_batch_size}, such as {fit}")
     if n is None:
         return
     for _, stage in _kinds_present(subject).get("update_actor", []):

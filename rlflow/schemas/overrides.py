@@ -71,7 +71,8 @@ def apply_overrides(
         if problem is not None:
             depth, message, fix = problem
             line, col = positions.locate(setting.path[:depth], "key")
-            problems.append(Diagnostic(file, line, col, format_path(setting.path), f"--set {setting.text}: {message}", fix))
+            message = f"--set {setting.text}: {message}"
+            problems.append(Diagnostic(file, line, col, format_path(setting.path), message, fix))
     return problems
 
 
@@ -80,21 +81,19 @@ def _check_path(data: dict, path: tuple, root: Any) -> tuple[int, str, str] | No
     for depth in range(1, len(path) + 1):
         parent, key = path[: depth - 1], path[depth - 1]
         node = _get(data, parent)
-        if walk(root, path[:depth], data) is not None:
-            if isinstance(key, int) and not (isinstance(node, list) and key < len(node)):
-                size = len(node) if isinstance(node, list) else 0
-                return depth - 1, f"index {key} is out of range ({format_path(parent)} has {size} items)", ""
-            if _is_stage_with(path, depth):
-                return _check_stage_with(data, path)
-            continue
-        if isinstance(node, list):
-            if not isinstance(key, int):
-                return depth - 1, f"{format_path(parent)} is a list; index it with a number", f"0..{len(node) - 1}"
-            return depth - 1, f"index {key} is out of range ({format_path(parent)} has {len(node)} items)", ""
-        known = known_keys(walk(root, parent, data))
-        if not known:
-            return depth - 1, f"{format_path(parent)} is a single value, not a mapping", f"set it whole: --set {'.'.join(map(str, parent))}=..."
-        return depth - 1, f"unknown key {key!r}", suggestion(key, known) or f"known keys: {', '.join(known)}"
+        if isinstance(node, list) and not isinstance(key, int):
+            return depth - 1, f"{format_path(parent)} is a list; index it with a number", f"0..{len(node) - 1}"
+        if walk(root, path[:depth], data) is None:
+            known = known_keys(walk(root, parent, data))
+            if not known:
+                fix = f"set it whole: --set {'.'.join(map(str, parent))}=..."
+                return depth - 1, f"{format_path(parent)} is a single value, not a mapping", fix
+            return depth - 1, f"unknown key {key!r}", suggestion(key, known) or f"known keys: {', '.join(known)}"
+        if isinstance(key, int) and not (isinstance(node, list) and key < len(node)):
+            size = len(node) if isinstance(node, list) else 0
+            return depth - 1, f"index {key} is out of range ({format_path(parent)} has {size} items)", ""
+        if _is_stage_with(path, depth):
+            return _check_stage_with(data, path)
     return None
 
 

@@ -112,6 +112,7 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
     Raises ConfigError with every problem found in the file.
     """
     start = (start or Path.cwd()).resolve()
+    start = start.parent if start.is_file() else start
     file = find_project_file(start)
     if file is None:
         config = ProjectConfig()

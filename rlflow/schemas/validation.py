@@ -127,7 +127,8 @@ def validation_diagnostics(
         loc = clean_loc(tuple(err["loc"]), data)
         path, message, fix, at = _describe(err, loc, root, data)
         # a missing key has no spot of its own: point at the key that holds the mapping
-        line, col = positions.locate(prefix + path[:-1], "key") if at == "parent" else positions.locate(prefix + path, at)
+        where = (prefix + path[:-1], "key") if at == "parent" else (prefix + path, at)
+        line, col = positions.locate(*where)
         out.append(Diagnostic(file, line, col, format_path(prefix + path), message, fix))
     return out
 

@@ -136,6 +136,9 @@ def parse_yaml(
         return None, builder.positions, [builder.syntax_error(exc)]
     except yaml.YAMLError as exc:  # reader errors carry no mark in every PyYAML version
         return None, builder.positions, [Diagnostic(file, 1, 1, "", f"YAML error: {exc}")]
+    except RecursionError:  # the composer recurses once per nesting level
+        return None, builder.positions, [Diagnostic(file, 1, 1, "", "document nests too deeply",
+                                                    f"at most {MAX_DEPTH} levels")]
     if node is None:
         return None, builder.positions, []
     try:
@@ -144,9 +147,6 @@ def parse_yaml(
         top = exc.path[:1]
         line, col = builder.positions.keys.get(top) or builder.where(exc.node)
         builder.diagnostics.append(Diagnostic(file, line, col, format_path(top), exc.message, exc.fix))
-        data = None
-    except RecursionError:
-        builder.error(node, (), "document nests too deeply", f"at most {MAX_DEPTH} levels")
         data = None
     return data, builder.positions, builder.diagnostics
 
@@ -186,7 +186,8 @@ class _Builder:
             raise _Refused(node, path, f"document expands to more than {MAX_NODES} nodes (alias bomb?)",
                            "use fewer aliases; a pipeline is small")
         if len(path) > MAX_DEPTH:
-            raise _Refused(node, path, f"document nests deeper than {MAX_DEPTH} levels (self-referencing alias?)", "")
+            raise _Refused(node, path, f"document nests deeper than {MAX_DEPTH} levels",
+                           "is an anchor used inside itself? pipelines are shallow")
         self.positions.values[path] = self.where(node)
         if isinstance(node, MappingNode):
             return self._mapping(node, path) if self._tag_ok(node, path, "map") else None

@@ -76,7 +76,8 @@ def test_kl_in_reward_needs_a_reference_too(project_dir):
 def test_data_parallel_size_uses_the_update_resource_and_generate_n(project_dir):
     two = MINIMAL.replace("pool: {type: local, device: cpu}", "pool: {type: local, device: cpu, gpus_per_node: 2}")
     assert load_text(project_dir, two).spec  # 4 x 4 = 16 samples over 2 workers
-    odd = two.replace("algorithm: {n: 4}", "algorithm: {n: 3}").replace("ppo_mini_batch_size: 4", "ppo_mini_batch_size: 1")
+    odd = two.replace("algorithm: {n: 4}", "algorithm: {n: 3}")
+    odd = odd.replace("ppo_mini_batch_size: 4", "ppo_mini_batch_size: 1")
     odd = odd.replace("train_batch_size: 8", "train_batch_size: 3")
     assert any("ppo_mini_batch_size 1 x n 3 = 3 samples does not split evenly over the 2 data-parallel workers"
                in p for p in problems_of(project_dir, odd))

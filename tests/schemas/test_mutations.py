@@ -47,14 +47,18 @@ def _paths(node, prefix=()):
 PATHS = [p for p in _paths(DATA) if p]
 
 
+def _holds(node, key) -> bool:
+    return key in node if isinstance(node, dict) else isinstance(node, list) and key in range(len(node))
+
+
 def _mutate(data, draw):
     path = draw(st.sampled_from(PATHS))
     parent = data
     for key in path[:-1]:
-        if not isinstance(parent, (dict, list)) or key not in (parent if isinstance(parent, dict) else range(len(parent))):
-            return
+        if not _holds(parent, key):
+            return  # an earlier mutation removed this part
         parent = parent[key]
-    if not isinstance(parent, (dict, list)) or path[-1] not in (parent if isinstance(parent, dict) else range(len(parent))):
+    if not _holds(parent, path[-1]):
         return
     action = draw(st.sampled_from(["delete", "retype", "junk", "text"]))
     if action == "delete":

@@ -74,7 +74,7 @@ def test_schema_and_rule_errors_are_reported_together(project_dir):
 
 
 def test_a_broken_stage_does_not_cause_false_alarms(project_dir):
-    text = MINIMAL.replace("{name: generate, uses: generate, on: pool}", "{name: generate, uses: generate, on: pool, x: 1}")
+    text = MINIMAL.replace("on: pool}\n  - {name: reward", "on: pool, x: 1}\n  - {name: reward")
     text = text.replace("{name: reward, uses: text2sql_reward, on: rw}", "{name: reward, uses: 7, on: rw}")
     problems = problems_of(project_dir, text)
     assert problems == ["9:48: stages[0].x: unknown key 'x' (known keys: name, on, timeout_s, uses, with)",
@@ -96,7 +96,8 @@ def test_every_diagnostic_has_a_file_and_a_line(project_dir):
 
 
 def test_diagnostic_text_and_paths():
-    d = Diagnostic("bird_grpo.yaml", 14, 5, "stages[2].on", "unknown resource 'actor_pol'", "did you mean 'actor_pool'?")
+    d = Diagnostic("bird_grpo.yaml", 14, 5, "stages[2].on", "unknown resource 'actor_pol'",
+                   "did you mean 'actor_pool'?")
     assert str(d) == "bird_grpo.yaml:14:5: stages[2].on: unknown resource 'actor_pol' (did you mean 'actor_pool'?)"
     assert str(Diagnostic("f", 1, 1, "", "empty")) == "f:1:1: empty"
     assert d.to_dict()["fix"] == "did you mean 'actor_pool'?"

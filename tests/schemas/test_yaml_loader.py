@@ -77,9 +77,12 @@ def test_alias_bomb_is_refused_quickly():
                         "(use fewer aliases; a pipeline is small)"]
 
 
-def test_self_referencing_alias_is_refused():
+def test_self_referencing_alias_and_deep_nesting_are_refused():
     data, _, problems = load("loop: &s [*s]")
-    assert data is None and "self-referencing alias" in problems[0]
+    assert data is None and "nests deeper than 64 levels (is an anchor used inside itself?" in problems[0]
+    assert load("a: " + "[" * 100 + "]" * 100)[2] == [
+        "f.yaml:1:1: a: document nests deeper than 64 levels (is an anchor used inside itself? pipelines are shallow)"]
+    assert load("a: " + "[" * 5000 + "]" * 5000)[2] == ["f.yaml:1:1: document nests too deeply (at most 64 levels)"]
 
 
 @pytest.mark.parametrize("text, where, words", [
@@ -108,7 +111,8 @@ def test_decode_refuses_binary_and_non_utf8():
     assert decode_text("naïve: 1\n".encode(), "f")[0] == "naïve: 1\n"
     assert decode_text(b"\xef\xbb\xbfa: 1", "f")[0] == "a: 1"  # a BOM is dropped
     _, problems = decode_text(b"a: 1\nb: \x00\x01", "f")
-    assert str(problems[0]) == "f:2:4: binary data: control character 0x00 is not allowed (is this a pipeline YAML file?)"
+    assert str(problems[0]) == ("f:2:4: binary data: control character 0x00 is not allowed "
+                                "(is this a pipeline YAML file?)")
     _, problems = decode_text(b"a: caf\xe9\n", "f")
     assert str(problems[0]).startswith("f:1:7: not UTF-8 text (byte 0xe9 at offset 6)")
     _, problems = decode_text(b"a: \x07bell", "f")

@@ -49,6 +49,5 @@ def test_two_grpo_steps_are_deterministic_and_fully_reported():
                  "response_length/mean", "response_length/clip_ratio", "prompt_length/max",
                  "timing_per_token_ms/gen", "perf/throughput", "perf/total_num_tokens"):
         assert name in step1 and math.isfinite(step1[name]), name
-    assert step1["actor/kl_loss"] == 0.0 or abs(step1["actor/kl_loss"]) < 1e-6  # first mini-batch on the initial policy
     assert step2["actor/kl_loss"] > 0  # the policy has moved away from the reference
     assert step1["rollout/policy_version"] == 0.0 and step2["rollout/policy_version"] == 1.0
