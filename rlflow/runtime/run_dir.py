@@ -1,8 +1,8 @@
 """The run directory: the contract between a run and everything that reads it.
 
 ``<runs_dir>/<pipeline name>/<run id>/`` holds ``pipeline.resolved.yaml``, ``metrics.jsonl``
-(one object per step), ``trace.jsonl`` (one object per stage execution) and
-``checkpoints/step_<N>/``. Lines are appended and flushed one at a time so a crash loses at
+(one object per step), ``trace.jsonl`` (one object per stage execution), ``workers.json``
+(where each resource's workers run) and ``checkpoints/step_<N>/``. Lines are appended and flushed one at a time so a crash loses at
 most the line being written; a resumed run truncates metrics past its checkpoint so no step
 appears twice.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 RESOLVED = "pipeline.resolved.yaml"
+WORKERS = "workers.json"
 METRICS = "metrics.jsonl"
 TRACE = "trace.jsonl"
 CHECKPOINTS = "checkpoints"
@@ -47,6 +48,10 @@ class RunDir:
     def read_resolved(self) -> str | None:
         path = self.path / RESOLVED
         return path.read_text() if path.exists() else None
+
+    def write_workers(self, workers: dict[str, list[dict[str, Any]]]) -> None:
+        """Where each resource's workers run (pid, host, node, rank): the answer to 'where did it land?'."""
+        (self.path / WORKERS).write_text(json.dumps(workers, indent=1, sort_keys=True))
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         _append(self.path / METRICS, record)

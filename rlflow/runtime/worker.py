@@ -42,7 +42,8 @@ class StageWorker:
 
     # ---- set-up -------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname(), "node_ip": _node_ip(), "rank": self.rank}
+        return {"pid": os.getpid(), "host": socket.gethostname(), "node_ip": _node_ip(), "node_id": _node_id(),
+                "rank": self.rank, "resource": self.resource}
 
     def free_port(self) -> int:
         with socket.socket() as sock:
@@ -109,6 +110,15 @@ class StageWorker:
     def shutdown(self) -> None:
         if self.engine is not None:
             self.engine.close()
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # outside Ray (tests)
+        return "local"
 
 
 def _node_ip() -> str:

@@ -3,7 +3,8 @@
 Design decisions:
 - One loop over response positions, never over rows: each step is one forward of the whole
   batch on the last token (``DynamicCache``), one vectorised sampling op and one write into a
-  preallocated ``[B, R]`` buffer. Finished rows keep decoding pad (static shapes, no
+  preallocated ``[B, R]`` buffer. The n samples of a prompt (neighbouring identical rows)
+  share one prefill whose cache is fanned out, which HF ``generate`` does not do. Finished rows keep decoding pad (static shapes, no
   re-batching); the "all finished" check is the only host sync and runs every step on the CPU
   (free there) but every ``SYNC_EVERY`` steps on an accelerator.
 - Left-padded prompts: position ids come from the attention mask (``cumsum - 1``), exactly as
@@ -71,6 +72,34 @@ def _position_ids(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+def shared_prompt_starts(prompts: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """Rows that start a run of identical prompts (GRPO's n samples sit side by side); None if no run."""
+    if prompts.shape[0] < 2:
+        return None
+    same = (prompts[1:] == prompts[:-1]).all(-1) & (mask[1:] == mask[:-1]).all(-1)
+    if not bool(same.any()):
+        return None
+    return torch.cat([torch.ones(1, dtype=torch.bool, device=prompts.device), ~same])
+
+
+def _prefill(model, prompts: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
+    """Last-position logits of every row; a prompt repeated on neighbouring rows is encoded once.
+
+    The cache is then fanned out to every row (``reorder_cache`` = ``index_select``), so the n
+    samples of a prompt share one prefill, which dominates the cost when prompts are long.
+    """
+    starts = shared_prompt_starts(prompts, mask)
+    if starts is None:
+        return model(input_ids=prompts, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                     use_cache=True, logits_to_keep=1).logits[:, -1]
+    first = starts.nonzero().squeeze(-1)
+    logits = model(input_ids=prompts[first], attention_mask=mask[first], position_ids=positions[first],
+                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    row_to_group = starts.long().cumsum(0) - 1
+    cache.reorder_cache(row_to_group)
+    return logits.index_select(0, row_to_group)
+
+
 @torch.no_grad()
 def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
            *, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,23 +118,22 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     cache = DynamicCache() if use_cache else None
     sync_every = 1 if device.type == "cpu" else SYNC_EVERY
-    ids = prompts
     for t in range(steps):
         end = width + t
-        if use_cache:
-            start = 0 if t == 0 else end - 1
-            logits = model(input_ids=ids, attention_mask=mask[:, :end], position_ids=positions[:, start:end],
-                           past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-        else:
+        if not use_cache:
             full = torch.cat([prompts, out[:, :t]], dim=1)
             logits = model(input_ids=full, attention_mask=mask[:, :end], position_ids=positions[:, :end],
                            use_cache=False, logits_to_keep=1).logits[:, -1]
+        elif t == 0:
+            logits = _prefill(model, prompts, mask[:, :width], positions[:, :width], cache)
+        else:
+            logits = model(input_ids=out[:, t - 1: t], attention_mask=mask[:, :end], position_ids=positions[:, end - 1: end],
+                           past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
         token = next_tokens(logits, params, generator).masked_fill(finished, params.pad_token_id)
         out[:, t] = token
         finished |= torch.isin(token, eos)
         if (t + 1) % sync_every == 0 and bool(finished.all()):
             break
-        ids = token[:, None]
     return out, response_mask_from_tokens(out, params.eos_token_ids)
 
 

@@ -36,8 +36,9 @@ HANDLE_KEYS = ("host", "port", "token", "protocol")
 def check_handle(handle: Any, backend: str) -> dict[str, Any]:
     """A handle's fields, checked, with a clear error for a stale or foreign one."""
     if not isinstance(handle, dict) or any(key not in handle for key in HANDLE_KEYS):
+        got = f"keys {sorted(handle)}" if isinstance(handle, dict) else type(handle).__name__  # never echo a token
         raise BackendError(
-            f"remote backend {backend!r}: a reconnect handle needs {', '.join(HANDLE_KEYS)}; got {handle!r} "
+            f"remote backend {backend!r}: a reconnect handle needs {', '.join(HANDLE_KEYS)}; got {got} "
             "(use the JSON that `rlflow backend serve` prints or the backend's reconnect_handle())"
         )
     if handle["protocol"] != wire.PROTOCOL_VERSION:

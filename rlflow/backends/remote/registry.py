@@ -121,7 +121,8 @@ def _validate_config(name: str, cls: type[RemoteBackend], main_config: dict[str,
 
 
 def _start_error(name: str, cls: type, exc: BaseException, stopped: list[str]) -> BackendError:
-    detail = str(exc) if isinstance(exc, BackendError) and name in str(exc) else f"{type(exc).__name__}: {exc}"
+    own = f"remote backend {name!r}: "
+    detail = str(exc).removeprefix(own) if isinstance(exc, BackendError) else f"{type(exc).__name__}: {exc}"
     cleanup = f"; stopped {len(stopped)} process(es) it left behind ({', '.join(stopped)})" if stopped else ""
     return BackendError(
         f"remote backend {name!r} ({cls.__module__}.{cls.__qualname__}) failed to start: {detail}{cleanup}"

@@ -134,6 +134,7 @@ def example_plugin():
     """
     import importlib
     import importlib.metadata
+    import importlib.util
     import site
     import subprocess
     import sys
@@ -144,8 +145,10 @@ def example_plugin():
     try:
         importlib.metadata.distribution("rlflow-example-backend")
     except importlib.metadata.PackageNotFoundError:
+        # build with the venv's setuptools when it has one (no download); else pip's isolated build
+        isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(EXAMPLE_PLUGIN)],
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, "-e", str(EXAMPLE_PLUGIN)],
             check=True, capture_output=True, timeout=300,
         )
         site.addsitedir(sysconfig.get_paths()["purelib"])
