@@ -37,7 +37,7 @@ _register_commands()
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: known errors as one line and their exit code."""
     try:
         app()
     except RlflowError as exc:
@@ -45,9 +45,6 @@ def main() -> None:
             raise
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(130)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -33,7 +33,13 @@ def run(
     loaded = load_pipeline(pipeline, set_ or (), project=project)
     from rlflow.runtime.launch import run_pipeline
 
-    result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force)
+    try:
+        result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force)
+    except KeyboardInterrupt:
+        # the runtime has already stopped workers and backends on its way out
+        typer.echo("interrupted: workers and backends were stopped; the last complete checkpoint is usable "
+                   "(continue with --resume latest)", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"run finished at step {result.last_step}: {result.run_dir}")
 
 

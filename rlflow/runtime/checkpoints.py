@@ -96,6 +96,26 @@ def read_state(checkpoint: Path) -> dict[str, Any]:
     return json.loads((checkpoint / STATE_FILE).read_text())
 
 
+def disk_full_reason(checkpoints: Path, exc: BaseException) -> str | None:
+    """A plain explanation when a checkpoint failed for want of disk space, else None.
+
+    Writers deep in torch report a full disk in their own words ("unexpected pos ..."), so the
+    free space is measured rather than the message parsed: too little room for another copy of
+    the last checkpoint (or under 64 MiB when there is none) means the disk is the cause.
+    """
+    import errno
+
+    free = shutil.disk_usage(checkpoints).free
+    last = latest(checkpoints)
+    needed = sum(f.stat().st_size for f in last.rglob("*") if f.is_file()) if last else 64 << 20
+    no_space = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
+    if not no_space and free >= needed:
+        return None
+    return (f"No space left on device for the checkpoint under {checkpoints}: {free / 2**20:.0f} MiB free, "
+            f"a checkpoint takes about {needed / 2**20:.0f} MiB (free space, lower trainer.keep_checkpoints, "
+            f"or write runs elsewhere with --run-dir / runs_dir); the last complete checkpoint is intact")
+
+
 def pipeline_differences(old_yaml: str, new_yaml: str) -> list[str]:
     """Dotted paths whose values differ between two resolved pipelines, minus the resumable knobs."""
     old, new = yaml.safe_load(old_yaml) or {}, yaml.safe_load(new_yaml) or {}

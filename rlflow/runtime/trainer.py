@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlflow.batch import Batch
-from rlflow.errors import ResumeError
+from rlflow.errors import ResumeError, StageError
 from rlflow.runtime import checkpoints
 from rlflow.runtime.dispatch import Dispatcher
 from rlflow.runtime.run_dir import RunDir
@@ -188,6 +188,12 @@ class StepLoop:
             (tmp / "pipeline.resolved.yaml").write_text(self.resolved_yaml)
             state = {"global_step": step, "sampler": self.data.sampler.state_dict(), "pipeline": self.spec.name}
             checkpoints.commit(self.run_dir.checkpoints, tmp, step, state, self.spec.trainer.keep_checkpoints)
+        except (StageError, OSError) as exc:
+            checkpoints.abort(tmp)
+            full = checkpoints.disk_full_reason(self.run_dir.checkpoints, exc)
+            if full:
+                raise StageError(f"stage {stage.name!r} at step {step}: {full}") from exc
+            raise
         except BaseException:
             checkpoints.abort(tmp)
             raise

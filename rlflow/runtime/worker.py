@@ -56,9 +56,9 @@ class StageWorker:
 
         if threads:
             torch.set_num_threads(threads)
-        from rlflow.backends.local.engine import LocalEngine
+        from rlflow.backends.local.engines import create_local_engine  # LocalEngine, or DeepSpeed/vLLM as configured
 
-        self.engine = LocalEngine(
+        self.engine = create_local_engine(
             self.pipeline, device=device, rank=self.rank, world_size=self.world_size,
             roles=frozenset(roles), project_root=self.project_root, dist=dist,
         )

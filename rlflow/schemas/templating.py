@@ -9,8 +9,8 @@ Design decisions:
   (``{{ ''.__class__.__mro__ }}`` is refused before anything is evaluated), or any other
   error raised while rendering (``{{ 1/0 }}``).
 - Resource bombs are refused too: ``**`` with a huge exponent, ``*`` that would build a
-  huge string or list, and output beyond ``MAX_OUTPUT`` characters. (``range`` is already
-  capped by the sandbox.)
+  huge string or list, output beyond ``MAX_OUTPUT`` characters, and ``range`` loops beyond
+  ``MAX_LOOP`` items per render (nested loops included).
 - A template whose only constructs are ``{{ name }}`` is rendered by plain substitution
   (``str(value)``, exactly what Jinja2 produces for it), so the common case never imports
   Jinja2; everything else goes through the sandbox.
@@ -32,6 +32,7 @@ from rlflow.schemas.diagnostics import Diagnostic, suggestion
 
 MAX_OUTPUT = 1 << 20
 MAX_EXPONENT = 1024
+MAX_LOOP = 100_000
 _TEMPLATE_NAME = "<template>"
 _UNDEFINED = re.compile(r"^'([^']+)' is undefined$")
 _PLAIN_VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -90,7 +91,7 @@ def render(source: str, variables: Mapping[str, Any], file: str) -> tuple[str | 
     from jinja2.sandbox import SecurityError
 
     try:
-        template = _environment().from_string(source)
+        template = _environment().from_string(source, globals={"range": _budgeted_range()})
     except TemplateSyntaxError as exc:
         return None, [Diagnostic(file, exc.lineno or 1, 1, "", f"template syntax error: {exc.message}")]
     try:
@@ -103,6 +104,24 @@ def render(source: str, variables: Mapping[str, Any], file: str) -> tuple[str | 
         return "".join(chunks), []
     except Exception as exc:  # noqa: BLE001 - any failure inside a user's template is a diagnostic
         return None, [_render_error(exc, source, variables, file)]
+
+
+def _budgeted_range() -> Callable[..., range]:
+    """``range`` for one render: all its ranges together may hold at most MAX_LOOP items, so
+    nested loops cannot spin for hours without printing anything."""
+    from jinja2.sandbox import SecurityError
+
+    used = 0
+
+    def budgeted(*args: int) -> range:
+        nonlocal used
+        items = range(*args)
+        used += len(items)
+        if used > MAX_LOOP:
+            raise SecurityError(f"loops over range() may run at most {MAX_LOOP} times in all")
+        return items
+
+    return budgeted
 
 
 def _substitute(source: str, variables: Mapping[str, Any], file: str) -> tuple[str | None, list[Diagnostic]]:

@@ -13,7 +13,9 @@ Design decisions:
   always their text.
 - Duplicate keys are errors (never last-wins). ``<<`` merge keys work as in YAML 1.1.
 - Aliases are expanded while constructing, under a cap on expanded nodes and on depth, so
-  an alias bomb or a self-referencing anchor is refused instead of eating memory.
+  an alias bomb or a self-referencing anchor is refused instead of eating memory. Brackets
+  nested hundreds deep are refused before PyYAML sees them (its scanner slows down with
+  the square of the depth).
 - Positions are reported in the file the user wrote: a ``line_map`` turns lines of the
   rendered text back into lines of the template.
 """
@@ -33,8 +35,11 @@ from yaml.scanner import Scanner
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path
 
+MAX_BYTES = 1 << 20  # a large pipeline is a few KiB
 MAX_NODES = 20_000  # a large pipeline has a few hundred; an alias bomb has billions
 MAX_DEPTH = 64
+MAX_BRACKETS = 200  # PyYAML's scanner is quadratic in flow nesting: refuse deep [[[[ before it starts
+_BRACKET = re.compile(r"[\[\]{}]")
 _STD = "tag:yaml.org,2002:"
 _NON_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -97,6 +102,9 @@ class _Refused(Exception):
 
 def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:
     """Bytes -> text, refusing non-UTF-8 and binary data with the position of the first bad byte."""
+    if len(raw) > MAX_BYTES:
+        return None, [Diagnostic(file, 1, 1, "", f"the file is {len(raw)} bytes; config files may hold at most "
+                                 f"{MAX_BYTES}", "is this a pipeline YAML file?")]
     if b"\x00" in raw:  # UTF-8 text never holds NUL; binary files nearly always do
         line, col = _offset_position(raw, raw.index(b"\x00"))
         return None, [Diagnostic(file, line, col, "", "binary data: control character 0x00 is not allowed",
@@ -119,6 +127,17 @@ def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:
     return text, []
 
 
+def _too_many_brackets(text: str) -> int | None:
+    """Offset where ``[``/``{`` nesting passes MAX_BRACKETS (brackets inside strings count too: an
+    over-estimate that only matters for absurd files)."""
+    depth = 0
+    for match in _BRACKET.finditer(text):
+        depth = depth + 1 if match.group() in "[{" else max(depth - 1, 0)
+        if depth > MAX_BRACKETS:
+            return match.start()
+    return None
+
+
 def _offset_position(data: bytes | str, offset: int) -> tuple[int, int]:
     newline = b"\n" if isinstance(data, bytes) else "\n"
     head = data[:offset]
@@ -130,6 +149,11 @@ def parse_yaml(
 ) -> tuple[Any, Positions, list[Diagnostic]]:
     """Parse one YAML document. Returns (data or None, positions, diagnostics)."""
     builder = _Builder(file, line_map)
+    deep = _too_many_brackets(text)
+    if deep is not None:
+        line, col = _offset_position(text, deep)
+        return None, builder.positions, [Diagnostic(file, line_map(line), col, "", f"brackets nest more than "
+                                                    f"{MAX_BRACKETS} deep", "pipelines are shallow")]
     try:
         node = _Composer(text).get_single_node()
     except yaml.MarkedYAMLError as exc:

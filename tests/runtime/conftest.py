@@ -49,3 +49,27 @@ def project_dir(tmp_path: Path) -> Path:
         "runs_dir: runs\n"
     )
     return tmp_path
+
+
+def start_rlflow(*args: str, cwd: Path = REPO) -> subprocess.Popen:
+    """``rlflow`` in the background, in its own session (so a test can signal or kill it)."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}"}
+    return subprocess.Popen([sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a process and everything it started (Ray's raylet, GCS and workers)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(proc.pid)
+        family = [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in family:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(family, timeout=30)

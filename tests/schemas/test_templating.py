@@ -30,14 +30,20 @@ def test_undefined_variable_is_positioned_with_did_you_mean():
     ("a: {{ lipsum.__globals__ }}", "__globals__"),
     ("a: {{ 10 ** 100000000 }}", "exponent 100000000 is too large"),
     ("a: {{ 'x' * 100000000 }}", "repetition would build"),
-    ("{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxxxx{% endfor %}{% endfor %}",
-     "renders more than"),
+    ("{% for i in range(90000) %}xxxxxxxxxxxxxxxxxxxx{% endfor %}", "renders more than"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+     "loops over range() may run at most 100000 times in all"),
 ])
 def test_sandbox_refusals_are_diagnostics(source, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text, problems = render(source, {}, "f")
     assert text is None and "template refused by the sandbox" in str(problems[0]) and words in str(problems[0])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_loops_within_budget_render():
+    text, _ = render("{% for i in range(3) %}{% for j in range(2) %}{{ i }}{{ j }} {% endfor %}{% endfor %}", {}, "f")
+    assert text == "00 01 10 11 20 21 "
 
 
 def test_syntax_and_runtime_errors_name_the_line():
@@ -52,7 +58,7 @@ def test_template_variables():
     assert template_variables("{% if %}") is None
 
 
-names = st.sampled_from(["x", "y", "model_path", "true", "none", "range", "dict"])
+names = st.sampled_from(["x", "y", "model_path", "true", "none", "False", "dict"])
 values = st.one_of(st.text(max_size=8), st.integers(), st.floats(allow_nan=False), st.booleans(), st.none())
 pieces = st.one_of(st.text(alphabet="ab :-{}\n#", max_size=6), names.map(lambda n: "{{ %s }}" % n))
 

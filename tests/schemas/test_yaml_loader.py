@@ -82,7 +82,8 @@ def test_self_referencing_alias_and_deep_nesting_are_refused():
     assert data is None and "nests deeper than 64 levels (is an anchor used inside itself?" in problems[0]
     assert load("a: " + "[" * 100 + "]" * 100)[2] == [
         "f.yaml:1:1: a: document nests deeper than 64 levels (is an anchor used inside itself? pipelines are shallow)"]
-    assert load("a: " + "[" * 5000 + "]" * 5000)[2] == ["f.yaml:1:1: document nests too deeply (at most 64 levels)"]
+    assert load("a: " + "[" * 5000 + "]" * 5000)[2] == ["f.yaml:1:204: brackets nest more than 200 deep "
+                                                        "(pipelines are shallow)"]
 
 
 @pytest.mark.parametrize("text, where, words", [
@@ -117,3 +118,5 @@ def test_decode_refuses_binary_and_non_utf8():
     assert str(problems[0]).startswith("f:1:7: not UTF-8 text (byte 0xe9 at offset 6)")
     _, problems = decode_text(b"a: \x07bell", "f")
     assert "control character 0x07" in str(problems[0])
+    _, problems = decode_text(b"a: 1\n" * 300_000, "f")
+    assert str(problems[0]).startswith("f:1:1: the file is 1500000 bytes; config files may hold at most 1048576")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
-from conftest import data_batch, make_pipeline, run_stage, text_reward
+from stage_helpers import data_batch, make_pipeline, run_stage, text_reward
 
 from rlflow.metrics import compute_data_metrics, compute_timing_metrics
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import make_pipeline
+from stage_helpers import make_pipeline
 
 from rlflow.batch import Batch
 from rlflow.errors import StageError

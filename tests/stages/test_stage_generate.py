@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import data_batch, make_pipeline, run_stage
+from stage_helpers import data_batch, make_pipeline, run_stage
 
 from rlflow.errors import StageError
 from rlflow.stages.impl.generate import generation_seed
@@ -19,7 +19,7 @@ def test_expands_each_prompt_into_n_interleaved_rows(engine):
     assert out["raw_prompt"][2] == batch["raw_prompt"][1] and out["reward_info"][5] == batch["reward_info"][2]
     assert torch.equal(out["prompts"], batch["prompts"].repeat_interleave(2, dim=0))
     assert out["responses"].shape == (6, 8) and out["response_mask"].shape == (6, 8)
-    assert len(out["response_text"]) == 6 and out.metrics["rollout/empty_responses"] >= 0
+    assert len(out["response_text"]) == 6 and 0.0 <= out.metrics["rollout/empty_response_ratio"] <= 1.0
 
 
 def test_samples_are_seeded_by_step_and_rank(engine):

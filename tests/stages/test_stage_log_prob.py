@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import data_batch, make_pipeline, run_stage
+from stage_helpers import data_batch, make_pipeline, run_stage
 
 from rlflow.backends.local.logprob import batch_log_probs
 from rlflow.stages.impl.log_prob import rollout_temperature

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_pipeline
+from stage_helpers import make_pipeline
 
 from rlflow.batch import Batch
 from rlflow.errors import StageError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import data_batch, make_pipeline, run_stage, text_reward
+from stage_helpers import data_batch, make_pipeline, run_stage, text_reward
 
 from rlflow.errors import StageError
 

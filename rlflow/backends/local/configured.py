@@ -108,7 +108,7 @@ class ConfiguredLocalEngine(LocalEngine):
         start = time.perf_counter()
         moved = self._refresh_dense()
         if self.vllm is not None:
-            moved += self.vllm.load_weights(self._model_weights().items())["sync/bytes"]
+            moved += self.vllm.load_weights(self._model_weights())["sync/bytes"]
         if moved:
             metrics = {"sync/bytes": float(moved), "sync/seconds": metrics["sync/seconds"] + time.perf_counter() - start}
         return metrics
@@ -117,7 +117,7 @@ class ConfiguredLocalEngine(LocalEngine):
         metrics = super().load_rollout_weights(state)
         if self.vllm is None:
             return metrics
-        pushed = self.vllm.load_weights(state.items())
+        pushed = self.vllm.load_weights(self._model_weights())  # the model now holds ``state`` (ties restored)
         return {"sync/bytes": pushed["sync/bytes"], "sync/seconds": metrics["sync/seconds"] + pushed["sync/seconds"]}
 
     def _refresh_dense(self) -> float:
@@ -128,14 +128,13 @@ class ConfiguredLocalEngine(LocalEngine):
         self.model.load_state_dict(state, strict=False)
         return float(sum(t.numel() * t.element_size() for t in state.values()))
 
-    def _model_weights(self) -> dict[str, torch.Tensor]:
-        """The rollout model's tensors by HF name, a tied weight once (vLLM re-ties it)."""
-        out, seen = {}, set()
-        for key, tensor in self.model.state_dict().items():
-            if tensor.data_ptr() not in seen:
-                seen.add(tensor.data_ptr())
-                out[key] = tensor.detach()
-        return out
+    def _model_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The rollout model's tensors by HF name, tied ones under each name.
+
+        vLLM's in-place reload wants every module's weights, a tied LM head included (without
+        it the head is left unloaded); ``VllmRollout.load_weights`` counts shared storage once.
+        """
+        return [(key, tensor.detach()) for key, tensor in self.model.state_dict().items()]
 
     # ---- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:
@@ -151,7 +150,7 @@ class ConfiguredLocalEngine(LocalEngine):
             self.deepspeed.load_checkpoint(path)
             self._refresh_dense()
         if self.vllm is not None:
-            self.vllm.load_weights(self._model_weights().items())
+            self.vllm.load_weights(self._model_weights())
         return out
 
     def close(self) -> None:

@@ -10,7 +10,9 @@ own (inherited, not copied), so both engines optimise the same objective and rep
   ``WORLD_SIZE``/``LOCAL_RANK`` and ``deepspeed.init_distributed`` runs with gloo on the CPU
   and nccl on GPUs; when the local engine already made the torch group from the same
   address, DeepSpeed adopts it. A world of one still gets a group (DeepSpeed needs one), on a
-  free loopback port.
+  free loopback port. On the CPU, DeepSpeed's shared-memory all-reduce op (used only by its
+  inference all-reduce) is marked incompatible so it is never compiled: training reduces
+  through gloo, and nothing needs ``TORCH_EXTENSIONS_DIR`` or a C++ toolchain.
 - Optimizer and schedule: the torch optimizer and verl's warm-up schedule built by ``Actor``
   are handed to DeepSpeed (a torch ``AdamW`` needs no compiled fused-Adam op on the CPU); the
   schedule steps once per update, as the torch engine's does, so it stays outside DeepSpeed.
@@ -93,8 +95,23 @@ def init_deepspeed_distributed(rank: int, world_size: int, device: torch.device,
                       LOCAL_RANK=str(torch.cuda.current_device() if device.type == "cuda" else 0))
     import deepspeed
 
+    if device.type == "cpu":
+        _skip_shm_comm_op()
     deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", rank=rank,
                                world_size=world_size, auto_mpi_discovery=False, verbose=False)
+
+
+def _skip_shm_comm_op() -> None:
+    """Don't compile DeepSpeed's CPU shared-memory all-reduce op: only its inference all-reduce uses it.
+
+    DeepSpeed builds the op when its communication backend starts, a C++ compile of half a
+    minute on an idle machine (minutes on a busy one) whose interrupted build leaves a lock
+    that blocks every later start. Training reduces through gloo either way; DeepSpeed
+    reads op compatibility from this dict and skips ops marked incompatible.
+    """
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def _free_port() -> int:

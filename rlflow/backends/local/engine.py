@@ -118,19 +118,20 @@ class LocalEngine(Engine):
             top_k=int(params.get("top_k", -1)), do_sample=bool(params.get("do_sample", True)),
             seed=int(params.get("seed", 0)),
         )
+        if len(batch) == 0:  # an empty shard: nothing to decode, same widths as everyone else
+            empty = torch.zeros((0, sp.max_new_tokens), dtype=torch.long)
+            return Batch({"responses": empty, "response_mask": empty.clone()}, {"response_text": []})
         model.eval()
-        start = time.perf_counter()
         if engine == "hf":
             responses, mask = generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp)
         else:
             responses, mask = generation.sample(model, batch["prompts"], batch["prompt_mask"], sp,
                                                 use_cache=bool(params.get("use_cache", True)))
-        seconds = time.perf_counter() - start
         responses, mask = responses.cpu(), mask.cpu()
         out = Batch({"responses": responses, "response_mask": mask}, {"response_text": self._decode(responses, mask)})
-        lengths = mask.sum(-1)
-        first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids)) if len(out) else lengths.bool()
-        out.metrics = {"rollout/empty_responses": float(first_is_eos.sum()), "rollout/gen_seconds": seconds,
+        # a ratio, not a count: the runtime averages shard metrics
+        first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids))
+        out.metrics = {"rollout/empty_response_ratio": first_is_eos.float().mean().item(),
                        "rollout/policy_version": float(self.global_steps)}
         return out
 

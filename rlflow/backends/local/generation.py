@@ -4,9 +4,10 @@ Design decisions:
 - One loop over response positions, never over rows: each step is one forward of the whole
   batch on the last token (``DynamicCache``), one vectorised sampling op and one write into a
   preallocated ``[B, R]`` buffer. The n samples of a prompt (neighbouring identical rows)
-  share one prefill whose cache is fanned out, which HF ``generate`` does not do. Finished rows keep decoding pad (static shapes, no
-  re-batching); the "all finished" check is the only host sync and runs every step on the CPU
-  (free there) but every ``SYNC_EVERY`` steps on an accelerator.
+  share one prefill whose cache is fanned out, which HF ``generate`` does not do. Finished
+  rows keep decoding pad (static shapes, no re-batching); the "all finished" check is the
+  only host sync and runs every step on the CPU (free there) but every ``SYNC_EVERY`` steps
+  on an accelerator.
 - Left-padded prompts: position ids come from the attention mask (``cumsum - 1``), exactly as
   HF ``generate`` computes them, so both implementations agree token for token when greedy.
 - Sampling uses the exponential-race trick (``argmax p / E``, ``E ~ Exp(1)``), an exact draw
@@ -138,7 +139,8 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
 
 
 @torch.no_grad()
-def sample_hf(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_hf(model, prompts: torch.Tensor, prompt_mask: torch.Tensor,
+              params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract through HF ``generate`` (seeded through a forked global RNG)."""
     from transformers import GenerationConfig
 

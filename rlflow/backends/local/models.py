@@ -139,7 +139,9 @@ def _load_dir(path: str, root: Path | None, dtype):
     try:
         config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise BackendError(f"model.path: {directory} is not a Hugging Face model directory (no usable config.json): {exc}") from exc
+        raise BackendError(
+            f"model.path: {directory} is not a Hugging Face model directory (no usable config.json): {exc}"
+        ) from exc
     try:
         return AutoModelForCausalLM.from_pretrained(str(directory), config=config, dtype=dtype, local_files_only=True)
     except ValueError as exc:

@@ -154,7 +154,8 @@ class VllmRollout:
         weights = list(weights)
         self._wake_weights()  # the KV cache stays freed until the next generation wakes it
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-        size = sum(t.numel() * t.element_size() for _, t in weights)
+        distinct = {t.data_ptr(): t.numel() * t.element_size() for _, t in weights}
+        size = sum(distinct.values())  # a tied weight is the same tensor under two names: counted once
         return {"sync/bytes": float(size), "sync/seconds": time.perf_counter() - start}
 
     def close(self) -> None:

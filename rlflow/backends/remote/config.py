@@ -27,6 +27,9 @@ class ServerSettings(_Strict):
 
     host: str = Field("127.0.0.1", description="Address the server binds; 0.0.0.0 exposes it to the network.")
     port: int = Field(0, ge=0, le=65535, description="0 picks a free port.")
+    advertise_host: str | None = Field(
+        None, description="Address the handle gives clients; default: `host`, or this machine's name when binding 0.0.0.0."
+    )
     max_message_bytes: int = Field(DEFAULT_MAX_MESSAGE_BYTES, gt=0, description="Cap on one message, either way.")
     remember_calls: int = Field(64, ge=1, description="Replies of this many update calls are kept for retries.")
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="Where the server's engine runs.")

@@ -354,6 +354,7 @@ def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | Non
         max_message_bytes=config.max_message_bytes,
         remember_calls=config.remember_calls,
         backend=config.backend,
+        advertise_host=config.advertise_host,
     )
     stop = lambda *_: threading.Thread(target=server._tcp.shutdown, daemon=True).start()  # noqa: E731
     signal.signal(signal.SIGTERM, stop)

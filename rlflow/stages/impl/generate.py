@@ -13,7 +13,6 @@ Design decisions:
 from __future__ import annotations
 
 from rlflow.batch import Batch
-from rlflow.errors import StageError
 from rlflow.stages.base import StageContext
 
 
@@ -33,11 +32,6 @@ def generation_params(ctx: StageContext) -> dict:
 
 def run_generate(batch: Batch, ctx: StageContext) -> Batch:
     cfg = ctx.config
-    if cfg.engine == "vllm":
-        raise StageError(
-            f"step {ctx.step}, stage {ctx.stage_name!r}: generate engine 'vllm' is not available in this build; "
-            f"use engine: torch (KV-cached sampling) or engine: hf (transformers generate)"
-        )
     n = cfg.n or ctx.pipeline.algorithm.n
     rows = batch.repeat_interleave(n)
     out = ctx.engine.generate(rows.select(("prompts", "prompt_mask")), generation_params(ctx))

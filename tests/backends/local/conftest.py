@@ -1,9 +1,8 @@
-"""Fixtures for the local-backend tests: tiny pipelines, the built-in tokenizer, prompt batches.
+"""Fixtures for the local-backend tests: one thread, the built-in tokenizer, a sharp model, prompts.
 
 Sizes are kept very small (a handful of prompts, 8-16 response tokens) so every test runs in
-a second or two on a shared CPU. ``sharpen`` re-draws a model's matrices with a larger scale:
-a freshly initialised model's logits are nearly flat, so its greedy output is one repeated
-token and would make greedy-agreement tests pass vacuously.
+a second or two on a shared CPU. Helpers live in ``local_helpers`` (a unique module name:
+test folders share one ``sys.path``, so ``from conftest import`` could pick another folder's).
 """
 
 from __future__ import annotations
@@ -12,41 +11,7 @@ import copy
 
 import pytest
 import torch
-
-from rlflow.schemas.pipeline import Pipeline
-
-PROMPTS = ["How many singers are there?", "List the names of all shops in Boston.", "SELECT"]
-
-
-def make_pipeline(*, algorithm: dict | None = None, trainer: dict | None = None, data: dict | None = None,
-                  generate: dict | None = None, model: dict | None = None) -> Pipeline:
-    """A valid pipeline for the tiny model with the given section overrides."""
-    return Pipeline.model_validate({
-        "name": "local-test",
-        "model": model or {},
-        "data": {"train": "train.json", "max_prompt_length": 32, "max_response_length": 8, **(data or {})},
-        "algorithm": {"n": 2, **(algorithm or {})},
-        "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2, "seed": 5,
-                    "optim": {"lr": 1e-3}, **(trainer or {})},
-        "resources": {"pool": {"type": "local", "device": "cpu"}},
-        "stages": [
-            {"name": "generate", "uses": "generate", "on": "pool", "with": generate or {}},
-            {"name": "old_log_prob", "uses": "old_log_prob", "on": "pool"},
-            {"name": "advantage", "uses": "grpo_advantage", "on": "driver"},
-            {"name": "update_actor", "uses": "update_actor", "on": "pool"},
-            {"name": "sync_weights", "uses": "sync_weights", "on": "pool"},
-        ],
-    })
-
-
-def sharpen(model, seed: int = 0, scale: float = 0.15):
-    """Re-draw every weight matrix from N(0, scale) so the logits are peaked (see module docstring)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.normal_(0.0, scale, generator=gen)
-    return model
+from local_helpers import PROMPTS, make_pipeline, sharpen  # noqa: F401  (re-exported for older imports)
 
 
 @pytest.fixture(autouse=True, scope="module")

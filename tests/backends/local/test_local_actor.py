@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import make_pipeline
+from local_helpers import make_pipeline
 
 from rlflow.backends.local.actor import Actor, verl_actor_config
 from rlflow.backends.local.generation import SamplingParams, sample

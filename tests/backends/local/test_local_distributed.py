@@ -8,7 +8,7 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import make_pipeline
+from local_helpers import make_pipeline
 
 from rlflow.batch import Batch
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import make_pipeline
+from local_helpers import make_pipeline
 
 from rlflow.backends.engine import Engine
 from rlflow.backends.local.engine import LocalEngine
@@ -49,7 +49,7 @@ def test_generate_returns_right_padded_responses_and_decoded_text():
         n = sum(mask)
         assert engine.tokenizer.decode(row[:n], skip_special_tokens=True) == text
         assert all(t == engine.tokenizer.pad_token_id for t in row[n:])
-    assert out.metrics["rollout/empty_responses"] == 0.0
+    assert out.metrics["rollout/empty_response_ratio"] == 0.0
     again = engine.generate(prompts(engine), GEN)
     assert torch.equal(out["responses"], again["responses"])
 
@@ -70,7 +70,7 @@ def test_empty_responses_are_counted():
     engine.eos_token_ids = (first,)  # the greedy first token of row 0 now ends the response at once
     out = engine.generate(prompts(engine), {**GEN, "do_sample": False})
     assert out["response_mask"][0].sum() == 1 and out["response_text"][0] == engine.tokenizer.decode([first])
-    assert out.metrics["rollout/empty_responses"] >= 1.0
+    assert out.metrics["rollout/empty_response_ratio"] >= 1 / 4
 
 
 def test_reference_exists_only_with_kl_and_starts_equal_to_the_actor():
@@ -145,6 +145,12 @@ def test_checkpointed_model_directory_is_a_usable_model_path(tmp_path):
     reloaded = LocalEngine(make_pipeline(model={"path": str(tmp_path / "rank_0" / "model")}))
     for a, b in zip(engine.model.state_dict().values(), reloaded.model.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_an_empty_shard_generates_nothing_with_the_right_width():
+    engine = LocalEngine(make_pipeline())
+    out = engine.generate(prompts(engine).index([]), GEN)
+    assert out["responses"].shape == (0, 8) and out["response_text"] == []
 
 
 def test_loading_a_missing_checkpoint_is_named(tmp_path):

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from rlflow.backends.local.generation import SamplingParams, next_tokens, response_mask_from_tokens, sample, sample_hf
+from rlflow.backends.local.generation import (
+    SamplingParams,
+    next_tokens,
+    response_mask_from_tokens,
+    sample,
+    sample_hf,
+    shared_prompt_starts,
+)
 
 
 def params(tokenizer, **kw) -> SamplingParams:
@@ -19,6 +26,19 @@ def test_greedy_with_and_without_kv_cache_agree(sharp_model, prompt_batch, token
     assert torch.equal(cached, plain) and torch.equal(cached_mask, plain_mask)
     assert len({tuple(r) for r in cached.tolist()}) == len(cached)  # not a vacuous agreement
     assert all(len(set(r)) > 3 for r in cached.tolist())
+
+
+def test_repeated_prompts_share_one_prefill_and_agree_with_the_uncached_loop(sharp_model, prompt_batch, tokenizer):
+    rows = prompt_batch.repeat_interleave(3)
+    starts = shared_prompt_starts(rows["prompts"], rows["prompt_mask"])
+    assert starts.tolist() == [True, False, False] * 3
+    assert shared_prompt_starts(prompt_batch["prompts"], prompt_batch["prompt_mask"]) is None
+    p = params(tokenizer, do_sample=False)
+    shared, shared_mask = sample(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+    plain, plain_mask = sample(sharp_model, rows["prompts"], rows["prompt_mask"], p, use_cache=False)
+    assert torch.equal(shared, plain) and torch.equal(shared_mask, plain_mask)
+    sampled, _ = sample(sharp_model, rows["prompts"], rows["prompt_mask"], params(tokenizer, seed=5))
+    assert not torch.equal(sampled[0], sampled[1])  # one prefill, independent samples
 
 
 def test_torch_loop_agrees_with_hf_generate_when_greedy(sharp_model, prompt_batch, tokenizer):

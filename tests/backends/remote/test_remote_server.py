@@ -122,3 +122,18 @@ def test_protocol_version_mismatch_names_both_versions(served):
     assert f"version {wire.PROTOCOL_VERSION}" in reply["error"]["message"]
     with pytest.raises(wire.ProtocolMismatch, match=rf"speaks version 99, this client speaks version {wire.PROTOCOL_VERSION}"):
         check_handle(handle_of(served, protocol=99), "reference")
+
+
+def test_handle_advertises_a_reachable_host_when_binding_every_interface():
+    from remote_fake_engine import FakeEngine
+
+    from rlflow.backends.remote.server import BackendServer
+
+    wildcard = BackendServer(FakeEngine(), token=TOKEN, host="0.0.0.0")
+    named = BackendServer(FakeEngine(), token=TOKEN, host="0.0.0.0", advertise_host="node-7")
+    try:
+        assert wildcard.handle()["host"] == socket.gethostname()
+        assert named.handle()["host"] == "node-7" and named.handle()["port"] > 0
+    finally:
+        for server in (wildcard, named):
+            server._tcp.server_close()
