@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable
 
 from rlflow.batch import Batch
-from rlflow.errors import StageError, StageTimeout
+from rlflow.errors import BackendError, StageError, StageTimeout
 from rlflow.stages import get_stage_kind
 from rlflow.stages.base import STATE_FIELDS, StageContext
 
@@ -118,6 +118,11 @@ class Dispatcher:
                 results.append(ray.get(ref))
             except RayTaskError as exc:
                 cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                if pool.type == "remote" and isinstance(cause, BackendError):
+                    raise BackendLost(
+                        f"stage {name!r}: the remote backend of resource {pool.name!r} is gone "
+                        f"(via {self._worker_name(pool, i)}): {cause}"
+                    ) from exc
                 raise StageError(
                     f"stage {name!r} failed on resource {pool.name!r}, {self._worker_name(pool, i)}: "
                     f"{type(cause).__name__}: {cause}"
@@ -153,6 +158,10 @@ def _merge(batch: Batch, out: Batch, changes_rows: bool) -> Batch:
 
 class WorkerDied(StageError):
     """A worker process died mid-stage (the runtime may restart the pools and resume)."""
+
+
+class BackendLost(WorkerDied):
+    """A remote backend stopped answering (its process died); restartable like a dead worker."""
 
 
 def _first_line(exc: BaseException) -> str:

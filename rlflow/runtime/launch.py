@@ -106,7 +106,7 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
         while True:
             pools = start_pools(plan, pipeline_dict, str(project.root), gpus, lambda p: _main_config(pipeline_dict, p, project),
                                 tuple(project.plugins))
-            rd.write_workers({name: pool.info for name, pool in pools.items()})
+            rd.write_workers({name: pool.describe() for name, pool in pools.items()})
             try:
                 loop = StepLoop(spec, plan, pools, rd, data, resolved, sinks, restarts)
                 first = loop.init(ckpt)

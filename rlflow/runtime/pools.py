@@ -41,6 +41,14 @@ class Pool:
     backend: Any = None  # the driver's RemoteBackend for remote resources
     roles: frozenset[str] = frozenset()
 
+    def describe(self) -> dict[str, Any]:
+        """Where this resource runs, for workers.json: its workers and, when remote, the backend (no token)."""
+        described: dict[str, Any] = {"type": self.type, "device": self.device, "workers": self.info}
+        if self.backend is not None:
+            handle = self.backend.reconnect_handle()
+            described["backend"] = {k: v for k, v in handle.items() if "token" not in k}
+        return described
+
 
 def resolve_device(device: str, cluster_gpus: float) -> str:
     if device == "auto":

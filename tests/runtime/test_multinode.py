@@ -36,7 +36,7 @@ def test_two_node_pool_gets_one_bundle_per_node_and_trains(two_node_cluster, tmp
                     cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     workers = json.loads((run_dir / "workers.json").read_text())
-    actor = workers["actor_pool"]
+    actor = workers["actor_pool"]["workers"]
     assert [w["rank"] for w in actor] == [0, 1]
     assert len({w["node_id"] for w in actor}) == 2, "each node holds one worker of the pool"
     metrics = read_jsonl(run_dir / "metrics.jsonl")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from stage_helpers import data_batch, make_pipeline, run_stage
 
-from rlflow.errors import StageError
+from rlflow.errors import BackendError
 from rlflow.stages.impl.generate import generation_seed
 
 
@@ -50,5 +50,6 @@ def test_hf_engine_through_the_stage_matches_torch_when_greedy(engine):
 
 
 def test_vllm_is_refused_with_what_to_use_instead(engine):
-    with pytest.raises(StageError, match=r"stage 'generate'.*'vllm' is not available.*engine: torch"):
+    # a plain LocalEngine has no vLLM (create_local_engine builds one that has, when the pipeline asks)
+    with pytest.raises(BackendError, match=r"engine 'vllm' is not available in the local backend.*torch"):
         run_stage(make_pipeline(), engine, "generate", data_batch(engine.tokenizer), config={"engine": "vllm"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -32,6 +33,14 @@ def test_mean_at_n_per_data_source_for_reward_and_extras():
     assert metrics["val-core/spider/reward/mean@2"] == 0.0
     assert metrics["val-aux/bird/reward/std@2"] == pytest.approx(0.25)  # prompt a: 0.5, prompt b: 0
     assert all(k.startswith(("val-core/", "val-aux/")) for k in metrics)
+
+
+def test_validation_leaves_numpys_global_rng_alone():
+    np.random.seed(5)
+    expected = np.random.rand(3)
+    np.random.seed(5)
+    val_metrics(scored([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"], ["bird"] * 4), n=2)  # bootstraps
+    assert (np.random.rand(3) == expected).all()
 
 
 def test_single_sample_greedy_validation():

@@ -72,6 +72,7 @@ class ConfiguredLocalEngine(LocalEngine):
 
     # ---- rollout ----------------------------------------------------------------------------
     def generate(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        """``engine: vllm`` decodes with vLLM (same outputs and metrics as the parent's); others with torch."""
         if params.get("engine") != "vllm":
             return super().generate(batch, params)
         self._need("rollout", "generate")
@@ -82,15 +83,14 @@ class ConfiguredLocalEngine(LocalEngine):
             top_k=int(params.get("top_k", -1)), do_sample=bool(params.get("do_sample", True)),
             seed=int(params.get("seed", 0)),
         )
-        start = time.perf_counter()
+        if len(batch) == 0:  # an empty shard: nothing to decode, same widths as everyone else
+            empty = torch.zeros((0, sp.max_new_tokens), dtype=torch.long)
+            return Batch({"responses": empty, "response_mask": empty.clone()}, {"response_text": []})
         responses, mask = self.vllm.generate(batch["prompts"], batch["prompt_mask"], sp)
-        seconds = time.perf_counter() - start
         out = Batch({"responses": responses, "response_mask": mask}, {"response_text": self._decode(responses, mask)})
-        first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids)) if len(out) else mask.sum(-1).bool()
-        tokens = float(mask.sum())
-        out.metrics = {"rollout/empty_responses": float(first_is_eos.sum()), "rollout/gen_seconds": seconds,
-                       "rollout/policy_version": float(self.global_steps),
-                       "rollout/tokens_per_second": tokens / seconds if seconds > 0 else 0.0}
+        first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids))
+        out.metrics = {"rollout/empty_response_ratio": first_is_eos.float().mean().item(),
+                       "rollout/policy_version": float(self.global_steps)}
         return out
 
     # ---- log-probs --------------------------------------------------------------------------

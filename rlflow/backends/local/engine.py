@@ -90,10 +90,10 @@ class LocalEngine(Engine):
         self.eos_token_ids = self._eos_ids()
 
     def _eos_ids(self) -> tuple[int, ...]:
-        ids = {self.tokenizer.eos_token_id}
-        configured = getattr(self.model or self.ref, "generation_config", None)
-        extra = configured.eos_token_id if configured is not None else None
-        ids.update(extra if isinstance(extra, list) else [extra])
+        """The tokenizer's EOS plus the model's generation-config EOS ids (chat models list several)."""
+        model = self.model if self.model is not None else self.ref
+        extra = model.generation_config.eos_token_id if model is not None else None
+        ids = {self.tokenizer.eos_token_id, *(extra if isinstance(extra, list) else [extra])}
         return tuple(sorted(i for i in ids if i is not None))
 
     def _need(self, role: str, what: str):

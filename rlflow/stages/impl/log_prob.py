@@ -4,7 +4,8 @@ Design decisions:
 - Log-probs are taken at the rollout's temperature (the generate stage's), as verl does, so
   the PPO ratio compares the policy with the distribution that was actually sampled.
 - ``actor/entropy`` is verl's: the entropy aggregated with ``loss_agg_mode`` over the rows this
-  worker saw (the runtime averages shard metrics, which is exact for equal shards).
+  worker saw; the runtime averages shard metrics, which equals the whole batch's value when
+  shards hold equal token counts and is close to it otherwise.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ def rollout_temperature(pipeline) -> float:
 
 
 def log_prob_params(ctx: StageContext) -> dict:
-    size = ctx.config.micro_batch_size or ctx.pipeline.trainer.log_prob_micro_batch_size
+    """Micro-batch: the stage's, else trainer.log_prob_micro_batch_size, else the update's micro-batch."""
+    trainer = ctx.pipeline.trainer
+    size = ctx.config.micro_batch_size or trainer.log_prob_micro_batch_size or trainer.ppo_micro_batch_size
     return {"micro_batch_size": size, "temperature": rollout_temperature(ctx.pipeline)}
 
 

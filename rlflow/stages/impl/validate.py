@@ -11,12 +11,16 @@ Design decisions:
 - Naming: ``mean@N`` of every variable is ``val-core/<data_source>/<var>/mean@N`` (the numbers
   a dashboard plots); verl's core variable (``acc`` if present, else ``reward``) also gets its
   ``best``/``maj`` at N there; every other statistic is ``val-aux/...``, as verl files it.
+- verl's bootstrap reseeds numpy's global RNG; ``val_metrics`` restores that state after the
+  call, so validating never changes what a seeded run does next.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+
+import numpy as np
 
 from rlflow.batch import Batch
 from rlflow.errors import StageError
@@ -56,7 +60,11 @@ def val_metrics(batch: Batch, n: int, data_source_key: str = "data_source") -> d
         uid, count = next(iter(wrong.items()))
         raise ValueError(f"validation batch: uid {uid!r} has {count} samples, expected n={n} ({len(wrong)} uid(s) differ)")
     sources = batch.non_tensors.get(data_source_key) or ["unknown"] * len(batch)
-    stats = process_validation_metrics([str(s) for s in sources], uids, _variables(batch))
+    state = np.random.get_state()
+    try:
+        stats = process_validation_metrics([str(s) for s in sources], uids, _variables(batch))
+    finally:
+        np.random.set_state(state)
     out: dict[str, float] = {}
     for source, var2metric in stats.items():
         core_var = "acc" if "acc" in var2metric else "reward"

@@ -1,10 +1,11 @@
 """One rank of the DeepSpeed-vs-torch comparison, run as a script (the test starts it in subprocesses).
 
-``python deepspeed_worker.py OUT.json --engine deepspeed --zero-stage 2 --rank R --world 2 --port P``
-builds the local engine through ``create_local_engine`` on a fixed batch, runs ``--steps``
-updates (fresh old log-probs before each, as a GRPO step does) and writes the metrics of
-each update, its seconds and a weight fingerprint to ``OUT.json``. With ``--checkpoint DIR``
-it saves before the last update, then reloads and repeats that update, recording both.
+``python deepspeed_worker.py OUT.json --engine deepspeed --zero-stages 2,3 --rank R --world 2 --port P``
+builds the local engine through ``create_local_engine`` for each ZeRO stage in turn (one
+process group), runs ``--steps`` updates on a fixed batch (fresh old log-probs before each,
+as a GRPO step does) and writes, per stage, the metrics of each update, its seconds and a
+weight fingerprint to ``OUT.json``. With ``--checkpoint DIR`` it saves before the last update,
+then reloads and repeats that update, recording both.
 
 A script rather than a spawned test function so the child imports nothing from pytest's
 import machinery; ``if __name__ == "__main__"`` because torch.distributed children must not
@@ -84,40 +85,52 @@ def fingerprint(engine) -> list[float]:
     return [float(flat.sum()), float((flat * flat).sum())]
 
 
-def run(engine_name: str, zero_stage: int, rank: int, world: int, port: int | None, steps: int,
-        checkpoint: str | None, reorder_for: int = 1) -> dict:
+def train(engine, rank: int, world: int, steps: int, checkpoint: str | None, reorder_for: int) -> dict:
+    """``steps`` updates on this rank's shard; with ``checkpoint``, save before the last and replay it."""
+    batch = make_batch(engine.tokenizer)
+    shard = data_parallel_order(batch, reorder_for).split(world)[rank]
+    out = {"initial_fingerprint": fingerprint(engine), "steps": [], "seconds": []}
+    for step in range(1, steps + 1):
+        if checkpoint and step == steps:
+            engine.save_checkpoint(checkpoint, step - 1)
+        metrics, seconds = one_update(engine, shard, step)
+        out["steps"].append(metrics)
+        out["seconds"].append(seconds)
+    out["fingerprint"] = fingerprint(engine)
+    if checkpoint:
+        engine.load_checkpoint(checkpoint)
+        out["replayed"], _ = one_update(engine, shard, steps)
+        out["replayed_fingerprint"] = fingerprint(engine)
+    return out
+
+
+def run(engine_name: str, zero_stages: list[int], rank: int, world: int, port: int | None, steps: int,
+        checkpoint: str | None, reorder_for: int = 1) -> dict[str, dict]:
+    """One engine per ZeRO stage in turn, in one process group; results keyed by stage."""
     from rlflow.backends.local.engines import create_local_engine
 
     torch.set_num_threads(1)
     dist = {"master_addr": "127.0.0.1", "master_port": port} if world > 1 else None
-    start = time.perf_counter()
-    engine = create_local_engine(make_pipeline(engine_name, zero_stage), device="cpu", rank=rank, world_size=world, dist=dist)
-    out = {"setup_seconds": time.perf_counter() - start, "steps": [], "seconds": []}
-    batch = make_batch(engine.tokenizer)
-    shard = data_parallel_order(batch, reorder_for).split(world)[rank]
-    out["initial_fingerprint"] = fingerprint(engine)
+    engines, results = [], {}
     try:
-        for step in range(1, steps + 1):
-            if checkpoint and step == steps:
-                engine.save_checkpoint(checkpoint, step - 1)
-            metrics, seconds = one_update(engine, shard, step)
-            out["steps"].append(metrics)
-            out["seconds"].append(seconds)
-        out["fingerprint"] = fingerprint(engine)
-        if checkpoint:
-            engine.load_checkpoint(checkpoint)
-            out["replayed"], _ = one_update(engine, shard, steps)
-            out["replayed_fingerprint"] = fingerprint(engine)
+        for stage in zero_stages:
+            start = time.perf_counter()
+            engines.append(create_local_engine(make_pipeline(engine_name, stage), device="cpu", rank=rank,
+                                               world_size=world, dist=dist))
+            setup = time.perf_counter() - start
+            where = f"{checkpoint}/zero{stage}" if checkpoint else None
+            results[str(stage)] = {"setup_seconds": setup, **train(engines[-1], rank, world, steps, where, reorder_for)}
     finally:
-        engine.close()
-    return out
+        for engine in reversed(engines):  # the process group goes with the last close
+            engine.close()
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--engine", default="deepspeed")
-    parser.add_argument("--zero-stage", type=int, default=2)
+    parser.add_argument("--zero-stages", default="2", help="comma-separated, e.g. 2,3")
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--world", type=int, default=1)
     parser.add_argument("--port", type=int)
@@ -125,7 +138,7 @@ def main() -> None:
     parser.add_argument("--checkpoint")
     parser.add_argument("--reorder-for", type=int, default=1)
     args = parser.parse_args()
-    result = run(args.engine, args.zero_stage, args.rank, args.world, args.port, args.steps, args.checkpoint,
+    result = run(args.engine, [int(z) for z in args.zero_stages.split(",")], args.rank, args.world, args.port, args.steps, args.checkpoint,
                  args.reorder_for)
     with open(args.out, "w") as fh:
         json.dump(result, fh)

@@ -105,8 +105,10 @@ def test_sampling_is_seeded(engine, prompts):
     assert int(first.max()) < engine.model.config.vocab_size and bool(mask[:, 0].all())
 
 
-def test_generate_reports_rollout_metrics(engine, prompts):
+def test_generate_reports_rollout_metrics_and_takes_empty_shards(engine, prompts):
     out = engine.generate(prompts, {**GREEDY, "engine": "vllm"})
-    assert out.metrics["rollout/gen_seconds"] > 0 and out.metrics["rollout/tokens_per_second"] > 0
     assert out.metrics["rollout/policy_version"] == 1.0
+    assert 0.0 <= out.metrics["rollout/empty_response_ratio"] <= 1.0
     assert len(out["response_text"]) == len(PROMPTS)
+    empty = engine.generate(prompts.index([]), {**GREEDY, "engine": "vllm"})
+    assert empty["responses"].shape == (0, 8) and empty["response_text"] == []

@@ -1,0 +1,154 @@
+"""SQL reward throughput: rewards per second with a reward pool of 1 and of 2 CPU workers.
+
+    python benchmarks/bench_reward.py            # 64 questions x 8 responses per call, 5 reps per pool
+    python benchmarks/bench_reward.py --quick    # 4 questions x 8 responses, 1 rep
+
+The pools are rlflow's own: both are started with the runtime's ``start_pools`` from the
+bird_grpo pipeline (``reward_pool`` with ``workers: 1`` and ``workers: 2``, Ray actors of one
+CPU each) and called through the runtime's ``Dispatcher``, so a call is what a training step
+pays: shard the batch, ship it, score on the workers, gather. Both pools live side by side and
+calls alternate between them.
+
+The responses are a realistic mix for every question of the shipped BIRD sample, 8 per
+question as a GRPO group: 2 with the gold SQL (correct), 3 that run but answer otherwise
+(the gold query cut to another page of rows), 2 that SQLite rejects (a misspelt keyword, a
+missing table), 1 with no SQL at all. The measured exec/format/error rates are reported.
+
+Gold results and connections are cached per worker across steps (as in training), so the
+first call of each pool (cold: connections opened, gold SQL run) is reported apart from the
+warm reps that give the throughput. The figure is the scaling ratio: 2-worker rewards/s over
+1-worker rewards/s (ideal 2.0; the target here is >= 1.5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+NAME = "reward"
+GOAL = 1.5
+MIX = ("correct", "correct", "wrong", "wrong", "wrong", "error_syntax", "error_table", "no_sql")
+
+
+def response(kind: str, gold: str) -> str:
+    if kind == "correct":
+        return f"The answer:\n```sql\n{gold}\n```"
+    if kind == "wrong":
+        return f"```sql\nSELECT * FROM ({gold}) LIMIT 5 OFFSET 1\n```"
+    if kind == "error_syntax":
+        return f"```sql\n{gold.replace('SELECT', 'SELEC', 1)}\n```"
+    if kind == "error_table":
+        return "```sql\nSELECT name FROM no_such_table WHERE id = 1\n```"
+    return "I am not sure which table holds this."
+
+
+def build_batch(spec, questions: int):
+    """``questions`` x len(MIX) rows: the fields the reward stage reads."""
+    import torch
+
+    from rlflow.backends.local.models import load_tokenizer
+    from rlflow.batch import Batch
+    from rlflow.data import load_split
+
+    train = load_split(spec, "train", common.ROOT, load_tokenizer(spec.model, common.ROOT))
+    examples = [train[i] for i in range(min(questions, len(train)))]
+    texts, infos = [], []
+    for e in examples:
+        for kind in MIX:
+            texts.append(response(kind, e.reward_info["gold_sql"]))
+            infos.append(dict(e.reward_info))
+    width = spec.data.max_response_length
+    return Batch({"response_mask": torch.ones((len(texts), width), dtype=torch.long)},
+                 {"response_text": texts, "reward_info": infos})
+
+
+def start_reward_pools(workers: tuple[int, ...]):
+    """{k: (pool, reward stage, spec)} for reward pools of k workers, started on one Ray."""
+    from rlflow.plan.compile import compile_plan
+    from rlflow.runtime.cluster import start_ray
+    from rlflow.runtime.pools import start_pools
+    from rlflow.schemas.loader import load_pipeline
+    from rlflow.schemas.project import load_project_config
+
+    project = load_project_config(common.ROOT)
+    start_ray(project, float(sum(workers)))
+    pools = {}
+    for k in workers:
+        spec = load_pipeline(common.ROOT / "pipelines" / "bird_grpo.yaml", [f"resources.reward_pool.workers={k}"],
+                             project=project).spec
+        plan = compile_plan(spec)
+        only = replace(plan, resources={"reward_pool": plan.resources["reward_pool"]})
+        started = start_pools(only, spec.model_dump(by_alias=True, mode="json"), str(common.ROOT), 0, lambda p: {})
+        pools[k] = (started, plan.stage("reward"), spec)
+    return pools
+
+
+def call(pool_entry, batch, step: int) -> dict:
+    from rlflow.runtime.dispatch import Dispatcher
+
+    started, stage, spec = pool_entry
+    dispatcher = Dispatcher(started, spec, trace=lambda records: None)
+    start = time.perf_counter()
+    out = dispatcher.run_stage(stage, batch.select(batch.keys()), step)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "rows": len(out), "rewards_per_s": len(out) / seconds,
+            "metrics": {k: v for k, v in out.metrics.items() if k.startswith("reward/")}}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.common_args(p, rounds=5)
+    p.add_argument("--questions", type=int, default=None, help="questions per call (default 64; --quick: 4)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    questions = args.questions or (4 if args.quick else 64)
+    rounds = args.rounds or (1 if args.quick else 5)
+    import ray
+
+    from rlflow.runtime.pools import stop_pools
+
+    before = common.machine()
+    pools = start_reward_pools((1, 2))
+    try:
+        batch = build_batch(next(iter(pools.values()))[2], questions)
+        print(f"{len(batch)} responses per call ({questions} questions x {len(MIX)}), {rounds} reps per pool", flush=True)
+        cold = {k: call(entry, batch, 0) for k, entry in pools.items()}
+        calls: dict[int, list[dict]] = {k: [] for k in pools}
+        for r, order in enumerate(common.rotations(list(pools), rounds)):
+            for k in order:
+                calls[k].append(call(pools[k], batch, r + 1))
+                print(f"  rep {r + 1}/{rounds} workers={k}: {calls[k][-1]['rewards_per_s']:.0f} rewards/s", flush=True)
+    finally:
+        for started, _, _ in pools.values():
+            stop_pools(started)
+        ray.shutdown()
+    arms = {f"workers_{k}": {"rewards_per_s_median": common.median(c["rewards_per_s"] for c in cs),
+                             "seconds_median": common.median(c["seconds"] for c in cs), "cold": cold[k], "calls": cs}
+            for k, cs in calls.items()}
+    scaling = common.ratio(arms["workers_2"]["rewards_per_s_median"], arms["workers_1"]["rewards_per_s_median"])
+    print(common.markdown_table(["pool", "rewards/s (median, warm)", "seconds per call", "cold call s"],
+                                [[k, a["rewards_per_s_median"], a["seconds_median"], a["cold"]["seconds"]]
+                                 for k, a in arms.items()]))
+    mix = calls[1][0]["metrics"] if calls[1] else {}
+    print(f"scaling 2 workers / 1 worker: {common.fmt(scaling)}x (goal >= {GOAL}x); reward mix: {mix}")
+    summary = [common.goal_row(NAME, "SQL rewards/s, 2 workers / 1 worker", scaling, f">= {GOAL}x (ideal 2x)",
+                               None if scaling is None else scaling >= GOAL,
+                               None if scaling is None else f"{scaling:.2f}x ({common.fmt(arms['workers_1']['rewards_per_s_median'])}"
+                               f" -> {common.fmt(arms['workers_2']['rewards_per_s_median'])} rewards/s)")]
+    report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "rows_per_call": len(batch),
+              "questions": questions, "mix_per_question": list(MIX), "reward_metrics": mix, "rounds": rounds,
+              "arms": arms, "scaling_2_over_1": scaling, "summary": summary}
+    common.write_result(NAME, report, args.quick, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Step time: ``rlflow run`` next to the same stages in a plain loop, and next to TRL's GRPOTrainer.
+
+    python benchmarks/bench_step.py                  # 2 interleaved rounds of 5 steps per arm
+    python benchmarks/bench_step.py --quick          # tiny sizes, 1 round: proves the path
+    python benchmarks/bench_step.py --arms rlflow loop
+
+Three arms, each in a fresh process, on the same model, data and sizes (16 prompts x 8
+samples x 48 tokens, one optimizer step per step, micro-batches of 8):
+
+- ``rlflow``: ``rlflow run pipelines/bird_grpo.yaml`` exactly as a user runs it (Ray, a local
+  actor pool and a 2-worker reward pool); its ``timing_s/step`` from metrics.jsonl;
+- ``loop``: the very same stage kinds called in a plain in-process loop with no Ray: a
+  ``LocalEngine`` holding actor, rollout and reference, the reward in-process, the stages
+  in the compiled plan's order (verl's), each ``run(batch, StageContext)``; this is the
+  floor the runtime is measured against (goal: rlflow / loop <= 1.05);
+- ``trl``: TRL's GRPOTrainer doing the same work in its own venv (see trl_grpo_run.py;
+  rlflow should be faster despite Ray and its extra old-log-prob pass).
+
+Steady state is the median of the steps after the first two. Arms run in rotated order
+round after round, so drifting load hits every arm alike; the headline ratios are ratios of
+the medians over all rounds, and each round's own ratios are listed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+NAME = "step"
+PIPELINE = "pipelines/bird_grpo.yaml"
+ARMS = ("rlflow", "loop", "trl")
+QUICK_SETS = ("trainer.train_batch_size=2", "algorithm.n=2", "data.max_response_length=8",
+              "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=2")
+STAGE_TIMERS = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
+LOOP_GOAL = 1.05
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.common_args(p, rounds=2)
+    p.add_argument("--steps", type=int, default=None, help="steps per run (default 5; --quick: 3); the first 2 are warm-up")
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per run before it is killed")
+    p.add_argument("--loop-run", type=Path, help=argparse.SUPPRESS)  # internal: run the plain loop, write JSON here
+    p.add_argument("--set", dest="sets", action="append", default=[], help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+# ---- the plain loop (runs in its own process) -------------------------------------------------
+def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None:
+    """The stages of PIPELINE, in the plan's order, in this process: no Ray, no dispatch."""
+    import torch
+
+    torch.set_num_threads(threads)
+    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.models import load_tokenizer
+    from rlflow.data import StepSampler, load_split
+    from rlflow.plan.compile import compile_plan
+    from rlflow.schemas.loader import load_pipeline
+    from rlflow.stages import StageContext, get_stage_kind
+
+    spec = load_pipeline(common.ROOT / PIPELINE, sets).spec
+    tokenizer = load_tokenizer(spec.model, common.ROOT)
+    train = load_split(spec, "train", common.ROOT, tokenizer)
+    sampler = StepSampler(len(train), spec.trainer.train_batch_size, spec.trainer.seed, spec.data.shuffle)
+    engine = LocalEngine(spec, device="cpu", roles=frozenset({"actor", "rollout", "ref"}), project_root=common.ROOT,
+                         total_training_steps=steps)
+    plan = compile_plan(spec)
+    engine.update_weights(0)  # verl syncs before the first generation
+    states: dict[str, dict] = {}
+    record: dict = {"steps": []}
+    for step in range(1, steps + 1):
+        batch = train.to_batch(sampler.next_indices(), tokenizer.pad_token_id, step=step)
+        timing: dict[str, float] = {}
+        start = time.perf_counter()
+        for stage in plan.step:
+            kind = get_stage_kind(stage.kind)
+            ctx = StageContext(pipeline=spec, config=kind.parse_config(dict(stage.config)), stage_name=stage.name,
+                               step=step, engine=engine, state=states.setdefault(stage.resource, {}))
+            began = time.perf_counter()
+            out = kind().run(batch, ctx)
+            timing[stage.verl_timer or stage.name] = time.perf_counter() - began
+            if kind.changes_rows:
+                out.metrics = {**batch.metrics, **out.metrics}
+                batch = out
+            elif out is not batch:
+                batch.update(out)
+        timing["step"] = time.perf_counter() - start
+        record["steps"].append({"step": step, **{f"timing_s/{k}": v for k, v in timing.items()},
+                                "response_length/mean": float(batch["response_mask"].sum(-1).float().mean())})
+    engine.close()
+    out.write_text(json.dumps(record, indent=2) + "\n")
+
+
+# ---- the arms ---------------------------------------------------------------------------------
+def run_arm(arm: str, sets: list[str], steps: int, work: Path, timeout: float) -> dict:
+    """One run of ``arm``: per-step records (step, timing_s/*, response_length/mean) and the run's wall time."""
+    log = work / f"{arm}.log"
+    if arm == "rlflow":
+        result = common.run_rlflow(PIPELINE, [*sets, f"trainer.total_steps={steps}"], work / "rlflow-run", log=log,
+                                   timeout=timeout)
+        records = result.pop("metrics")
+        result.pop("trace")
+    elif arm == "loop":
+        out = work / "loop.json"
+        cmd = [sys.executable, __file__, "--loop-run", str(out), "--steps", str(steps), *[f"--set={s}" for s in sets]]
+        result = common.run_process(cmd, log=log, timeout=timeout)
+        records = json.loads(out.read_text())["steps"] if result["exit_code"] == 0 else []
+    else:
+        if not common.TRL_PYTHON.exists():
+            return {"skipped": "TRL is not installed (bash scripts/setup_trl_venv.sh creates .venv-trl)", "records": []}
+        out = work / "trl.json"
+        model = next(s.split("=", 1)[1] for s in sets if s.startswith("model_path="))
+        cmd = [str(common.TRL_PYTHON), str(common.BENCH / "trl_grpo_run.py"), "--model-dir", model, "--steps", str(steps),
+               "--out", str(out), *[f"--set={s}" for s in sets if not s.startswith("model_path=")]]
+        result = common.run_process(cmd, log=log, timeout=timeout)
+        records = _trl_records(json.loads(out.read_text())) if result["exit_code"] == 0 else []
+    if result["exit_code"] != 0:
+        result["error"] = common.tail(log)
+    result["records"] = records
+    return result
+
+
+def _trl_records(trl: dict) -> list[dict]:
+    lengths = trl.get("mean_completion_length", [])
+    return [{"step": i + 1, "timing_s/step": s, **({"response_length/mean": lengths[i]} if i < len(lengths) else {})}
+            for i, s in enumerate(trl["step_s"])]
+
+
+def summarize(runs: dict[str, list[dict]], skip: int) -> dict:
+    """Per arm: pooled steady-state medians (step, stages, response length); per round: ratios."""
+    arms = {}
+    for arm, results in runs.items():
+        records = [r for res in results for r in res.get("records", []) if r["step"] > skip]
+        per_round = [common.median(r["timing_s/step"] for r in res.get("records", []) if r["step"] > skip) for res in results]
+        arms[arm] = {
+            "step_s_median": common.median(r["timing_s/step"] for r in records),
+            "step_s_per_round": per_round,
+            "samples": len(records),
+            "stage_s_median": {t: common.median(r.get(f"timing_s/{t}") for r in records) for t in STAGE_TIMERS
+                               if any(f"timing_s/{t}" in r for r in records)},
+            "response_length_mean": common.median(r.get("response_length/mean") for r in records),
+            "skipped": next((res["skipped"] for res in results if "skipped" in res), None),
+            "errors": [res["error"] for res in results if "error" in res],
+        }
+    return arms
+
+
+def ratios(arms: dict) -> dict:
+    out = {}
+    rl = arms.get("rlflow", {})
+    for other in ("loop", "trl"):
+        if other in arms and rl:
+            rounds = [common.ratio(a, b) for a, b in zip(rl["step_s_per_round"], arms[other]["step_s_per_round"])]
+            out[f"rlflow_over_{other}"] = common.ratio(rl["step_s_median"], arms[other]["step_s_median"])
+            out[f"rlflow_over_{other}_per_round"] = rounds
+    return out
+
+
+def summary_rows(arms: dict, rat: dict) -> list[dict]:
+    rows = []
+    r = rat.get("rlflow_over_loop")
+    rl = arms.get("rlflow", {}).get("step_s_median")
+    loop = arms.get("loop", {}).get("step_s_median")
+    if "loop" in arms:
+        rows.append(common.goal_row(NAME, "rlflow run step time / plain in-process loop", r, f"<= {LOOP_GOAL}",
+                                    None if r is None else r <= LOOP_GOAL,
+                                    None if r is None else f"{r:.3f} ({common.fmt(rl)} s vs {common.fmt(loop)} s)"))
+    if "trl" in arms:
+        t = rat.get("rlflow_over_trl")
+        trl = arms["trl"].get("step_s_median")
+        note = arms["trl"].get("skipped") or ""
+        rows.append(common.goal_row(NAME, "rlflow run step time / TRL GRPOTrainer", t, "< 1 (faster than TRL)",
+                                    None if t is None else t < 1.0,
+                                    None if t is None else f"{t:.3f} ({common.fmt(rl)} s vs {common.fmt(trl)} s)", note))
+    return rows
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    steps = args.steps or (3 if args.quick else 5)
+    if args.loop_run:
+        return plain_loop(args.sets, steps, args.loop_run)
+    rounds = args.rounds or (1 if args.quick else 2)
+    model_dir, model_label = common.bench_model_dir()
+    sets = [f"model_path={model_dir}", *common.STEP_SETS, *(QUICK_SETS if args.quick else ())]
+    work = common.ROOT / "runs" / "bench-step"
+    skip = 2 if steps > 2 else 0
+    load_before = common.machine()
+    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms}
+    for r, order in enumerate(common.rotations(args.arms, rounds)):
+        for arm in order:
+            print(f"round {r + 1}/{rounds}: {arm} ({steps} steps) ...", flush=True)
+            result = run_arm(arm, sets, steps, work / f"round{r + 1}", args.timeout)
+            runs[arm].append(result)
+            times = [round(x["timing_s/step"], 2) for x in result.get("records", [])]
+            print(f"  {arm}: step times {times}{' ' + result['error'][-300:] if 'error' in result else ''}"
+                  f"{' ' + result['skipped'] if 'skipped' in result else ''}", flush=True)
+    arms = summarize(runs, skip)
+    rat = ratios(arms)
+    rows = summary_rows(arms, rat)
+    headers = ["arm", "step s (median)", *[f"{t} s" for t in STAGE_TIMERS], "response len", "samples"]
+    table = [[arm, a["step_s_median"], *[a["stage_s_median"].get(t) for t in STAGE_TIMERS], a["response_length_mean"],
+              a["samples"]] for arm, a in arms.items()]
+    print(common.markdown_table(headers, table))
+    for key, value in rat.items():
+        print(f"{key}: {value if isinstance(value, list) else common.fmt(value)}")
+    report = {
+        "machine": {**load_before, "load_avg_1m_after": common.machine()["load_avg_1m"]},
+        "model": model_label, "sizes": dict(common.SIZES) if not args.quick else "quick", "sets": sets,
+        "steps_per_run": steps, "warmup_steps_skipped": skip, "rounds": rounds, "threads_per_model_process": 1,
+        "arms": arms, "ratios": rat, "summary": rows,
+        "runs": {arm: [{k: v for k, v in res.items() if k != "records"} | {"step_s": [x["timing_s/step"] for x in res.get("records", [])]}
+                       for res in results] for arm, results in runs.items()},
+    }
+    common.write_result(NAME, report, args.quick, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""What every benchmark script shares: paths, the benchmark model, running ``rlflow run``, memory
+sampling, medians and ratios, goals, tables and the JSON result files.
+
+Design decisions:
+- Each benchmark is a plain script (``python benchmarks/bench_x.py``) that imports this module
+  from its own folder; nothing here imports torch, ray or transformers at module level, so a
+  script's ``--help`` and the summary writer stay instant.
+- The machine is shared and noisy: every comparison runs its arms side by side in one
+  invocation, interleaved (``rotations``), and reports medians and ratios of medians. The load
+  average before and after is written beside every figure so a reader can judge the noise.
+- One model for every arm: the warm start ``models/tiny-sql-warm`` when it exists, else the
+  built-in tiny model saved once with ``save_pretrained`` under ``runs/bench-model`` (so rlflow,
+  the plain loop, HF generate, TRL and vLLM all load the very same weights and tokenizer).
+- Results go to ``benchmarks/results/<name>.json``; ``--quick`` runs go to ``<name>_quick.json``
+  so that a smoke run never overwrites a real figure. Every result carries a ``summary`` list
+  of rows (figure, measured, goal, met) that ``run_all.py`` turns into ``SUMMARY.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+RESULTS = BENCH / "results"
+WARM_START = ROOT / "models" / "tiny-sql-warm"
+BUILTIN_DIR = ROOT / "runs" / "bench-model" / "tiny-qwen2"
+TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
+# The sizes every step benchmark uses (the issue's: 16 prompts x 8 samples x 48 tokens), one
+# optimizer step per generation batch (mini-batch = the whole batch), micro-batches of 8 samples.
+SIZES = {"train_batch_size": 16, "n": 8, "max_response_length": 48, "ppo_mini_batch_size": 16, "ppo_micro_batch_size": 8}
+# --set overrides that put a pipeline at SIZES, without validation or checkpoints inside the timed steps.
+STEP_SETS = (
+    f"trainer.train_batch_size={SIZES['train_batch_size']}", f"algorithm.n={SIZES['n']}",
+    f"data.max_response_length={SIZES['max_response_length']}",
+    f"trainer.ppo_mini_batch_size={SIZES['ppo_mini_batch_size']}",
+    f"trainer.ppo_micro_batch_size={SIZES['ppo_micro_batch_size']}",
+    "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.save_freq=-1",
+)
+
+
+# ---- environment ------------------------------------------------------------------------------
+def bench_env(threads: int = 1) -> dict[str, str]:
+    """The environment of every benchmark subprocess: quiet Ray, fixed thread counts."""
+    env = dict(os.environ)
+    env.update(RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads),
+               MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return env
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "load_avg_1m": round(os.getloadavg()[0], 2)}
+
+
+def rlflow_script() -> list[str]:
+    """The installed ``rlflow`` command beside this interpreter (what users run), else ``python -m``."""
+    script = shutil.which("rlflow", path=str(Path(sys.executable).parent))
+    return [script] if script else [sys.executable, "-m", "rlflow.cli.main"]
+
+
+def bench_model_dir() -> tuple[Path, str]:
+    """(directory, label) of the model every arm loads; saves the built-in one on first use."""
+    if (WARM_START / "config.json").is_file():
+        return WARM_START, "models/tiny-sql-warm (warm start)"
+    if not (BUILTIN_DIR / "config.json").is_file():
+        save_builtin(BUILTIN_DIR)
+    return BUILTIN_DIR, "builtin:tiny-qwen2 (saved with save_pretrained)"
+
+
+def save_builtin(directory: Path, seed: int = 1) -> None:
+    """The built-in tiny model and its tokenizer as a Hugging Face directory (written atomically)."""
+    from rlflow.backends.local.models import load_model, load_tokenizer
+    from rlflow.schemas.pipeline import ModelSpec
+
+    spec = ModelSpec()
+    tokenizer = load_tokenizer(spec)
+    model = load_model(spec, tokenizer, seed=seed)
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.rename(directory)
+
+
+# ---- statistics -------------------------------------------------------------------------------
+def median(values: Iterable[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b in (None, 0) else a / b
+
+
+def rotations(arms: Sequence[str], rounds: int) -> list[list[str]]:
+    """The arms' order in each round, rotated so that no arm always runs first (or last)."""
+    return [list(arms[r % len(arms):]) + list(arms[: r % len(arms)]) for r in range(rounds)]
+
+
+def goal_row(benchmark: str, figure: str, measured: float | None, goal: str, met: bool | None,
+             shown: str | None = None, note: str = "") -> dict[str, Any]:
+    """One line of SUMMARY.md: ``met`` is None when the figure could not be measured."""
+    return {"benchmark": benchmark, "figure": figure, "measured": measured,
+            "measured_text": shown if shown is not None else fmt(measured), "goal": goal, "met": met, "note": note}
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [[fmt(c) if not isinstance(c, str) else c for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
+
+
+def write_result(name: str, report: dict[str, Any], quick: bool, out: Path | None = None) -> Path:
+    path = out or RESULTS / (f"{name}_quick.json" if quick else f"{name}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = {"benchmark": name, "quick": quick, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **report}
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return path
+
+
+# ---- rlflow run as a user runs it -------------------------------------------------------------
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_rlflow(pipeline: str, sets: Sequence[str], run_dir: Path, *, log: Path, timeout: float,
+               sample_memory: bool = False) -> dict[str, Any]:
+    """``rlflow run`` in a subprocess; its metrics, trace, wall time and (optionally) peak RSS."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [*rlflow_script(), "run", pipeline, "--run-dir", str(run_dir)]
+    for s in sets:
+        cmd += ["--set", s]
+    result = run_process(cmd, log=log, timeout=timeout, sample_memory=sample_memory)
+    result.update(command=" ".join(cmd[1:] if cmd[0].endswith("rlflow") else cmd),
+                  metrics=read_jsonl(run_dir / "metrics.jsonl"), trace=read_jsonl(run_dir / "trace.jsonl"))
+    if result["exit_code"] != 0:
+        result["error"] = tail(log)
+    return result
+
+
+def run_process(cmd: Sequence[str], *, log: Path, timeout: float, sample_memory: bool = False,
+                env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``cmd`` (output to ``log``); wall-clock start (epoch seconds), duration, exit code, peak RSS."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sampler = None
+    with log.open("w") as out:
+        start = time.time()
+        proc = subprocess.Popen(list(cmd), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env or bench_env(),
+                                start_new_session=True)
+        if sample_memory:
+            sampler = TreeMemory(proc.pid)
+            sampler.start()
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            code = -9
+        finally:
+            if sampler is not None:
+                sampler.stop()
+    result = {"exit_code": code, "start": start, "wall_s": time.time() - start, "log": str(log)}
+    if sampler is not None:
+        result.update(sampler.report())
+    return result
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def step_times(metrics: list[dict[str, Any]], skip: int = 2, key: str = "timing_s/step") -> list[float]:
+    """``key`` of every step after the first ``skip`` (warm-up: allocator, caches, lazy imports)."""
+    return [m[key] for m in metrics if m.get("step", 0) > skip and key in m]
+
+
+# ---- memory of a process tree -----------------------------------------------------------------
+class TreeMemory:
+    """Samples the summed RSS of a process and all its descendants every ``interval`` seconds.
+
+    ``rlflow run`` starts Ray's GCS, raylet and workers (and a remote backend's server) as its
+    descendants, so the tree covers the whole run. RSS counts shared pages (torch's libraries,
+    Ray's object store) once per process: the figure is an upper bound of the real footprint.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        import psutil
+
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.peak = 0
+        self.peak_processes: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                break
+            total, names = 0, {}
+            for p in procs:
+                try:
+                    rss = p.memory_info().rss
+                    name = p.name()
+                except psutil.Error:
+                    continue
+                total += rss
+                names[name] = names.get(name, 0) + rss
+            self.samples += 1
+            if total > self.peak:
+                self.peak, self.peak_processes = total, names
+            self._stop.wait(self.interval)
+
+    def report(self) -> dict[str, Any]:
+        top = sorted(self.peak_processes.items(), key=lambda kv: -kv[1])[:8]
+        return {"peak_rss_bytes": self.peak, "peak_rss_gib": round(self.peak / 2**30, 3), "memory_samples": self.samples,
+                "peak_rss_by_process_mib": {k: round(v / 2**20, 1) for k, v in top}}
+
+
+def common_args(parser, *, rounds: int | None = None) -> None:
+    """--quick, --out and (for interleaved benchmarks) --rounds."""
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: proves the path in seconds; writes <name>_quick.json")
+    parser.add_argument("--out", type=Path, default=None, help="JSON output (default benchmarks/results/<name>[_quick].json)")
+    if rounds is not None:
+        parser.add_argument("--rounds", type=int, default=None, help=f"interleaved rounds (default {rounds}; --quick: 1)")
