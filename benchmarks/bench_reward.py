@@ -1,6 +1,6 @@
 """SQL reward throughput: rewards per second with a reward pool of 1 and of 2 CPU workers.
 
-    python benchmarks/bench_reward.py            # 64 questions x 8 responses per call, 5 reps per pool
+    python benchmarks/bench_reward.py            # every sample question x 8 responses per call, 5 reps per pool
     python benchmarks/bench_reward.py --quick    # 4 questions x 8 responses, 1 rep
 
 The pools are rlflow's own: both are started with the runtime's ``start_pools`` from the
@@ -57,7 +57,7 @@ def build_batch(spec, questions: int):
     from rlflow.data import load_split
 
     train = load_split(spec, "train", common.ROOT, load_tokenizer(spec.model, common.ROOT))
-    examples = [train[i] for i in range(min(questions, len(train)))]
+    examples = [train[i] for i in range(min(questions, len(train)))]  # a question's group stays on one worker
     texts, infos = [], []
     for e in examples:
         for kind in MIX:
@@ -104,13 +104,13 @@ def call(pool_entry, batch, step: int) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.common_args(p, rounds=5)
-    p.add_argument("--questions", type=int, default=None, help="questions per call (default 64; --quick: 4)")
+    p.add_argument("--questions", type=int, default=None, help="questions per call (default: all of the train split; --quick: 4)")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    questions = args.questions or (4 if args.quick else 64)
+    questions = args.questions or (4 if args.quick else 10**9)
     rounds = args.rounds or (1 if args.quick else 5)
     import ray
 
@@ -120,6 +120,7 @@ def main(argv=None) -> None:
     pools = start_reward_pools((1, 2))
     try:
         batch = build_batch(next(iter(pools.values()))[2], questions)
+        questions = len(batch) // len(MIX)
         print(f"{len(batch)} responses per call ({questions} questions x {len(MIX)}), {rounds} reps per pool", flush=True)
         cold = {k: call(entry, batch, 0) for k, entry in pools.items()}
         calls: dict[int, list[dict]] = {k: [] for k in pools}

@@ -84,13 +84,13 @@ def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None
             ctx = StageContext(pipeline=spec, config=kind.parse_config(dict(stage.config)), stage_name=stage.name,
                                step=step, engine=engine, state=states.setdefault(stage.resource, {}))
             began = time.perf_counter()
-            out = kind().run(batch, ctx)
+            produced = kind().run(batch, ctx)
             timing[stage.verl_timer or stage.name] = time.perf_counter() - began
-            if kind.changes_rows:
-                out.metrics = {**batch.metrics, **out.metrics}
-                batch = out
-            elif out is not batch:
-                batch.update(out)
+            if kind.changes_rows:  # merged as the runtime merges (rlflow.runtime.dispatch._merge)
+                produced.metrics = {**batch.metrics, **produced.metrics}
+                batch = produced
+            elif produced is not batch:
+                batch.update(produced)
         timing["step"] = time.perf_counter() - start
         record["steps"].append({"step": step, **{f"timing_s/{k}": v for k, v in timing.items()},
                                 "response_length/mean": float(batch["response_mask"].sum(-1).float().mean())})

@@ -61,11 +61,13 @@ def timed(cmd: list[str], cwd: Path, runs: int, **env_vars: str) -> dict:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     output = (result.stderr or result.stdout).strip().splitlines()
+    errors = [line for line in output if "Error" in line]  # the error itself, not the closing hint
     return {
         "command": " ".join(cmd), "runs": runs, "exit_code": result.returncode,
         "wall_s": [round(w, 4) for w in walls], "wall_median_s": round(statistics.median(walls), 4),
         "wall_min_s": round(min(walls), 4), "cpu_median_s": round(statistics.median(cpus), 4),
-        "cpu_min_s": round(min(cpus), 4), "last_line": output[-1] if output else "",
+        "cpu_min_s": round(min(cpus), 4),
+        "message": (errors or output or [""])[-1],
     }
 
 
@@ -124,7 +126,7 @@ def main() -> None:
     print(table(rows))
     print(f"\nrlflow validate: {count} modules imported; heavy ones: {', '.join(heavy) or 'none'}")
     if "verl_config_error" in report:
-        print(f"verl's answer: {report['verl_config_error']['last_line']}")
+        print(f"verl's answer: {report['verl_config_error']['message']}")
         print(f"rlflow answers {report['speedup_wall_median']}x sooner (wall, median)")
     print(f"load average (1 min) before/after: {report['machine']['load_avg_1m']:.2f} / "
           f"{report['machine']['load_avg_1m_after']:.2f}")

@@ -1,41 +1,12 @@
-"""Helpers for end-to-end runtime tests: the real CLI in a subprocess, on the shipped sample."""
+"""Fixtures of the runtime tests (helpers live in runtime_helpers.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PLUGINS = Path(__file__).resolve().parent / "plugins"
-# Small enough for a 2-core machine: 4 prompts x 4 samples, short responses, 8 validation prompts.
-SMALL = [
-    "trainer.train_batch_size=4", "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=4",
-    "algorithm.n=4", "data.max_response_length=24", "data.max_val_samples=8", "model_path=builtin:tiny-qwen2",
-]
-
-
-def small_sets(*extra: str) -> list[str]:
-    """``--set`` arguments for the small sizes plus ``extra`` overrides (later ones win)."""
-    return as_args([*SMALL, *extra])
-
-
-def as_args(items: list[str]) -> list[str]:
-    return [arg for item in items for arg in ("--set", item)]
-
-
-def rlflow(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+from runtime_helpers import REPO
 
 
 @pytest.fixture
@@ -49,27 +20,3 @@ def project_dir(tmp_path: Path) -> Path:
         "runs_dir: runs\n"
     )
     return tmp_path
-
-
-def start_rlflow(*args: str, cwd: Path = REPO) -> subprocess.Popen:
-    """``rlflow`` in the background, in its own session (so a test can signal or kill it)."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}"}
-    return subprocess.Popen([sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL a process and everything it started (Ray's raylet, GCS and workers)."""
-    import psutil
-
-    try:
-        parent = psutil.Process(proc.pid)
-        family = [parent, *parent.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for p in family:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(family, timeout=30)

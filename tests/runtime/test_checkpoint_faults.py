@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, kill_tree, read_jsonl, rlflow, small_sets, start_rlflow
+from runtime_helpers import REPO, kill_tree, read_jsonl, rlflow, small_sets, start_rlflow
 from rlflow.runtime import checkpoints
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo.yaml")

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import REPO, read_jsonl, rlflow, small_sets
+from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from conftest import REPO, kill_tree, read_jsonl, rlflow, small_sets, start_rlflow
+from runtime_helpers import REPO, kill_tree, read_jsonl, small_sets, start_rlflow
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo_remote.yaml")
 TINY = ("trainer.train_batch_size=2", "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=2",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import REPO, read_jsonl, rlflow, small_sets
+from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
 
 
 def _pipeline_with_death(project_dir, at_step: int):

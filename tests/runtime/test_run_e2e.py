@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import REPO, SMALL, read_jsonl, rlflow, small_sets
+from runtime_helpers import REPO, SMALL, read_jsonl, rlflow, small_sets
 from rlflow.plan.compile import compile_plan
 from rlflow.schemas.loader import load_pipeline
 from rlflow.schemas.project import load_project_config

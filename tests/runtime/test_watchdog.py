@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import REPO, rlflow, small_sets
+from runtime_helpers import REPO, rlflow, small_sets
 
 
 def test_hung_stage_is_stopped_by_its_watchdog(project_dir):

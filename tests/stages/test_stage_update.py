@@ -56,3 +56,16 @@ def test_nan_advantages_fail_the_step_by_name():
     batch["advantages"] = torch.full_like(batch["advantages"], float("inf"))
     with pytest.raises(StageError, match=r"step 5, stage 'update_actor': non-finite actor loss"):
         run_stage(pipeline, engine, "update_actor", batch, step=5)
+
+
+def test_an_update_moves_probability_towards_positive_advantages():
+    from rlflow.backends.local.engine import LocalEngine
+
+    pipeline = make_pipeline(algorithm={"n": 4}, trainer={"optim": {"lr": 1e-2}})
+    engine = LocalEngine(pipeline)
+    batch = prepared(pipeline, engine)
+    assert batch["advantages"].abs().sum() > 0
+    run_stage(pipeline, engine, "update_actor", batch)
+    new = run_stage(pipeline, engine, "old_log_prob", batch)["old_log_probs"]
+    gain = ((new - batch["old_log_probs"]) * batch["response_mask"] * batch["advantages"]).sum()
+    assert gain > 0

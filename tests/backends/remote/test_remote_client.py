@@ -6,7 +6,7 @@ import threading
 
 import pytest
 import torch
-from conftest import handle_of
+from remote_helpers import handle_of
 
 from rlflow.backends.remote.client import BackendClient
 from rlflow.batch import Batch

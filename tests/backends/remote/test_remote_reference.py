@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 import torch
-from conftest import make_main_config
+from remote_helpers import make_main_config
 
 from rlflow.backends.remote import connect_backend, create_backend, destroy_backend
 from rlflow.batch import Batch

@@ -9,7 +9,7 @@ import time
 
 import psutil
 import pytest
-from conftest import make_main_config
+from remote_helpers import make_main_config
 
 from rlflow.backends.remote import (
     RemoteBackend,

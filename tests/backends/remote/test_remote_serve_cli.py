@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_main_config
+from remote_helpers import make_main_config
 
 from rlflow.backends.remote import create_backend, destroy_backend
 from rlflow.batch import Batch

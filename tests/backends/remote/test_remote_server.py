@@ -8,7 +8,7 @@ import socket
 import msgpack
 import pytest
 import torch
-from conftest import TOKEN, handle_of
+from remote_helpers import TOKEN, handle_of
 
 from rlflow.backends.remote import wire
 from rlflow.backends.remote.client import BackendClient, check_handle

@@ -1,0 +1,125 @@
+"""Start-up and memory: from ``rlflow run`` to its first finished step, next to TRL; peak RSS of the run.
+
+    python benchmarks/bench_startup.py            # 2 interleaved rounds, default sizes (16 x 8 x 64)
+    python benchmarks/bench_startup.py --quick    # tiny sizes, 1 round
+
+rlflow arm: ``rlflow run pipelines/bird_grpo.yaml`` (2 steps, no validation or checkpoints)
+in a fresh process; the clock starts just before the process is spawned. From trace.jsonl
+(wall-clock start/end of every stage execution): when the pools were ready (the init weight
+sync began), when step 1 began (its first stage) and when it finished (its last stage).
+
+TRL arm: trl_grpo_run.py (GRPOTrainer in .venv-trl, same model, prompts and sizes, 1 step);
+the same three moments come from its callbacks (trainer built, on_step_begin, on_step_end).
+
+Goal (the issue's): rlflow reaches its first finished step no later than TRL does plus Ray's
+own ~4 s of initialisation. The step itself is part of both figures, so the start-up alone
+(to the first step's start) is reported too.
+
+Memory: the summed RSS of the ``rlflow run`` process tree (Ray's GCS, raylet, workers and the
+driver), sampled every 0.2 s over the whole run; goal <= 2 GiB. RSS counts shared pages once
+per process, so this is an upper bound. TRL's peak is reported beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+NAME = "startup"
+PIPELINE = "pipelines/bird_grpo.yaml"
+RAY_INIT_S = 4.0
+MEMORY_GOAL_GIB = 2.0
+BASE_SETS = ("trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.save_freq=-1")
+QUICK_SETS = ("trainer.train_batch_size=2", "algorithm.n=2", "data.max_response_length=8",
+              "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=2")
+
+
+def rlflow_arm(sets: list[str], work: Path, timeout: float) -> dict:
+    result = common.run_rlflow(PIPELINE, [*sets, "trainer.total_steps=2"], work / "rlflow-run", log=work / "rlflow.log",
+                               timeout=timeout, sample_memory=True)
+    trace, t0 = result.pop("trace"), result["start"]
+    step1 = [r for r in trace if r["step"] == 1]
+    init = [r for r in trace if r["step"] == 0]
+    result.pop("metrics")
+    if not step1:
+        return result
+    result.update(ready_s=min(r["start"] for r in init) - t0 if init else None,
+                  first_step_start_s=min(r["start"] for r in step1) - t0,
+                  first_step_end_s=max(r["end"] for r in step1) - t0)
+    return result
+
+
+def trl_arm(sets: list[str], model_dir: Path, work: Path, timeout: float) -> dict:
+    if not common.TRL_PYTHON.exists():
+        return {"skipped": "TRL is not installed (bash scripts/setup_trl_venv.sh creates .venv-trl)"}
+    out = work / "trl.json"
+    out.unlink(missing_ok=True)
+    cmd = [str(common.TRL_PYTHON), str(common.BENCH / "trl_grpo_run.py"), "--model-dir", str(model_dir), "--steps", "1",
+           "--out", str(out), *[f"--set={s}" for s in sets if not s.startswith("model_path=")]]
+    result = common.run_process(cmd, log=work / "trl.log", timeout=timeout, sample_memory=True)
+    if result["exit_code"] != 0 or not out.exists():
+        result["error"] = common.tail(work / "trl.log")
+        return result
+    trl, t0 = json.loads(out.read_text()), result["start"]
+    result.update(ready_s=trl["trainer_ready"] - t0, first_step_start_s=trl["steps"][0]["begin"] - t0,
+                  first_step_end_s=trl["steps"][0]["end"] - t0)
+    return result
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.common_args(p, rounds=2)
+    p.add_argument("--skip-trl", action="store_true")
+    p.add_argument("--timeout", type=float, default=3600)
+    return p.parse_args(argv)
+
+
+FIGURES = ("ready_s", "first_step_start_s", "first_step_end_s", "peak_rss_gib")
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    rounds = args.rounds or (1 if args.quick else 2)
+    model_dir, model_label = common.bench_model_dir()
+    sets = [f"model_path={model_dir}", *BASE_SETS, *(QUICK_SETS if args.quick else ())]
+    arms = ["rlflow"] if args.skip_trl else ["rlflow", "trl"]
+    work = common.ROOT / "runs" / "bench-startup"
+    before = common.machine()
+    runs: dict[str, list[dict]] = {arm: [] for arm in arms}
+    for r, order in enumerate(common.rotations(arms, rounds)):
+        for arm in order:
+            print(f"round {r + 1}/{rounds}: {arm} ...", flush=True)
+            place = work / f"round{r + 1}"
+            result = rlflow_arm(sets, place, args.timeout) if arm == "rlflow" else trl_arm(sets, model_dir, place, args.timeout)
+            runs[arm].append(result)
+            print("  " + ", ".join(f"{k}={common.fmt(result.get(k))}" for k in FIGURES)
+                  + (f" ERROR {result['error'][-300:]}" if "error" in result else "") + (f" {result['skipped']}" if "skipped" in result else ""),
+                  flush=True)
+    arms_out = {arm: {k: common.median(res.get(k) for res in results) for k in FIGURES}
+                | {"skipped": next((res["skipped"] for res in results if "skipped" in res), None)} for arm, results in runs.items()}
+    print(common.markdown_table(["arm", "pools/trainer ready s", "first step starts s", "first step ends s", "peak RSS GiB"],
+                                [[a, *[v[k] for k in FIGURES]] for a, v in arms_out.items()]))
+    rl, trl = arms_out["rlflow"], arms_out.get("trl", {})
+    summary = []
+    for key, label in (("first_step_end_s", "start-up to first finished step"), ("first_step_start_s", "start-up to first step start")):
+        limit = None if trl.get(key) is None else trl[key] + RAY_INIT_S
+        ok = None if limit is None or rl[key] is None else rl[key] <= limit
+        summary.append(common.goal_row(NAME, f"{label}: rlflow run vs TRL", rl[key], f"<= TRL + {RAY_INIT_S:g} s",
+                                       ok, f"{common.fmt(rl[key])} s vs TRL {common.fmt(trl.get(key))} s",
+                                       trl.get("skipped") or ""))
+    peak = rl["peak_rss_gib"]
+    summary.append(common.goal_row(NAME, "peak RSS of the whole run (Ray processes included)", peak, f"<= {MEMORY_GOAL_GIB:g} GiB",
+                                   None if peak is None else peak <= MEMORY_GOAL_GIB,
+                                   None if peak is None else f"{peak:.2f} GiB (TRL: {common.fmt(trl.get('peak_rss_gib'))} GiB)"))
+    report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "model": model_label, "sets": sets,
+              "rounds": rounds, "arms": arms_out, "runs": runs, "summary": summary}
+    common.write_result(NAME, report, args.quick, args.out)
+
+
+if __name__ == "__main__":
+    main()
