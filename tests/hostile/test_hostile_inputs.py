@@ -1,0 +1,210 @@
+"""Hostile input across every surface, each refused cleanly with nothing written outside the run directory.
+
+Surfaces: pipeline templates, YAML tags and aliases, binary garbage, data and database paths
+that escape the data root, SQL written by a model, the remote backend's socket (wrong token,
+garbage frames) and a plugin that raises. Each case runs through the real entry point (the
+CLI in a subprocess, the reward stage, a real backend server process) inside a sandbox whose
+files are listed before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "data" / "bird_sample"
+PIPELINE = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
+
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    """Path -> content hash of every file under ``roots``."""
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path):
+    """A project with its own copy of the sample, a private HOME and a marker path that must never appear."""
+    project = tmp_path / "project"
+    shutil.copytree(SAMPLE, project / "data")
+    (project / "home").mkdir()
+    (project / "rlflow.yaml").write_text("vars: {model_path: 'builtin:tiny-qwen2', bird_root: data}\nruns_dir: runs\n")
+    return project
+
+
+def rlflow(project: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(project / "home"), "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": str(project)}
+    return subprocess.run([sys.executable, "-m", "rlflow.cli.main", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def assert_refused(result: subprocess.CompletedProcess, *expected: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    for text in expected:
+        assert text in result.stderr, (text, result.stderr[-2000:])
+
+
+HOSTILE_PIPELINES = {
+    "template_escape": ("name: x\ndescription: \"{{ ''.__class__.__mro__[1].__subclasses__() }}\"\n", "unsafe"),
+    "template_os": ("name: \"{{ cycler.__init__.__globals__.os.system('touch MARKER') }}\"\n", "unsafe"),
+    "python_tag": ("name: !!python/object/apply:os.system ['touch MARKER']\n", "python/object/apply"),
+    "alias_bomb": ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+                   "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
+                   "g: [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n", "alias"),
+    "binary_garbage": (None, "binary"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_PIPELINES))
+def test_hostile_pipeline_files_are_refused_without_effect(sandbox, case):
+    text, expected = HOSTILE_PIPELINES[case]
+    path = sandbox / f"{case}.yaml"
+    path.write_bytes(bytes(range(256)) * 2 if text is None else text.encode())
+    before = snapshot(sandbox)
+    for command in ("validate", "run"):
+        result = rlflow(sandbox, command, path.name)
+        assert_refused(result, f"{case}.yaml:")
+        assert expected.lower() in result.stderr.lower(), result.stderr[-1500:]
+    assert snapshot(sandbox) == before, "a refused file changed something on disk"
+    assert not (sandbox / "MARKER").exists()
+
+
+def test_data_paths_outside_the_data_root_are_refused(sandbox):
+    outside = sandbox / "outside.json"
+    outside.write_text(json.dumps([{"db_id": "shop", "question": "q", "evidence": "", "SQL": "SELECT 1"}]))
+    (sandbox / "p.yaml").write_text(PIPELINE)
+    before = snapshot(sandbox)
+    result = rlflow(sandbox, "run", "p.yaml", "--set", "data.root=data", "--set", "data.train=data/../outside.json")
+    assert_refused(result, "outside.json", "data root")
+    assert not (sandbox / "runs").exists() or not any((sandbox / "runs").rglob("metrics.jsonl"))
+    assert {k: v for k, v in snapshot(sandbox).items() if "/runs/" not in k} == before
+
+
+def test_a_database_id_that_escapes_is_refused(sandbox):
+    rows = json.loads((sandbox / "data" / "train.json").read_text())
+    rows[0]["db_id"] = "../../home/evil"
+    (sandbox / "data" / "train.json").write_text(json.dumps(rows))
+    (sandbox / "p.yaml").write_text(PIPELINE)
+    before = snapshot(sandbox)
+    result = rlflow(sandbox, "run", "p.yaml")
+    assert_refused(result, "train.json", "db_id '../../home/evil' is not a plain name")
+    assert {k: v for k, v in snapshot(sandbox).items() if "/runs/" not in k} == before
+
+
+HOSTILE_SQL = [
+    "DROP TABLE product",
+    "DELETE FROM product",
+    "INSERT INTO product VALUES (999, 'x', 1.0, 'x')",
+    "ATTACH DATABASE 'pwned.db' AS pwned",
+    "PRAGMA writable_schema=1",
+    "SELECT load_extension('libc.so.6')",
+    "SELECT 1; DROP TABLE product",
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c",
+    "SELECT count(*) FROM product a, product b, product c, product d, product e, product f",
+]
+
+
+def test_hostile_sql_is_refused_and_the_database_is_untouched(sandbox):
+    import time
+
+    from rlflow.batch import Batch
+    from rlflow.reward.stage import run_text2sql_reward
+    from rlflow.schemas.loader import load_pipeline
+    from rlflow.schemas.project import load_project_config
+    from rlflow.stages.base import StageContext
+    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig
+
+    import torch
+
+    (sandbox / "p.yaml").write_text(PIPELINE)
+    spec = load_pipeline(sandbox / "p.yaml", project=load_project_config(sandbox)).spec
+    db_dir = sandbox / "data" / "databases" / "shop"
+    db = db_dir / "shop.sqlite"
+    before = snapshot(db_dir)
+    rows = len(HOSTILE_SQL)
+    batch = Batch(
+        {"response_mask": torch.ones(rows, 8, dtype=torch.long)},
+        {"response_text": [f"```sql\n{sql}\n```" for sql in HOSTILE_SQL],
+         "reward_info": [{"db_path": str(db), "gold_sql": "SELECT count(*) FROM product", "db_id": "shop"}] * rows},
+    )
+    config = Text2SqlRewardConfig(timeout_s=1.0)
+    ctx = StageContext(pipeline=spec, config=config, stage_name="reward")
+    start = time.time()
+    out = run_text2sql_reward(batch, ctx)
+    assert time.time() - start < rows * (config.timeout_s + 1.0)
+    assert out["scores"].tolist() == [0.0] * rows
+    assert snapshot(db_dir) == before, "the database folder changed"
+    assert not (sandbox / "pwned.db").exists() and not Path("pwned.db").exists()
+
+
+@pytest.fixture(scope="module")
+def reference_server(tmp_path_factory):
+    """A real reference backend server process with the tiny model."""
+    from rlflow.backends.remote.registry import create_backend
+    from rlflow.schemas.pipeline import Pipeline
+
+    root = tmp_path_factory.mktemp("backend")
+    pipeline = Pipeline.model_validate({
+        "name": "hostile", "data": {"train": "t.json", "max_prompt_length": 16, "max_response_length": 8},
+        "algorithm": {"n": 2}, "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2},
+        "resources": {"arctic": {"type": "remote", "backend": "reference"}},
+        "stages": [{"name": "generate", "uses": "generate", "on": "arctic"}],
+    })
+    main_config = {"pipeline": pipeline.model_dump(by_alias=True, mode="json"), "resource": "arctic",
+                   "backend_config": {"num_threads": 1}, "project_root": str(root)}
+    backend = create_backend("reference", main_config)
+    yield backend
+    backend.destroy()
+
+
+def _raw(handle: dict, payload: bytes) -> bytes:
+    with socket.create_connection((handle["host"], handle["port"]), timeout=10) as sock:
+        sock.sendall(payload)
+        try:
+            return sock.recv(4096)
+        except OSError:
+            return b""
+
+
+@pytest.mark.parametrize("token", ["", "wrong-token", None])
+def test_backend_refuses_a_wrong_or_missing_token_and_executes_nothing(reference_server, token):
+    from rlflow.backends.remote import wire
+    from rlflow.errors import BackendError
+
+    handle = reference_server.reconnect_handle()
+    hello = {"kind": "hello", "version": wire.PROTOCOL_VERSION, **({} if token is None else {"token": token})}
+    reply = _raw(handle, b"".join(bytes(b) for b in wire.encode(hello)))
+    assert b"authentication failed" in reply or reply == b""
+    forged = {**handle, "token": token or "x"}
+    from rlflow.backends.remote.client import BackendClient
+
+    with pytest.raises(BackendError, match="token"):
+        BackendClient(forged, backend="reference", retries=0).call("set_global_steps", {"global_steps": 99})
+    reference_server.set_global_steps(3)  # the real handle still works: the server kept serving
+
+
+@pytest.mark.parametrize("payload", [os.urandom(64), b"RLFW" + b"\xff" * 60, b"RLFW\x01\x00\x00\x00" + b"\x7f" * 16])
+def test_backend_survives_garbage_frames(reference_server, payload):
+    _raw(reference_server.reconnect_handle(), payload)
+    reference_server.set_global_steps(4)
+
+
+def test_a_plugin_that_raises_is_reported_cleanly(sandbox):
+    (sandbox / "evil_plugin.py").write_text("raise RuntimeError('plugin exploded on import')\n")
+    (sandbox / "rlflow.yaml").write_text((sandbox / "rlflow.yaml").read_text() + "plugins: [evil_plugin]\n")
+    (sandbox / "p.yaml").write_text(PIPELINE)
+    before = snapshot(sandbox)
+    for command in ("validate", "run"):
+        result = rlflow(sandbox, command, "p.yaml")
+        assert_refused(result, "evil_plugin", "plugin exploded on import")
+    assert snapshot(sandbox) == before
