@@ -99,7 +99,9 @@ def measure_vllm(model_dir: Path, rows: list[list[int]], max_new: int, rounds: i
     cmd = [str(common.VLLM_PYTHON), str(common.BENCH / "vllm_generate_run.py"), "--model-dir", str(model_dir),
            "--prompts", str(work / "prompts.json"), "--max-new-tokens", str(max_new), "--rounds", str(rounds),
            "--threads", str(threads), "--out", str(out)]
-    env = common.bench_env(threads)
+    # vLLM's CPU worker pins its OpenMP threads (all cores by default) and then refuses
+    # torch.set_num_threads: pin it to as many cores as the in-process arms get.
+    env = common.bench_env(threads) | {"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}" if threads > 1 else "0"}
     result = common.run_process(cmd, log=work / "vllm.log", timeout=timeout, env=env)
     if result["exit_code"] != 0 or not out.exists():
         return {"status": "failed", "exit_code": result["exit_code"], "detail": common.tail(work / "vllm.log")}

