@@ -17,7 +17,8 @@ own ~4 s of initialisation. The step itself is part of both figures, so the star
 
 Memory: the summed RSS of the ``rlflow run`` process tree (Ray's GCS, raylet, workers and the
 driver), sampled every 0.2 s over the whole run; goal <= 2 GiB. RSS counts shared pages once
-per process, so this is an upper bound. TRL's peak is reported beside it.
+per process, so this is an upper bound; the summed PSS (shared pages split between the processes
+mapping them) is reported beside it as the real footprint. TRL's peaks are reported too.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-FIGURES = ("ready_s", "first_step_start_s", "first_step_end_s", "peak_rss_gib")
+FIGURES = ("ready_s", "first_step_start_s", "first_step_end_s", "peak_rss_gib", "peak_pss_gib")
 
 
 def main(argv=None) -> None:
@@ -102,7 +103,8 @@ def main(argv=None) -> None:
                   flush=True)
     arms_out = {arm: {k: common.median(res.get(k) for res in results) for k in FIGURES}
                 | {"skipped": next((res["skipped"] for res in results if "skipped" in res), None)} for arm, results in runs.items()}
-    print(common.markdown_table(["arm", "pools/trainer ready s", "first step starts s", "first step ends s", "peak RSS GiB"],
+    print(common.markdown_table(["arm", "pools/trainer ready s", "first step starts s", "first step ends s", "peak RSS GiB",
+                                 "peak PSS GiB"],
                                 [[a, *[v[k] for k in FIGURES]] for a, v in arms_out.items()]))
     rl, trl = arms_out["rlflow"], arms_out.get("trl", {})
     summary = []
@@ -115,7 +117,8 @@ def main(argv=None) -> None:
     peak = rl["peak_rss_gib"]
     summary.append(common.goal_row(NAME, "peak RSS of the whole run (Ray processes included)", peak, f"<= {MEMORY_GOAL_GIB:g} GiB",
                                    None if peak is None else peak <= MEMORY_GOAL_GIB,
-                                   None if peak is None else f"{peak:.2f} GiB (TRL: {common.fmt(trl.get('peak_rss_gib'))} GiB)"))
+                                   None if peak is None else f"{peak:.2f} GiB RSS, {common.fmt(rl['peak_pss_gib'])} GiB PSS "
+                                   f"(TRL: {common.fmt(trl.get('peak_rss_gib'))} GiB RSS)"))
     report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "model": model_label, "sets": sets,
               "rounds": rounds, "arms": arms_out, "runs": runs, "summary": summary}
     common.write_result(NAME, report, args.quick, args.out)

@@ -149,7 +149,7 @@ def write_summary(quick: bool, outcomes: dict[str, dict]) -> Path:
     path = common.RESULTS / f"SUMMARY{'_quick' if quick else ''}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    print(f"\n{text}\nwrote {path.relative_to(common.ROOT)}")
+    print(f"\n{text}\nwrote {path}")
     return path
 
 

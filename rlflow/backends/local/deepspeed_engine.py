@@ -24,7 +24,9 @@ own (inherited, not copied), so both engines optimise the same objective and rep
   The loss is already normalised by the global token count (verl's scaling), so DeepSpeed's
   own ``1/gradient_accumulation_steps`` scaling is switched off.
 - A non-finite loss is never applied: that micro-batch back-propagates zero, the ranks agree
-  (the torch actor's check), and all raise before DeepSpeed's optimizer step.
+  (the torch actor's check), and all raise before DeepSpeed's optimizer step. A non-finite
+  gradient norm with a finite loss is DeepSpeed's overflow check's business (ZeRO 1-2 skip
+  that step outside bf16, as the torch engine does); ``actor/grad_norm`` then reads inf.
 - DeepSpeed rewrites the module it trains (flat-buffer views under ZeRO 1-2, partitions under
   ZeRO-3); ``dense_state_dict`` hands out the full weights (under ZeRO-3 a gather every rank
   joins) for whoever needs an ordinary model. Log-probs run through DeepSpeed's module with

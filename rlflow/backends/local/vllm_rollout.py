@@ -89,7 +89,12 @@ class VllmRollout:
     @classmethod
     def from_model(cls, model, tokenizer, **kwargs) -> "VllmRollout":
         """Save an in-memory model to a temporary directory (removed on ``close``) and serve it."""
-        return cls(save_model_dir(model, tokenizer), owned_dir=True, **kwargs)
+        directory = save_model_dir(model, tokenizer)
+        try:
+            return cls(directory, owned_dir=True, **kwargs)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
 
     # ---- memory -----------------------------------------------------------------------------
     # States: "awake" (weights and KV cache resident), "weights" (weights only), "asleep".
@@ -159,8 +164,6 @@ class VllmRollout:
         return {"sync/bytes": float(size), "sync/seconds": time.perf_counter() - start}
 
     def close(self) -> None:
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
-            del llm  # vLLM frees its engine core and KV cache when the LLM object goes
+        self.llm = None  # the last reference: vLLM frees its in-process engine core and KV cache with it
         if self._owned_dir:
             shutil.rmtree(self.model_dir, ignore_errors=True)

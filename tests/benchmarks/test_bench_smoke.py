@@ -1,0 +1,97 @@
+"""Smoke tests of the benchmark scripts at ``--quick`` sizes.
+
+Two benchmarks run for real, as a user runs them (a subprocess per script): compile/validate
+scaling (pure Python) and rollout speed (the tiny model, both in-process engines, vLLM left
+out). Each must exit 0, print its table and write a JSON result whose figures are real
+measurements; ``run_all``'s summary must then turn those files into a Markdown table with a
+verdict per goal. The slow benchmarks (Ray runs, TRL) are not run here: ``run_all.py --quick``
+is their smoke test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+
+
+def _run(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, str(BENCH / script), "--quick", "--out", str(out), *extra], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, dict]]:
+    """compile_quick.json and generation_quick.json, written by the real scripts into one folder."""
+    folder = tmp_path_factory.mktemp("bench-results")
+    out = {}
+    for name, script, extra in (("compile", "bench_compile.py", ()), ("generation", "bench_generation.py", ("--skip-vllm",))):
+        path = folder / f"{name}_quick.json"
+        done = _run(script, path, *extra)
+        assert done.returncode == 0, f"{script} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        out[name] = (done, json.loads(path.read_text()))
+    out["folder"] = folder
+    return out
+
+
+def _load_run_all():
+    spec = importlib.util.spec_from_file_location("bench_run_all", BENCH / "run_all.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compile_benchmark_times_every_size(results):
+    done, report = results["compile"]
+    assert "| stages |" in done.stdout
+    assert sorted(int(s) for s in report["sizes"]) == [10, 100]
+    for size in report["sizes"].values():
+        assert size["validate_s"] > 0 and size["compile_s"] > 0
+        assert len(size["samples"]) == report["rounds"]
+    assert report["growth_between"] == [10, 100]
+    assert {row["figure"].split(":")[0] for row in report["summary"]} == {"validate", "compile"}
+    assert all(isinstance(row["met"], bool) for row in report["summary"])
+
+
+def test_generation_benchmark_compares_both_engines(results):
+    done, report = results["generation"]
+    assert "torch / hf:" in done.stdout
+    assert set(report["arms"]) == {"torch", "hf"}
+    rows, max_new = report["sequences"], report["max_new_tokens"]
+    for arm in report["arms"].values():
+        assert 0 < arm["tokens_median"] <= rows * max_new
+        assert arm["tokens_per_s_median"] > 0
+    assert report["torch_over_hf"] == pytest.approx(
+        report["arms"]["torch"]["tokens_per_s_median"] / report["arms"]["hf"]["tokens_per_s_median"])
+    assert report["vllm"]["status"] == "skipped"
+
+
+def test_summary_turns_results_into_a_verdict_table(results, monkeypatch):
+    run_all = _load_run_all()
+    monkeypatch.setattr(run_all.common, "RESULTS", results["folder"])
+    path = run_all.write_summary(quick=True, outcomes={"compile": {"exit_code": 0}, "step": {"exit_code": 1}})
+    text = path.read_text()
+    assert path == results["folder"] / "SUMMARY_quick.md"
+    assert "| benchmark " in text and "python benchmarks/run_all.py --quick" in text
+    compile_rows = [line for line in text.splitlines() if line.startswith("| compile")]
+    assert len(compile_rows) == 2 and all(line.rstrip(" |").endswith(("yes", "**no**")) for line in compile_rows)
+    assert any(line.startswith("| step") and "(not run)" in line for line in text.splitlines())
+    assert "- step: exited with 1" in text
+
+
+def test_rotations_put_every_arm_first_once():
+    sys.path.insert(0, str(BENCH))
+    import common
+
+    orders = common.rotations(["a", "b", "c"], 3)
+    assert [o[0] for o in orders] == ["a", "b", "c"]
+    assert all(sorted(o) == ["a", "b", "c"] for o in orders)
