@@ -31,7 +31,6 @@ from typing import Any
 
 import torch
 
-from rlflow.backends.local import generation
 from rlflow.backends.local.engine import ALL_ROLES, LocalEngine
 from rlflow.backends.local.engines import EngineChoice
 from rlflow.backends.local.models import BUILTIN_PREFIX, resolve_path
@@ -71,27 +70,15 @@ class ConfiguredLocalEngine(LocalEngine):
         return VllmRollout(resolve_path(spec.path, project_root), **options)
 
     # ---- rollout ----------------------------------------------------------------------------
-    def generate(self, batch: Batch, params: dict[str, Any]) -> Batch:
-        """``engine: vllm`` decodes with vLLM (same outputs and metrics as the parent's); others with torch."""
-        if params.get("engine") != "vllm":
-            return super().generate(batch, params)
-        self._need("rollout", "generate")
-        sp = generation.SamplingParams(
-            max_new_tokens=int(params.get("max_response_length", self.pipeline.data.max_response_length)),
-            eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
-            temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
-            top_k=int(params.get("top_k", -1)), do_sample=bool(params.get("do_sample", True)),
-            seed=int(params.get("seed", 0)),
-        )
-        if len(batch) == 0:  # an empty shard: nothing to decode, same widths as everyone else
-            empty = torch.zeros((0, sp.max_new_tokens), dtype=torch.long)
-            return Batch({"responses": empty, "response_mask": empty.clone()}, {"response_text": []})
-        responses, mask = self.vllm.generate(batch["prompts"], batch["prompt_mask"], sp)
-        out = Batch({"responses": responses, "response_mask": mask}, {"response_text": self._decode(responses, mask)})
-        first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids))
-        out.metrics = {"rollout/empty_response_ratio": first_is_eos.float().mean().item(),
-                       "rollout/policy_version": float(self.global_steps)}
-        return out
+    def _check_generation_engine(self, engine: str) -> None:
+        if engine != "vllm" or self.vllm is None:
+            super()._check_generation_engine(engine)
+
+    def _sample(self, model, engine, batch, sp, params):
+        """``engine: vllm`` decodes with vLLM; the others with the torch model (validation may use either)."""
+        if engine != "vllm":
+            return super()._sample(model, engine, batch, sp, params)
+        return self.vllm.generate(batch["prompts"], batch["prompt_mask"], sp)
 
     # ---- log-probs --------------------------------------------------------------------------
     def compute_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:

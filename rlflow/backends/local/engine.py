@@ -108,25 +108,12 @@ class LocalEngine(Engine):
     def generate(self, batch: Batch, params: dict[str, Any]) -> Batch:
         model = self._need("rollout", "generate")
         engine = params.get("engine", "torch")
-        if engine not in GENERATION_ENGINES:
-            raise BackendError(f"generate: engine {engine!r} is not available in the local backend "
-                               f"(it offers {', '.join(GENERATION_ENGINES)}); set the generate stage's engine to torch")
-        sp = generation.SamplingParams(
-            max_new_tokens=int(params.get("max_response_length", self.pipeline.data.max_response_length)),
-            eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
-            temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
-            top_k=int(params.get("top_k", -1)), do_sample=bool(params.get("do_sample", True)),
-            seed=int(params.get("seed", 0)),
-        )
+        self._check_generation_engine(engine)
+        sp = self._sampling_params(params)
         if len(batch) == 0:  # an empty shard: nothing to decode, same widths as everyone else
             empty = torch.zeros((0, sp.max_new_tokens), dtype=torch.long)
             return Batch({"responses": empty, "response_mask": empty.clone()}, {"response_text": []})
-        model.eval()
-        if engine == "hf":
-            responses, mask = generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp)
-        else:
-            responses, mask = generation.sample(model, batch["prompts"], batch["prompt_mask"], sp,
-                                                use_cache=bool(params.get("use_cache", True)))
+        responses, mask = self._sample(model, engine, batch, sp, params)
         responses, mask = responses.cpu(), mask.cpu()
         out = Batch({"responses": responses, "response_mask": mask}, {"response_text": self._decode(responses, mask)})
         # a ratio, not a count: the runtime averages shard metrics
@@ -134,6 +121,29 @@ class LocalEngine(Engine):
         out.metrics = {"rollout/empty_response_ratio": first_is_eos.float().mean().item(),
                        "rollout/policy_version": float(self.global_steps)}
         return out
+
+    def _check_generation_engine(self, engine: str) -> None:
+        if engine not in GENERATION_ENGINES:
+            raise BackendError(f"generate: engine {engine!r} is not available in the local backend "
+                               f"(it offers {', '.join(GENERATION_ENGINES)}); set the generate stage's engine to torch")
+
+    def _sampling_params(self, params: dict[str, Any]) -> generation.SamplingParams:
+        return generation.SamplingParams(
+            max_new_tokens=int(params.get("max_response_length", self.pipeline.data.max_response_length)),
+            eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
+            temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
+            top_k=int(params.get("top_k", -1)), do_sample=bool(params.get("do_sample", True)),
+            seed=int(params.get("seed", 0)),
+        )
+
+    def _sample(self, model, engine: str, batch: Batch, sp: generation.SamplingParams,
+                params: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(responses, response_mask) for the rows of ``batch``; subclasses add engines."""
+        model.eval()
+        if engine == "hf":
+            return generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp)
+        return generation.sample(model, batch["prompts"], batch["prompt_mask"], sp,
+                                 use_cache=bool(params.get("use_cache", True)))
 
     def _decode(self, responses: torch.Tensor, mask: torch.Tensor) -> list[str]:
         rows = responses.tolist()
