@@ -19,3 +19,13 @@ def test_hung_stage_is_stopped_by_its_watchdog(project_dir):
     assert "stage 'stuck'" in result.stderr and "'reward_pool'" in result.stderr and "worker 0 (pid" in result.stderr
     assert "within 5 s" in result.stderr and "Traceback" not in result.stderr
     assert elapsed < 120, f"the run took {elapsed:.0f} s to notice a 5 s watchdog"
+
+
+def test_a_pool_the_cluster_cannot_hold_fails_within_seconds_naming_the_shortfall(project_dir):
+    start = time.time()
+    result = rlflow("run", str(REPO / "pipelines" / "bird_grpo.yaml"), "--run-dir", str(project_dir / "run"),
+                    *small_sets("resources.actor_pool.device=gpu", "resources.actor_pool.gpus_per_node=2"),
+                    cwd=project_dir, timeout=300)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "pool actor_pool wants 2 GPUs on each of 1 node(s)" in result.stderr and "Traceback" not in result.stderr
+    assert time.time() - start < 90
