@@ -74,6 +74,7 @@ def run_checks(subject: Subject, report: Reporter, project=None) -> None:
         check_reference(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
+    check_training_engines(subject, report)
     check_remote_backends(subject, report)
     if project is not None and project.inventory is not None:
         from rlflow.schemas.fit import check_inventory
@@ -121,6 +122,14 @@ def _check_stage_config(subject: Subject, i: int, stage: StageSpec, kind, report
         report.diagnostics += validation_diagnostics(
             exc, kind.config_model, stage.with_, report.positions, report.file, ("stages", i, "with")
         )
+        return
+    engine = getattr(subject.configs[i], "engine", None)  # only some kinds choose an engine
+    if engine and subject.resource_type(stage.on) == "local":  # a remote backend brings its own engines
+        from rlflow.backends.local.engines import missing_extra  # pure: finds packages without importing them
+
+        missing = missing_extra(engine)
+        if missing:
+            report(("stages", i, "with", "engine"), missing, "or pick engine: torch")
 
 
 def _kinds_present(subject: Subject) -> dict[str, list[tuple[int, StageSpec]]]:
@@ -224,6 +233,16 @@ def check_weight_path(subject: Subject, report: Reporter) -> None:
                    f"{_describe(actor, actor_type)}, so the new weights cannot reach this rollout: "
                    "a remote backend syncs weights only within itself",
                    f"run {stage.uses} on {actor!r}" + (", or both on local pools" if actor_type == "local" else ""))
+
+
+def check_training_engines(subject: Subject, report: Reporter) -> None:
+    """The actor's log-probs run in its training engine: a DeepSpeed old_log_prob needs a DeepSpeed update."""
+    engines = {stage.uses: (i, subject.configs.get(i)) for i, stage in subject.stages
+               if stage.uses in ("old_log_prob", "update_actor")}
+    (i, log_prob), (_, update) = engines.get("old_log_prob", (0, None)), engines.get("update_actor", (0, None))
+    if log_prob is not None and update is not None and log_prob.engine == "deepspeed" != update.engine:
+        report(("stages", i, "with", "engine"), f"old_log_prob runs on deepspeed but update_actor on {update.engine}",
+               "the actor's log-probs run in its training engine: set both to deepspeed, or both to torch")
 
 
 def _describe(name: str, rtype: str | None) -> str:
