@@ -11,7 +11,8 @@ samples x 48 tokens):
   backend, reached through one zero-GPU forwarder over its socket wire.
 
 Step time is the median of ``timing_s/step`` after the first two steps; rounds alternate the
-arms. Goal: remote / local <= 1.10.
+arms. Goal: remote / local <= 1.10. Each step's CPU seconds (the whole process tree, the
+backend's server included) are reported beside it: they move far less with the neighbours' load.
 
 Traffic: the forwarder's client counts every byte through its socket and reports running
 totals as ``forwarder/bytes_sent`` / ``forwarder/bytes_received``; a step's traffic is the
@@ -110,6 +111,7 @@ def main(argv=None) -> None:
             result = common.run_rlflow(PIPELINES[arm], sets, work / f"round{r + 1}" / arm, log=work / f"round{r + 1}" / f"{arm}.log",
                                        timeout=args.timeout)
             result.pop("trace")
+            result.pop("cpu_samples")
             runs[arm].append(result)
             print(f"  {arm}: step times {[round(m['timing_s/step'], 2) for m in result['metrics']]}"
                   f"{' ' + result['error'][-400:] if 'error' in result else ''}", flush=True)
@@ -117,18 +119,22 @@ def main(argv=None) -> None:
     for arm, results in runs.items():
         per_round = [common.median(common.step_times(res["metrics"], skip)) for res in results]
         arms[arm] = {"step_s_median": common.median(t for res in results for t in common.step_times(res["metrics"], skip)),
-                     "step_s_per_round": per_round, "errors": [res["error"] for res in results if "error" in res]}
+                     "step_s_per_round": per_round,
+                     "cpu_s_median": common.median(t for res in results for t in common.step_times(res["metrics"], skip, "cpu_s/step")),
+                     "errors": [res["error"] for res in results if "error" in res]}
     ratio = common.ratio(arms["remote"]["step_s_median"], arms["local"]["step_s_median"])
+    cpu_ratio = common.ratio(arms["remote"]["cpu_s_median"], arms["local"]["cpu_s_median"])
     remote_metrics = [res["metrics"] for res in runs["remote"] if res["metrics"]]
     bytes_ = traffic(remote_metrics[0], skip, rows, response_width) if remote_metrics else None
     params = parameter_bytes(model_dir)
-    print(common.markdown_table(["arm", "step s (median)", "per round"],
-                                [[a, v["step_s_median"], ", ".join(common.fmt(x) for x in v["step_s_per_round"])] for a, v in arms.items()]))
-    print(f"remote / local: {common.fmt(ratio)} (goal <= {STEP_GOAL})")
+    print(common.markdown_table(["arm", "step s (median)", "per round", "CPU s/step (median)"],
+                                [[a, v["step_s_median"], ", ".join(common.fmt(x) for x in v["step_s_per_round"]), v["cpu_s_median"]]
+                                 for a, v in arms.items()]))
+    print(f"remote / local: {common.fmt(ratio)} (goal <= {STEP_GOAL}); CPU seconds per step: {common.fmt(cpu_ratio)}")
     summary = [common.goal_row(NAME, "step time: remote-bound / local-bound", ratio, f"<= {STEP_GOAL}",
                                None if ratio is None else ratio <= STEP_GOAL,
                                None if ratio is None else f"{ratio:.3f} ({common.fmt(arms['remote']['step_s_median'])} s vs "
-                               f"{common.fmt(arms['local']['step_s_median'])} s)",
+                               f"{common.fmt(arms['local']['step_s_median'])} s; CPU s/step ratio {common.fmt(cpu_ratio)})",
                                "; ".join(e[-200:] for e in arms["remote"]["errors"]))]
     if bytes_ is not None:
         measured, over = bytes_["bytes_per_step_median"], bytes_["measured_over_payload"]
@@ -142,8 +148,9 @@ def main(argv=None) -> None:
             f"parameters; sync/bytes = {bytes_['sync_bytes_max']:g}" if measured is not None else None))
     report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "model": model_label,
               "sets": sets, "steps_per_run": steps, "warmup_steps_skipped": skip, "rounds": rounds, "arms": arms,
-              "remote_over_local": ratio, "traffic": bytes_, "parameter_bytes": params, "summary": summary,
+              "remote_over_local": ratio, "remote_over_local_cpu": cpu_ratio, "traffic": bytes_, "parameter_bytes": params, "summary": summary,
               "runs": {arm: [{k: v for k, v in res.items() if k != "metrics"} | {"step_s": [m["timing_s/step"] for m in res["metrics"]]}
+                             | {"cpu_s": [m.get("cpu_s/step") for m in res["metrics"]]}
                              for res in results] for arm, results in runs.items()}}
     common.write_result(NAME, report, args.quick, args.out)
 

@@ -17,8 +17,9 @@ Design decisions:
 - ``--quick`` proves the path (subprocess, metrics, table, JSON) in a couple of minutes; its
   figures mean nothing and go to ``learning_quick.json`` so they never overwrite a real result.
 - Not part of the test suite: a real check takes most of an hour of CPU.
-- The machine's CPU count and load average are recorded beside the wall times, because a
-  busy machine makes every figure slower and a reader should know.
+- Beside the wall time, the CPU time of the run's whole process tree (driver, Ray, workers) is
+  recorded, with the machine's CPU count and load average: on a busy shared machine wall time
+  stretches (Ray also starts its workers at a lower priority), and a reader should know.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = "pipelines/bird_grpo.yaml"
@@ -67,6 +71,48 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+class CpuMeter:
+    """CPU seconds used by a process and all its descendants (Ray's raylet, workers), sampled each second.
+
+    A busy shared machine stretches wall time; CPU time says what the run itself cost. A process
+    that ends between two samples loses at most its last second.
+    """
+
+    def __init__(self, pid: int, every_s: float = 1.0) -> None:
+        self.root, self.every_s = psutil.Process(pid), every_s
+        self.seen: dict[tuple[int, float], float] = {}  # (pid, create_time) -> user + system seconds
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+                self.seen[(proc.pid, proc.create_time())] = times.user + times.system
+            except psutil.Error:
+                continue
+
+    def _loop(self) -> None:
+        while not self.stop_event.wait(self.every_s):
+            self._sample()
+
+    def __enter__(self) -> "CpuMeter":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_event.set()
+        self.thread.join()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.seen.values())
+
+
 def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     """One ``rlflow run`` for ``seed``; its figures."""
     run_dir = runs_root / f"seed{seed}"
@@ -78,10 +124,11 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     print("$", " ".join(cmd), flush=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     start = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env=env)
+    with subprocess.Popen(cmd, cwd=ROOT, env=env) as proc, CpuMeter(proc.pid) as meter:
+        returncode = proc.wait()
     minutes = (time.perf_counter() - start) / 60
-    if done.returncode != 0:
-        raise SystemExit(f"seed {seed}: rlflow run exited with {done.returncode}")
+    if returncode != 0:
+        raise SystemExit(f"seed {seed}: rlflow run exited with {returncode}")
     records = read_metrics(run_dir)
     acc = val_accuracy(records)
     if 0 not in acc or len(acc) < 2:
@@ -90,14 +137,17 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     last = max(acc)
     scores = [r.get("critic/score/mean") for r in records if r["step"] > 0]
     return {"seed": seed, "before": acc[0], "after": acc[last], "delta": acc[last] - acc[0], "wall_minutes": minutes,
+            "cpu_minutes": meter.seconds / 60,
             "last_step": last, "val_exec_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
             "train_score_by_step": scores, "run_dir": str(run_dir)}
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| seed | val exec_acc before | after | delta (points) | wall (min) |", "|---:|---:|---:|---:|---:|"]
+    lines = ["| seed | val exec_acc before | after | delta (points) | wall (min) | CPU (min) |",
+             "|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
-        lines.append(f"| {r['seed']} | {r['before']:.2f} | {r['after']:.2f} | {100 * r['delta']:+.0f} | {r['wall_minutes']:.1f} |")
+        lines.append(f"| {r['seed']} | {r['before']:.2f} | {r['after']:.2f} | {100 * r['delta']:+.0f} "
+                     f"| {r['wall_minutes']:.1f} | {r['cpu_minutes']:.1f} |")
     return "\n".join(lines)
 
 

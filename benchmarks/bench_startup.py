@@ -44,6 +44,7 @@ def rlflow_arm(sets: list[str], work: Path, timeout: float) -> dict:
     result = common.run_rlflow(PIPELINE, [*sets, "trainer.total_steps=2"], work / "rlflow-run", log=work / "rlflow.log",
                                timeout=timeout, sample_memory=True)
     trace, t0 = result.pop("trace"), result["start"]
+    result.pop("cpu_samples")
     step1 = [r for r in trace if r["step"] == 1]
     init = [r for r in trace if r["step"] == 0]
     result.pop("metrics")
@@ -63,6 +64,7 @@ def trl_arm(sets: list[str], model_dir: Path, work: Path, timeout: float) -> dic
     cmd = [str(common.TRL_PYTHON), str(common.BENCH / "trl_grpo_run.py"), "--model-dir", str(model_dir), "--steps", "1",
            "--out", str(out), *[f"--set={s}" for s in sets if not s.startswith("model_path=")]]
     result = common.run_process(cmd, log=work / "trl.log", timeout=timeout, sample_memory=True)
+    result.pop("cpu_samples")
     if result["exit_code"] != 0 or not out.exists():
         result["error"] = common.tail(work / "trl.log")
         return result

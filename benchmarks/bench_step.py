@@ -18,7 +18,10 @@ samples x 48 tokens, one optimizer step per step, micro-batches of 8):
 
 Steady state is the median of the steps after the first two. Arms run in rotated order
 round after round, so drifting load hits every arm alike; the headline ratios are ratios of
-the medians over all rounds, and each round's own ratios are listed beside them.
+the medians over all rounds, and each round's own ratios are listed beside them. Beside wall
+time, each step's CPU seconds (the whole process tree: Ray's processes, workers and driver for
+rlflow; the one process for the loop and TRL) are reported: they move far less with the
+neighbours' load, so their ratio backs up the wall-time one.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None
     for step in range(1, steps + 1):
         batch = train.to_batch(sampler.next_indices(), tokenizer.pad_token_id, step=step)
         timing: dict[str, float] = {}
-        start = time.perf_counter()
+        wall_start, start = time.time(), time.perf_counter()
         for stage in plan.step:
             kind = get_stage_kind(stage.kind)
             ctx = StageContext(pipeline=spec, config=kind.parse_config(dict(stage.config)), stage_name=stage.name,
@@ -92,7 +95,8 @@ def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None
             elif produced is not batch:
                 batch.update(produced)
         timing["step"] = time.perf_counter() - start
-        record["steps"].append({"step": step, **{f"timing_s/{k}": v for k, v in timing.items()},
+        record["steps"].append({"step": step, "start": wall_start, "end": time.time(),
+                                **{f"timing_s/{k}": v for k, v in timing.items()},
                                 "response_length/mean": float(batch["response_mask"].sum(-1).float().mean())})
     engine.close()
     out.write_text(json.dumps(record, indent=2) + "\n")
@@ -100,7 +104,7 @@ def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None
 
 # ---- the arms ---------------------------------------------------------------------------------
 def run_arm(arm: str, sets: list[str], steps: int, work: Path, timeout: float) -> dict:
-    """One run of ``arm``: per-step records (step, timing_s/*, response_length/mean) and the run's wall time."""
+    """One run of ``arm``: per-step records (step, timing_s/*, cpu_s/step, response_length/mean), wall time."""
     log = work / f"{arm}.log"
     if arm == "rlflow":
         result = common.run_rlflow(PIPELINE, [*sets, f"trainer.total_steps={steps}"], work / "rlflow-run", log=log,
@@ -123,14 +127,20 @@ def run_arm(arm: str, sets: list[str], steps: int, work: Path, timeout: float) -
         records = _trl_records(json.loads(out.read_text())) if result["exit_code"] == 0 else []
     if result["exit_code"] != 0:
         result["error"] = common.tail(log)
+    samples = result.pop("cpu_samples")
+    for r in records:
+        if "start" in r:  # the loop and TRL: CPU of their process over the step's window
+            r["cpu_s/step"] = common.cpu_between(samples, r["start"], r["end"])
     result["records"] = records
     return result
 
 
 def _trl_records(trl: dict) -> list[dict]:
     lengths = trl.get("mean_completion_length", [])
-    return [{"step": i + 1, "timing_s/step": s, **({"response_length/mean": lengths[i]} if i < len(lengths) else {})}
-            for i, s in enumerate(trl["step_s"])]
+    ends = [s["end"] for s in trl["steps"]]
+    starts = [trl["train_begin"], *ends[:-1]]
+    return [{"step": i + 1, "start": starts[i], "end": ends[i], "timing_s/step": s,
+             **({"response_length/mean": lengths[i]} if i < len(lengths) else {})} for i, s in enumerate(trl["step_s"])]
 
 
 def summarize(runs: dict[str, list[dict]], skip: int) -> dict:
@@ -139,9 +149,13 @@ def summarize(runs: dict[str, list[dict]], skip: int) -> dict:
     for arm, results in runs.items():
         records = [r for res in results for r in res.get("records", []) if r["step"] > skip]
         per_round = [common.median(r["timing_s/step"] for r in res.get("records", []) if r["step"] > skip) for res in results]
+        cpu_per_round = [common.median(r.get("cpu_s/step") for r in res.get("records", []) if r["step"] > skip)
+                         for res in results]
         arms[arm] = {
             "step_s_median": common.median(r["timing_s/step"] for r in records),
             "step_s_per_round": per_round,
+            "cpu_s_median": common.median(r.get("cpu_s/step") for r in records),
+            "cpu_s_per_round": cpu_per_round,
             "samples": len(records),
             "stage_s_median": {t: common.median(r.get(f"timing_s/{t}") for r in records) for t in STAGE_TIMERS
                                if any(f"timing_s/{t}" in r for r in records)},
@@ -160,6 +174,7 @@ def ratios(arms: dict) -> dict:
             rounds = [common.ratio(a, b) for a, b in zip(rl["step_s_per_round"], arms[other]["step_s_per_round"])]
             out[f"rlflow_over_{other}"] = common.ratio(rl["step_s_median"], arms[other]["step_s_median"])
             out[f"rlflow_over_{other}_per_round"] = rounds
+            out[f"rlflow_over_{other}_cpu"] = common.ratio(rl["cpu_s_median"], arms[other]["cpu_s_median"])
     return out
 
 
@@ -171,14 +186,16 @@ def summary_rows(arms: dict, rat: dict) -> list[dict]:
     if "loop" in arms:
         rows.append(common.goal_row(NAME, "rlflow run step time / plain in-process loop", r, f"<= {LOOP_GOAL}",
                                     None if r is None else r <= LOOP_GOAL,
-                                    None if r is None else f"{r:.3f} ({common.fmt(rl)} s vs {common.fmt(loop)} s)"))
+                                    None if r is None else f"{r:.3f} ({common.fmt(rl)} s vs {common.fmt(loop)} s; "
+                                    f"CPU s/step ratio {common.fmt(rat.get('rlflow_over_loop_cpu'))})"))
     if "trl" in arms:
         t = rat.get("rlflow_over_trl")
         trl = arms["trl"].get("step_s_median")
         note = arms["trl"].get("skipped") or ""
         rows.append(common.goal_row(NAME, "rlflow run step time / TRL GRPOTrainer", t, "< 1 (faster than TRL)",
                                     None if t is None else t < 1.0,
-                                    None if t is None else f"{t:.3f} ({common.fmt(rl)} s vs {common.fmt(trl)} s)", note))
+                                    None if t is None else f"{t:.3f} ({common.fmt(rl)} s vs {common.fmt(trl)} s; "
+                                    f"CPU s/step ratio {common.fmt(rat.get('rlflow_over_trl_cpu'))})", note))
     return rows
 
 
@@ -205,9 +222,9 @@ def main(argv=None) -> None:
     arms = summarize(runs, skip)
     rat = ratios(arms)
     rows = summary_rows(arms, rat)
-    headers = ["arm", "step s (median)", *[f"{t} s" for t in STAGE_TIMERS], "response len", "samples"]
-    table = [[arm, a["step_s_median"], *[a["stage_s_median"].get(t) for t in STAGE_TIMERS], a["response_length_mean"],
-              a["samples"]] for arm, a in arms.items()]
+    headers = ["arm", "step s (median)", "CPU s/step", *[f"{t} s" for t in STAGE_TIMERS], "response len", "samples"]
+    table = [[arm, a["step_s_median"], a["cpu_s_median"], *[a["stage_s_median"].get(t) for t in STAGE_TIMERS],
+              a["response_length_mean"], a["samples"]] for arm, a in arms.items()]
     print(common.markdown_table(headers, table))
     for key, value in rat.items():
         print(f"{key}: {value if isinstance(value, list) else common.fmt(value)}")
@@ -216,7 +233,9 @@ def main(argv=None) -> None:
         "model": model_label, "sizes": dict(common.SIZES) if not args.quick else "quick", "sets": sets,
         "steps_per_run": steps, "warmup_steps_skipped": skip, "rounds": rounds, "threads_per_model_process": 1,
         "arms": arms, "ratios": rat, "summary": rows,
-        "runs": {arm: [{k: v for k, v in res.items() if k != "records"} | {"step_s": [x["timing_s/step"] for x in res.get("records", [])]}
+        "runs": {arm: [{k: v for k, v in res.items() if k != "records"}
+                       | {"step_s": [x["timing_s/step"] for x in res.get("records", [])],
+                          "cpu_s": [x.get("cpu_s/step") for x in res.get("records", [])]}
                        for res in results] for arm, results in runs.items()},
     }
     common.write_result(NAME, report, args.quick, args.out)

@@ -151,14 +151,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def run_rlflow(pipeline: str, sets: Sequence[str], run_dir: Path, *, log: Path, timeout: float,
                sample_memory: bool = False) -> dict[str, Any]:
-    """``rlflow run`` in a subprocess; its metrics, trace, wall time and (optionally) peak RSS."""
+    """``rlflow run`` in a subprocess: metrics (each with ``cpu_s/step``), trace, wall time, peak memory."""
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [*rlflow_script(), "run", pipeline, "--run-dir", str(run_dir)]
     for s in sets:
         cmd += ["--set", s]
     result = run_process(cmd, log=log, timeout=timeout, sample_memory=sample_memory)
-    result.update(command=" ".join(cmd[1:] if cmd[0].endswith("rlflow") else cmd),
-                  metrics=read_jsonl(run_dir / "metrics.jsonl"), trace=read_jsonl(run_dir / "trace.jsonl"))
+    metrics, trace = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(run_dir / "trace.jsonl")
+    windows = trace_windows(trace)
+    for m in metrics:
+        if m.get("step") in windows:
+            m["cpu_s/step"] = cpu_between(result["cpu_samples"], *windows[m["step"]])
+    result.update(command=" ".join(cmd[1:] if cmd[0].endswith("rlflow") else cmd), metrics=metrics, trace=trace)
     if result["exit_code"] != 0:
         result["error"] = tail(log)
     return result
@@ -166,28 +170,23 @@ def run_rlflow(pipeline: str, sets: Sequence[str], run_dir: Path, *, log: Path, 
 
 def run_process(cmd: Sequence[str], *, log: Path, timeout: float, sample_memory: bool = False,
                 env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``cmd`` (output to ``log``); wall-clock start (epoch seconds), duration, exit code, peak RSS."""
+    """Run ``cmd`` (output to ``log``): wall-clock start (epoch seconds), duration, exit code, the
+    tree's CPU samples (``cpu_samples``) and, with ``sample_memory``, its peak memory."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    sampler = None
     with log.open("w") as out:
         start = time.time()
         proc = subprocess.Popen(list(cmd), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env or bench_env(),
                                 start_new_session=True)
-        if sample_memory:
-            sampler = TreeMemory(proc.pid)
-            sampler.start()
+        sampler = TreeSampler(proc.pid, interval=0.2 if sample_memory else 0.25, memory=sample_memory)
+        sampler.start()
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             code = -9
         finally:
-            if sampler is not None:
-                sampler.stop()
-    result = {"exit_code": code, "start": start, "wall_s": time.time() - start, "log": str(log)}
-    if sampler is not None:
-        result.update(sampler.report())
-    return result
+            sampler.stop()
+    return {"exit_code": code, "start": start, "wall_s": time.time() - start, "log": str(log), **sampler.report()}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -216,22 +215,31 @@ def step_times(metrics: list[dict[str, Any]], skip: int = 2, key: str = "timing_
     return [m[key] for m in metrics if m.get("step", 0) > skip and key in m]
 
 
-# ---- memory of a process tree -----------------------------------------------------------------
-class TreeMemory:
-    """Samples the summed RSS of a process and all its descendants every ``interval`` seconds.
+# ---- CPU and memory of a process tree ---------------------------------------------------------
+class TreeSampler:
+    """Samples a process and all its descendants every ``interval`` seconds: CPU time, and memory.
 
     ``rlflow run`` starts Ray's GCS, raylet and workers (and a remote backend's server) as its
-    descendants, so the tree covers the whole run. RSS counts shared pages (torch's libraries,
-    Ray's object store) once per process: summed, it is an upper bound of the real footprint.
-    PSS (each shared page split between the processes that map it) is summed beside it: that
-    sum is the footprint itself. Both peaks are kept (they need not fall on the same sample).
+    descendants, so the tree covers the whole run.
+
+    CPU: the tree's cumulative user + system seconds, kept per pid so that a process that exits
+    keeps what it used. On a shared machine a step's CPU seconds move far less with the
+    neighbours' load than its wall time does, so they back up the wall-time ratios.
+
+    Memory (``memory=True``; about a millisecond per process per sample): RSS counts shared pages
+    (torch's libraries, Ray's object store) once per process, so its sum is an upper bound of the
+    footprint; PSS (each shared page split between the processes mapping it) is summed beside
+    it, and that sum is the footprint itself. Both peaks are kept.
     """
 
-    def __init__(self, pid: int, interval: float = 0.2) -> None:
+    def __init__(self, pid: int, interval: float = 0.2, memory: bool = False) -> None:
         import psutil
 
         self.root = psutil.Process(pid)
         self.interval = interval
+        self.memory = memory
+        self.cpu: list[tuple[float, float]] = []  # (wall clock, cumulative CPU seconds of the tree)
+        self._cpu_by_pid: dict[int, float] = {}
         self.peak = 0
         self.peak_pss = 0
         self.peak_processes: dict[str, int] = {}
@@ -254,27 +262,55 @@ class TreeMemory:
                 procs = [self.root, *self.root.children(recursive=True)]
             except psutil.Error:
                 break
-            total, pss, names = 0, 0, {}
+            rss, pss, names = 0, 0, {}
             for p in procs:
                 try:
-                    info = p.memory_full_info()  # smaps_rollup: about a millisecond per process
-                    name = p.name()
+                    times = p.cpu_times()
+                    self._cpu_by_pid[p.pid] = times.user + times.system
+                    if self.memory:
+                        info = p.memory_full_info()
+                        rss, pss = rss + info.rss, pss + info.pss
+                        names[p.name()] = names.get(p.name(), 0) + info.rss
                 except psutil.Error:
                     continue
-                total += info.rss
-                pss += info.pss
-                names[name] = names.get(name, 0) + info.rss
+            self.cpu.append((time.time(), sum(self._cpu_by_pid.values())))
             self.samples += 1
             self.peak_pss = max(self.peak_pss, pss)
-            if total > self.peak:
-                self.peak, self.peak_processes = total, names
+            if rss > self.peak:
+                self.peak, self.peak_processes = rss, names
             self._stop.wait(self.interval)
 
     def report(self) -> dict[str, Any]:
-        top = sorted(self.peak_processes.items(), key=lambda kv: -kv[1])[:8]
-        return {"peak_rss_bytes": self.peak, "peak_rss_gib": round(self.peak / 2**30, 3),
-                "peak_pss_gib": round(self.peak_pss / 2**30, 3), "memory_samples": self.samples,
-                "peak_rss_by_process_mib": {k: round(v / 2**20, 1) for k, v in top}}
+        out: dict[str, Any] = {"cpu_samples": self.cpu, "samples": self.samples}
+        if self.memory:
+            top = sorted(self.peak_processes.items(), key=lambda kv: -kv[1])[:8]
+            out.update(peak_rss_bytes=self.peak, peak_rss_gib=round(self.peak / 2**30, 3),
+                       peak_pss_gib=round(self.peak_pss / 2**30, 3),
+                       peak_rss_by_process_mib={k: round(v / 2**20, 1) for k, v in top})
+        return out
+
+
+def cpu_between(samples: Sequence[tuple[float, float]], start: float, end: float) -> float | None:
+    """CPU seconds the tree used between two wall-clock moments (linear between samples)."""
+    if not samples or start < samples[0][0] or end > samples[-1][0]:
+        return None
+
+    def at(t: float) -> float:
+        for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+            if t0 <= t <= t1:
+                return c0 + (c1 - c0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.0)
+        return samples[-1][1]
+
+    return at(end) - at(start)
+
+
+def trace_windows(trace: list[dict[str, Any]]) -> dict[int, tuple[float, float]]:
+    """Step -> (first stage start, last stage end) from trace.jsonl records."""
+    windows: dict[int, tuple[float, float]] = {}
+    for r in trace:
+        lo, hi = windows.get(r["step"], (r["start"], r["end"]))
+        windows[r["step"]] = (min(lo, r["start"]), max(hi, r["end"]))
+    return windows
 
 
 def common_args(parser, *, rounds: int | None = None) -> None:

@@ -113,12 +113,16 @@ class Actor:
             metrics["actor/kl_coef"] = a.kl_loss_coef
         return metrics
 
-    def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
+    def _set_global_batch_info(self, mini: Batch) -> None:
+        """Tell verl's loss aggregation the mini-batch's size over every data-parallel rank."""
         counts = torch.tensor([float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0], device=self.device)
         rows, tokens = distributed.all_reduce(counts, self.world_size).tolist()
         info = self.loss_config.global_batch_info
         info.update(dp_size=self.world_size, batch_num_tokens=max(tokens, 1.0), global_batch_size=max(rows, 1.0),
                     loss_scale_factor=self.loss_config.loss_scale_factor)
+
+    def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
+        self._set_global_batch_info(mini)
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(SUMMED + AVERAGED, 0.0)
         micro_count, bad = 0, None

@@ -143,11 +143,7 @@ class DeepSpeedActor(Actor):
 
     # ---- one mini-batch ---------------------------------------------------------------------
     def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
-        counts = torch.tensor([float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0], device=self.device)
-        rows, tokens = distributed.all_reduce(counts, self.world_size).tolist()
-        info = self.loss_config.global_batch_info
-        info.update(dp_size=self.world_size, batch_num_tokens=max(tokens, 1.0), global_batch_size=max(rows, 1.0),
-                    loss_scale_factor=self.loss_config.loss_scale_factor)
+        self._set_global_batch_info(mini)
         size = self.pipeline.trainer.ppo_micro_batch_size or max(len(mini), 1)
         micros = mini.split(self._agreed_count(math.ceil(len(mini) / size)))
         sums = dict.fromkeys(self._metric_names(), 0.0)
