@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rlflow.errors import ResourceError
 
 log = logging.getLogger("rlflow.runtime")
+EMBEDDED_START_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,17 @@ def start_ray(project, cpu_demand: float) -> bool:
         kwargs.setdefault("namespace", project.ray.namespace)
     if project.ray.address:
         ray.init(address=project.ray.address, **kwargs)
-    else:
-        cpus = project.ray.num_cpus or max(os.cpu_count() or 1, int(-(-cpu_demand // 1)))
-        ray.init(num_cpus=cpus, **kwargs)
+        return True
+    cpus = project.ray.num_cpus or max(os.cpu_count() or 1, int(-(-cpu_demand // 1)))
+    for attempt in range(EMBEDDED_START_ATTEMPTS):
+        try:
+            ray.init(num_cpus=cpus, **kwargs)
+            return True
+        except Exception as exc:  # Ray raises a bare Exception when its raylet misses a fixed 30 s start window
+            if "timed out during startup" not in str(exc) or attempt + 1 == EMBEDDED_START_ATTEMPTS:
+                raise
+            log.warning("the embedded Ray did not start in time (a busy machine?); trying again")
+            ray.shutdown()
     return True
 
 
