@@ -58,7 +58,7 @@ def start_ray(project, cpu_demand: float) -> bool:
                 raise
             log.warning("the embedded Ray did not start in time (a busy machine?); trying again")
             ray.shutdown()
-    return True
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def cluster_nodes() -> list[dict[str, float]]:
