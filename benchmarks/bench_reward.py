@@ -25,6 +25,7 @@ and merge), which does not shrink with more workers.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import replace
@@ -79,6 +80,7 @@ def start_reward_pools(workers: tuple[int, ...]):
     from rlflow.schemas.project import load_project_config
 
     project = load_project_config(common.ROOT)
+    os.environ.setdefault("RAY_ADDRESS", "local")  # our own embedded Ray, never a cluster someone else started
     start_ray(project, float(sum(workers)))
     pools = {}
     for k in workers:

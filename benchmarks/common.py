@@ -53,10 +53,16 @@ STEP_SETS = (
 
 # ---- environment ------------------------------------------------------------------------------
 def bench_env(threads: int = 1) -> dict[str, str]:
-    """The environment of every benchmark subprocess: quiet Ray, fixed thread counts."""
+    """The environment of every benchmark subprocess: quiet Ray, fixed thread counts.
+
+    ``RAY_ADDRESS=local`` (unless the caller set an address): without an address ``ray.init``
+    joins whatever cluster ``ray start`` last registered on the machine, and on a shared
+    machine that is someone else's; a benchmark must time its own embedded Ray.
+    """
     env = dict(os.environ)
     env.update(RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.setdefault("RAY_ADDRESS", "local")
     return env
 
 
