@@ -66,8 +66,8 @@ class Dispatcher:
         self.trace([self.record(step, label, stage.resource, r) for r in results])
         merged = Batch.concat([r["batch"] for r in results])
         if stage.dispatch == "all":
-            if pool.type == "remote":
-                self.broadcast(pool, "set_global_steps", step, stage=stage)
+            if pool.type == "remote":  # every forwarder learns the policy version it now serves
+                self.call(pool, "set_global_steps", step, stage=stage)
             batch.metrics.update(merged.metrics)
             return batch
         return _merge(batch, merged, kind.changes_rows)
@@ -91,9 +91,6 @@ class Dispatcher:
         if label:
             self.trace([self.record(step, label, pool.name, r) for r in results])
         return [r["result"] for r in results]
-
-    def broadcast(self, pool, method: str, *args: Any, stage=None) -> None:
-        self.call(pool, method, *args, stage=stage)
 
     # ---- watchdog -------------------------------------------------------------------------
     def wait(self, refs: list, stage, pool, workers: list, timeout: float | None = None, what: str | None = None) -> list:

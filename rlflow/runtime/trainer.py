@@ -159,8 +159,7 @@ class StepLoop:
 
     # ---- weight sync, checkpoints, validation -------------------------------------------
     def _sync_weights(self, stage, batch: Batch, step: int) -> None:
-        out = self.dispatch.run_stage(stage, batch, step)
-        batch.metrics.update(out.metrics)
+        self.dispatch.run_stage(stage, batch, step)  # "all" dispatch: metrics land in batch.metrics
         rollout = self.by_kind["generate"].resource
         if rollout != stage.resource and self.pools[rollout].type == "local":
             self._cross_pool_sync(self.pools[stage.resource], self.pools[rollout], batch, step, stage)
