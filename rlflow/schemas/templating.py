@@ -66,7 +66,10 @@ def _environment():
 
 def _only_plain_variables(source: str) -> bool:
     """True when every template construct is ``{{ name }}`` (then rendering is plain substitution)."""
-    if _ANY_TEMPLATE.search(_PLAIN_VARIABLE.sub("", source)):
+    if "\0" in source:
+        return False
+    rest = _PLAIN_VARIABLE.sub("\0", source)  # "{{{ x }}" lexes as "{{" then "{ x }}" in Jinja2: not plain
+    if _ANY_TEMPLATE.search(rest) or "{\0" in rest:
         return False
     return not _JINJA_NAMES.intersection(_PLAIN_VARIABLE.findall(source))
 

@@ -120,6 +120,8 @@ class BackendServer:
         self.refused = 0
         self._engine_lock = threading.Lock()
         self._remembered: OrderedDict[str, list] = OrderedDict()
+        self._connections: dict[socket.socket, threading.Thread] = {}  # open client connections -> their handler
+        self._connections_lock = threading.Lock()
         self._tcp = (_TCPServer6 if ":" in host else _TCPServer)((host, port), _Handler)
         self._tcp.owner = self
         self.host = advertise_host or (socket.gethostname() if host in ("0.0.0.0", "::", "") else host)
@@ -139,8 +141,37 @@ class BackendServer:
 
     def serve_forever(self) -> None:
         log.info("serving backend %r on %s:%d (pid %d)", self.backend, self.host, self.port, os.getpid())
-        self._tcp.serve_forever(poll_interval=0.2)
-        self._tcp.server_close()
+        try:
+            self._tcp.serve_forever(poll_interval=0.2)
+        finally:
+            self._tcp.server_close()
+            self._end_connections()
+
+    def _end_connections(self, timeout_s: float = 10.0) -> None:
+        """Close every client connection and wait for its handler thread.
+
+        A handler thread still alive at interpreter exit is killed inside whatever native call it
+        is in, which can abort the process; so the server never exits with one running.
+        """
+        with self._connections_lock:
+            live = list(self._connections.items())
+        for sock, _ in live:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout_s
+        for _, thread in live:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("a connection handler is still busy after %.0f s; exiting anyway", timeout_s)
+
+    def _track(self, sock: socket.socket, live: bool) -> None:
+        with self._connections_lock:
+            if live:
+                self._connections[sock] = threading.current_thread()
+            else:
+                self._connections.pop(sock, None)
 
     def start_in_thread(self) -> "BackendServer":
         self._thread = threading.Thread(target=self.serve_forever, name="rlflow-backend-server", daemon=True)
@@ -233,7 +264,13 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         owner = self.server.owner
-        sock: socket.socket = self.request
+        owner._track(self.request, True)
+        try:
+            self._handle(owner, self.request)
+        finally:
+            owner._track(self.request, False)
+
+    def _handle(self, owner: BackendServer, sock: socket.socket) -> None:
         peer = "%s:%s" % self.client_address[:2]
         sock.settimeout(owner.handshake_timeout_s)
         try:
