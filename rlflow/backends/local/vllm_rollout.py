@@ -21,6 +21,10 @@ pad and ``response_mask`` (1 up to and including the first EOS) out. Design deci
   0; otherwise temperature / top-p / top-k with one seed per row derived from the call's seed,
   so a rerun samples the same tokens. EOS ids stop a row; the stop token is kept in
   ``responses`` (it is inside the mask, as verl has it).
+- On the CPU a batch is never prefilled in chunks: vLLM's CPU worker fails on seeded rows
+  ("CPU Generator does not use offset") when a prompt is split across scheduler steps. The
+  engine gets a token budget per step of ``CPU_TOKEN_BUDGET`` and ``generate`` hands it the
+  batch in groups whose prompts fit that budget together.
 - The model directory: vLLM loads from disk, so a built-in model (or any in-memory one) is
   saved with ``save_pretrained`` (model and tokenizer) to a temporary directory first.
 
@@ -43,6 +47,8 @@ from rlflow.backends.local.generation import SamplingParams, response_mask_from_
 from rlflow.errors import BackendError
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.5
+CPU_TOKEN_BUDGET = 65536  # tokens per scheduler step on the CPU; see "never prefilled in chunks"
+CPU_MAX_SEQS = 256
 
 
 def save_model_dir(model, tokenizer, directory: str | Path | None = None) -> Path:
@@ -75,7 +81,12 @@ class VllmRollout:
         self.model_dir = Path(model_dir)
         self._owned_dir = owned_dir
         self.sleep_mode = sleep_mode_available() if sleep_mode is None else sleep_mode
-        kwargs = {"gpu_memory_utilization": gpu_memory_utilization} if device != "cpu" else {}
+        if device == "cpu":
+            self.token_budget = max(CPU_TOKEN_BUDGET, max_model_len)
+            kwargs = {"max_num_batched_tokens": self.token_budget, "max_num_seqs": CPU_MAX_SEQS}
+        else:
+            self.token_budget = None
+            kwargs = {"gpu_memory_utilization": gpu_memory_utilization}
         try:
             self.llm = LLM(model=str(self.model_dir), tokenizer=str(self.model_dir), dtype=dtype, seed=seed,
                            max_model_len=max_model_len, enforce_eager=device == "cpu", enable_sleep_mode=self.sleep_mode,
@@ -127,9 +138,12 @@ class VllmRollout:
         if too_long:
             raise BackendError(f"generate: prompt {too_long[0]} plus max_response_length={params.max_new_tokens} exceeds "
                                f"vLLM's max_model_len={self.max_model_len}; shorten prompts or raise data.max_prompt_length")
+        sampling = [self._sampling(params, i) for i in range(len(inputs))]
         self._wake_all()
         try:
-            outputs = self.llm.generate(inputs, [self._sampling(params, i) for i in range(len(inputs))], use_tqdm=False)
+            outputs = []
+            for start, end in self._groups(inputs):
+                outputs += self.llm.generate(inputs[start:end], sampling[start:end], use_tqdm=False)
         finally:
             self.sleep()
         out = torch.full((len(inputs), params.max_new_tokens), params.pad_token_id, dtype=torch.long)
@@ -139,6 +153,22 @@ class VllmRollout:
                 out[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
         mask = response_mask_from_tokens(out, params.eos_token_ids)
         return out.masked_fill(mask == 0, params.pad_token_id), mask
+
+    def _groups(self, inputs: list) -> list[tuple[int, int]]:
+        """Consecutive (start, end) groups of rows to generate together: all rows at once, except on
+        the CPU, where each group's prompts fit one scheduler step's token budget (and its row cap)."""
+        if self.token_budget is None:
+            return [(0, len(inputs))]
+        groups, start, used = [], 0, 0
+        for i, item in enumerate(inputs):
+            size = len(item["prompt_token_ids"]) + 1
+            if i > start and (used + size > self.token_budget or i - start >= CPU_MAX_SEQS):
+                groups.append((start, i))
+                start, used = i, 0
+            used += size
+        if inputs:
+            groups.append((start, len(inputs)))
+        return groups
 
     @staticmethod
     def _sampling(params: SamplingParams, row: int):

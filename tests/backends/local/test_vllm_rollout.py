@@ -112,3 +112,25 @@ def test_generate_reports_rollout_metrics_and_takes_empty_shards(engine, prompts
     assert len(out["response_text"]) == len(PROMPTS)
     empty = engine.generate(prompts.index([]), {**GREEDY, "engine": "vllm"})
     assert empty["responses"].shape == (0, 8) and empty["response_text"] == []
+
+
+def test_a_large_seeded_batch_samples_whole(engine):
+    """More prompt tokens than vLLM's default step budget: the CPU worker must not chunk a seeded prefill."""
+    from rlflow.backends.local.generation import SamplingParams
+    from rlflow.backends.local.models import build_prompt_batch
+    from rlflow.backends.local.vllm_rollout import VllmRollout
+
+    long_prompts = [("SELECT name FROM singer WHERE age > 30 AND country = 'France'; " * 14)[:800] + f" #{i}"
+                    for i in range(96)]
+    batch = build_prompt_batch(engine.tokenizer, long_prompts, 1024)
+    assert int(batch["prompt_mask"].sum()) > 16384
+    rollout = VllmRollout.from_model(engine.model, engine.tokenizer, max_model_len=1100, device="cpu")
+    try:
+        params = SamplingParams(max_new_tokens=4, eos_token_ids=(engine.tokenizer.eos_token_id,),
+                                pad_token_id=engine.tokenizer.pad_token_id, temperature=1.0, seed=5)
+        responses, mask = rollout.generate(batch["prompts"], batch["prompt_mask"], params)
+        again, _ = rollout.generate(batch["prompts"], batch["prompt_mask"], params)
+    finally:
+        rollout.close()
+    assert responses.shape == (96, 4) and bool(mask[:, 0].all())
+    assert torch.equal(responses, again)  # seeded rows sample the same tokens
