@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from importlib.metadata import entry_points
 from typing import Callable, Generic, Iterator, TypeVar
 
 from rlflow.errors import RegistryError
@@ -89,6 +88,8 @@ class Registry(Generic[T]):
         if self._entry_points_loaded:
             return
         self._entry_points_loaded = True
+        from importlib.metadata import entry_points  # costs tens of ms: only when a name is not known yet
+
         for ep in entry_points(group=self.entry_point_group):
             try:
                 obj = ep.load()

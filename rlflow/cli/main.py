@@ -1,9 +1,10 @@
-"""The ``rlflow`` command: a typer app assembled from one module per command.
+"""The ``rlflow`` command's entry point.
 
-Each command module exposes ``register(app)`` and keeps heavy imports (torch, ray) inside
-its command functions, so ``rlflow validate`` and ``rlflow --help`` start fast. Known errors
-(``RlflowError``) become one-line messages and their exit code; ``RLFLOW_DEBUG=1`` shows the
-traceback instead.
+A plain ``rlflow validate FILE...`` (the check people run before every launch and in
+pre-commit hooks) goes straight to ``rlflow.cli.validate_files`` without importing the CLI
+framework; everything else, ``--help`` included, goes to the typer app in ``rlflow.cli.app``.
+Known errors (``RlflowError``) become one-line messages and their exit code;
+``RLFLOW_DEBUG=1`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -11,40 +12,34 @@ from __future__ import annotations
 import os
 import sys
 
-import typer
-
 from rlflow.errors import RlflowError
-
-COMMAND_MODULES = ("validate", "schema", "graph", "run", "plot", "backend")
-
-app = typer.Typer(
-    name="rlflow",
-    help="Declarative GRPO post-training on Ray: validate, draw and run one pipeline file.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-
-def _register_commands() -> None:
-    import importlib
-
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"rlflow.cli.{name}").register(app)
-
-
-_register_commands()
 
 
 def main() -> None:
     """Console-script entry point: known errors as one line and their exit code."""
+    from rlflow.cli.validate_files import fast_path
+
+    code = fast_path(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from rlflow.cli.app import app
+
     try:
         app()
     except RlflowError as exc:
         if os.environ.get("RLFLOW_DEBUG"):
             raise
-        typer.echo(f"error: {exc}", err=True)
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+
+
+def __getattr__(name: str):
+    """``rlflow.cli.main.app``: the typer app, imported on first use."""
+    if name == "app":
+        from rlflow.cli.app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -122,3 +122,39 @@ def test_schema_command(tmp_path):
 def test_help(args):
     result = rlflow(*args)
     assert result.returncode == 0 and "Usage" in result.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ["pipelines/bird_grpo.yaml"],
+    ["pipelines/bird_grpo.yaml", "--json"],
+    ["pipelines/bird_grpo.yaml", "--set", "trainer.total_steps=0", "-s", "algorithm.n=1"],
+    ["pipelines/bird_grpo.yaml", "pipelines/missing.yaml", "--json"],
+])
+def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, monkeypatch):
+    from typer.testing import CliRunner
+
+    from rlflow.cli.app import app
+    from rlflow.cli.validate_files import fast_path
+
+    monkeypatch.chdir(REPO)
+    code = fast_path(["validate", *args])
+    fast = capsys.readouterr()
+    full = CliRunner().invoke(app, ["validate", *args])
+    assert code == full.exit_code
+    assert fast.out + fast.err == full.output
+
+
+@pytest.mark.parametrize("argv", [[], ["run", "x.yaml"], ["validate"], ["validate", "--help"], ["validate", "-h"],
+                                  ["validate", "x.yaml", "--strict"]])
+def test_anything_else_goes_to_the_full_cli(argv):
+    from rlflow.cli.validate_files import fast_path
+
+    assert fast_path(argv) is None
+
+
+def test_plain_validate_never_imports_typer():
+    code = "import sys; sys.argv = ['rlflow', 'validate', 'pipelines/bird_grpo.yaml']\n" \
+           "from rlflow.cli.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n" \
+           "print('typer' in sys.modules, 'click' in sys.modules, file=sys.stderr)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.stderr.strip().splitlines()[-1] == "False False", result.stderr

@@ -1,0 +1,100 @@
+"""What ``rlflow validate`` does, without the CLI framework: check files, print the report.
+
+Kept apart from the typer command so the entry point can run a plain ``rlflow validate``
+without importing typer at all (typer and its click layer cost more than the whole check);
+``rlflow.cli.validate`` wraps the same two functions for ``--help`` and the full CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+def check_files(pipelines: Sequence[Path], sets: Sequence[str]) -> list[dict]:
+    """One result per file (``ok``, counts or diagnostics); an unreadable rlflow.yaml is one failed result."""
+    # On its first model pydantic scans every installed package for pydantic plugins; that
+    # scan costs more than the whole validation, and validation needs no plugin.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    from rlflow.errors import ConfigError
+    from rlflow.schemas.loader import load_pipeline
+    from rlflow.schemas.project import load_project_config
+
+    try:
+        project = load_project_config()
+    except ConfigError as exc:
+        return [_failure("rlflow.yaml", exc)]
+    results = []
+    for path in pipelines:
+        try:
+            loaded = load_pipeline(path, sets, project)
+        except ConfigError as exc:
+            results.append(_failure(str(path), exc))
+        except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
+            if os.environ.get("RLFLOW_DEBUG"):
+                raise
+            results.append({"file": str(path), "ok": False, "diagnostics": [],
+                            "error": f"internal error: {type(exc).__name__}: {exc} (RLFLOW_DEBUG=1 shows where)"})
+        else:
+            spec = loaded.spec
+            results.append({"file": str(path), "ok": True, "stages": len(spec.stages),
+                            "resources": len(spec.resources), "diagnostics": []})
+    return results
+
+
+def report(results: list[dict], as_json: bool) -> int:
+    """Print the results (JSON on stdout, or one line per problem on stderr); returns the exit code:
+    0 all valid, 2 some file is invalid, 1 an internal error."""
+    if as_json:
+        payload = [{k: v for k, v in r.items() if k != "text"} for r in results]
+        print(json.dumps({"ok": all(r["ok"] for r in results), "files": payload}, indent=2))
+    else:
+        _print_lines(results)
+    if all(r["ok"] for r in results):
+        return 0
+    return 2 if all("error" not in r for r in results) else 1
+
+
+def fast_path(argv: Sequence[str]) -> int | None:
+    """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--json``) and return its
+    exit code; None for anything else (``--help``, an unknown option, no file), which the full
+    CLI then handles and explains."""
+    if not argv or argv[0] != "validate" or any(a in ("-h", "--help") for a in argv[1:]):
+        return None
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("pipelines", nargs="*", type=Path)
+    parser.add_argument("--set", "-s", dest="sets", action="append", default=[])
+    parser.add_argument("--json", dest="as_json", action="store_true")
+    try:
+        args, unknown = parser.parse_known_args(list(argv[1:]))
+    except argparse.ArgumentError:
+        return None
+    if unknown or not args.pipelines:
+        return None
+    return report(check_files(args.pipelines, args.sets), args.as_json)
+
+
+def _failure(file: str, exc) -> dict:
+    return {"file": file, "ok": False, "diagnostics": [d.to_dict() for d in exc.diagnostics],
+            "text": [str(d) for d in exc.diagnostics]}
+
+
+def _print_lines(results: list[dict]) -> None:
+    problems = 0
+    for r in results:
+        if r["ok"]:
+            print(f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources)")
+        elif "error" in r:
+            problems += 1
+            print(f"{r['file']}: {r['error']}", file=sys.stderr)
+        else:
+            problems += len(r["text"])
+            for line in r["text"]:
+                print(line, file=sys.stderr)
+    if problems:
+        bad = sum(not r["ok"] for r in results)
+        print(f"{problems} problem{'s' * (problems != 1)} in {bad} file{'s' * (bad != 1)}", file=sys.stderr)
