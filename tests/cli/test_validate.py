@@ -36,7 +36,7 @@ def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
     (tmp_path / "rlflow.yaml").write_text("vars: {model_path: m, bird_root: /b}\n")
     bad = tmp_path / "bad.yaml"
     bad.write_text((REPO / BIRD).read_text().replace("on: reward_pool", "on: reward_pol")
-                   .replace("total_steps: 30", "total_step: 30"))
+                   .replace("total_steps: 20", "total_step: 20"))
     worse = tmp_path / "worse.yaml"
     worse.write_text("name: [\n")
     result = rlflow("validate", str(REPO / BIRD), str(bad), str(worse), cwd=tmp_path)
@@ -44,7 +44,7 @@ def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
     assert "Traceback" not in result.stderr
     assert result.stdout == f"{REPO / BIRD}: ok (7 stages, 2 resources)\n"
     lines = result.stderr.splitlines()
-    trainer, reward = line_of(bad, "trainer:"), line_of(bad, "reward_pol}")
+    trainer, reward = line_of(bad, "total_step:"), line_of(bad, "reward_pol}")
     assert lines[0].startswith(f"{bad}:{trainer}:") and "trainer.total_step: unknown key 'total_step'" in lines[0]
     assert lines[1] == f"{bad}:{reward}:53: stages[1].on: unknown resource 'reward_pol' (did you mean 'reward_pool'?)"
     assert lines[2].startswith(f"{worse}:2:1: YAML syntax error")

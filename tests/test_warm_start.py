@@ -1,0 +1,80 @@
+"""The shipped warm start (models/tiny-sql-warm) loads through rlflow and answers questions.
+
+A smoke test of the artifact the default pipeline starts from: it must load with rlflow's own
+model code, greedy-decode a ```sql fenced block (the format the reward extracts), and get some
+train questions right when the pipeline's reward executes them. Its record must say it was
+made from the train split alone, by the script that ships with it. Greedy decoding, a handful
+of prompts: seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WARM = ROOT / "models" / "tiny-sql-warm"
+PROMPTS = 16
+
+
+@pytest.fixture(scope="module")
+def warm():
+    """(tokenizer, model, train split) loaded the way `rlflow run` loads them."""
+    import torch
+
+    from rlflow.backends.local.models import load_model, load_tokenizer
+    from rlflow.data import load_split
+    from rlflow.schemas.loader import load_pipeline
+    from rlflow.schemas.pipeline import ModelSpec
+
+    torch.set_num_threads(1)
+    spec = ModelSpec(path=str(WARM))
+    tokenizer = load_tokenizer(spec, ROOT)
+    model = load_model(spec, tokenizer, seed=1, root=ROOT).eval()
+    pipeline = load_pipeline(ROOT / "pipelines" / "bird_grpo.yaml",
+                             sets=["bird_root=data/bird_sample", f"model_path={WARM}"]).spec
+    return tokenizer, model, load_split(pipeline, "train", ROOT, tokenizer)
+
+
+def _greedy(tokenizer, model, dataset, indices: list[int]) -> list[str]:
+    from rlflow.backends.local.generation import SamplingParams, sample
+
+    batch = dataset.to_batch(indices, tokenizer.pad_token_id)
+    params = SamplingParams(max_new_tokens=64, eos_token_ids=(tokenizer.eos_token_id,),
+                            pad_token_id=tokenizer.pad_token_id, do_sample=False)
+    responses, mask = sample(model, batch["prompts"], batch["prompt_mask"], params)
+    lengths = mask.sum(-1).tolist()
+    return tokenizer.batch_decode([r[:n] for r, n in zip(responses.tolist(), lengths)], skip_special_tokens=True)
+
+
+def test_the_default_project_starts_from_it():
+    import yaml
+
+    assert yaml.safe_load((ROOT / "rlflow.yaml").read_text())["vars"]["model_path"] == "models/tiny-sql-warm"
+
+
+def test_record_says_train_split_only():
+    meta = json.loads((WARM / "warm_start.json").read_text())
+    assert meta["base"] == "builtin:tiny-qwen2" and meta["trained_on"] == "train.json"
+    train = json.loads((ROOT / "data/bird_sample/train.json").read_text())
+    dev = json.loads((ROOT / "data/bird_sample/dev.json").read_text())
+    assert set(meta["train_question_ids"]) <= {q["question_id"] for q in train}
+    assert len(set(meta["train_question_ids"])) == meta["train_questions"] < len(train)
+    seen = {(q["db_id"], q["question"]) for q in train}
+    assert not any((q["db_id"], q["question"]) in seen for q in dev)  # dev questions never reach the fine-tune
+    assert sum(p.stat().st_size for p in WARM.iterdir()) < 12_000_000
+
+
+def test_greedy_answers_are_fenced_sql_and_some_are_right(warm):
+    from rlflow.reward.stage import _caches, score_row
+    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig
+
+    tokenizer, model, train = warm
+    texts = _greedy(tokenizer, model, train, list(range(PROMPTS)))
+    assert all(t.startswith("```sql\n") for t in texts), texts
+    config, caches = Text2SqlRewardConfig(), _caches({})
+    scores = [score_row(t, train[i].reward_info, config, caches)[1] for i, t in enumerate(texts)]
+    assert sum(s["format_ok"] for s in scores) >= PROMPTS - 2
+    assert sum(s["exec_acc"] for s in scores) > 0, texts
