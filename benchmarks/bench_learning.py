@@ -36,6 +36,9 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = "pipelines/bird_grpo.yaml"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -118,7 +121,7 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     run_dir = runs_root / f"seed{seed}"
     if (run_dir / "metrics.jsonl").exists():
         raise SystemExit(f"{run_dir} already holds a run; remove it or pass another --runs-root")
-    cmd = ["rlflow", "run", PIPELINE, "--set", f"trainer.seed={seed}", "--run-dir", str(run_dir)]
+    cmd = [*common.rlflow_script(), "run", PIPELINE, "--set", f"trainer.seed={seed}", "--run-dir", str(run_dir)]
     for setting in sets:
         cmd += ["--set", setting]
     print("$", " ".join(cmd), flush=True)

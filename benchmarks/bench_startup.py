@@ -45,6 +45,7 @@ def rlflow_arm(sets: list[str], work: Path, timeout: float) -> dict:
                                timeout=timeout, sample_memory=True)
     trace, t0 = result.pop("trace"), result["start"]
     result.pop("cpu_samples")
+    result.pop("cpu_samples_by_process")
     step1 = [r for r in trace if r["step"] == 1]
     init = [r for r in trace if r["step"] == 0]
     result.pop("metrics")
@@ -65,6 +66,7 @@ def trl_arm(sets: list[str], model_dir: Path, work: Path, timeout: float) -> dic
            "--out", str(out), *[f"--set={s}" for s in sets if not s.startswith("model_path=")]]
     result = common.run_process(cmd, log=work / "trl.log", timeout=timeout, sample_memory=True)
     result.pop("cpu_samples")
+    result.pop("cpu_samples_by_process")
     if result["exit_code"] != 0 or not out.exists():
         result["error"] = common.tail(work / "trl.log")
         return result

@@ -168,6 +168,7 @@ def run_rlflow(pipeline: str, sets: Sequence[str], run_dir: Path, *, log: Path, 
     for m in metrics:
         if m.get("step") in windows:
             m["cpu_s/step"] = cpu_between(result["cpu_samples"], *windows[m["step"]])
+            m["cpu_s_by_process/step"] = cpu_by_process_between(result["cpu_samples_by_process"], *windows[m["step"]])
     result.update(command=" ".join(cmd[1:] if cmd[0].endswith("rlflow") else cmd), metrics=metrics, trace=trace)
     if result["exit_code"] != 0:
         result["error"] = tail(log)
@@ -245,7 +246,9 @@ class TreeSampler:
         self.interval = interval
         self.memory = memory
         self.cpu: list[tuple[float, float]] = []  # (wall clock, cumulative CPU seconds of the tree)
+        self.cpu_by_name: list[tuple[float, dict[str, float]]] = []  # the same, per process name
         self._cpu_by_pid: dict[int, float] = {}
+        self._name_of: dict[int, str] = {}
         self.peak = 0
         self.peak_pss = 0
         self.peak_processes: dict[str, int] = {}
@@ -271,7 +274,8 @@ class TreeSampler:
             rss, pss, names = 0, 0, {}
             for p in procs:
                 try:
-                    times = p.cpu_times()
+                    group, times = process_group(p), p.cpu_times()
+                    self._name_of[p.pid] = group
                     self._cpu_by_pid[p.pid] = times.user + times.system
                     if self.memory:
                         info = p.memory_full_info()
@@ -279,7 +283,12 @@ class TreeSampler:
                         names[p.name()] = names.get(p.name(), 0) + info.rss
                 except psutil.Error:
                     continue
-            self.cpu.append((time.time(), sum(self._cpu_by_pid.values())))
+            now = time.time()
+            self.cpu.append((now, sum(self._cpu_by_pid.values())))
+            groups: dict[str, float] = {}
+            for pid, used in self._cpu_by_pid.items():
+                groups[self._name_of[pid]] = groups.get(self._name_of[pid], 0.0) + used
+            self.cpu_by_name.append((now, groups))
             self.samples += 1
             self.peak_pss = max(self.peak_pss, pss)
             if rss > self.peak:
@@ -287,13 +296,35 @@ class TreeSampler:
             self._stop.wait(self.interval)
 
     def report(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"cpu_samples": self.cpu, "samples": self.samples}
+        out: dict[str, Any] = {"cpu_samples": self.cpu, "cpu_samples_by_process": self.cpu_by_name, "samples": self.samples}
         if self.memory:
             top = sorted(self.peak_processes.items(), key=lambda kv: -kv[1])[:8]
             out.update(peak_rss_bytes=self.peak, peak_rss_gib=round(self.peak / 2**30, 3),
                        peak_pss_gib=round(self.peak_pss / 2**30, 3),
                        peak_rss_by_process_mib={k: round(v / 2**20, 1) for k, v in top})
         return out
+
+
+def process_group(p) -> str:
+    """A readable group for a process of the tree: Ray names its workers ``ray::<Class>.<method>``."""
+    name = p.name()
+    if name.startswith("ray::"):
+        return name.split(".")[0]  # ray::StageWorker.run_stage -> ray::StageWorker
+    if name.startswith("python") or name == "rlflow":
+        cmd = " ".join(p.cmdline()[1:3])
+        for marker, group in (("default_worker.py", "ray idle worker"), ("rlflow.backends.remote.server", "backend server"),
+                              ("dashboard", "ray dashboard agent"), ("runtime_env", "ray runtime env agent"),
+                              ("log_monitor", "ray log monitor")):
+            if marker in cmd:
+                return group
+        return "driver" if name == "rlflow" else name
+    return name
+
+
+def cpu_by_process_between(samples: Sequence[tuple[float, dict[str, float]]], start: float, end: float) -> dict[str, float]:
+    """CPU seconds each process group used between two wall-clock moments."""
+    names = {n for _, groups in samples for n in groups}
+    return {n: cpu_between([(t, g.get(n, 0.0)) for t, g in samples], start, end) for n in sorted(names)}
 
 
 def cpu_between(samples: Sequence[tuple[float, float]], start: float, end: float) -> float | None:
