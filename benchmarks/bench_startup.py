@@ -1,6 +1,6 @@
 """Start-up and memory: from ``rlflow run`` to its first finished step, next to TRL; peak RSS of the run.
 
-    python benchmarks/bench_startup.py            # 2 interleaved rounds, default sizes (16 x 8 x 64)
+    python benchmarks/bench_startup.py            # 2 interleaved rounds, the pipeline's default sizes (16 x 8 x 48)
     python benchmarks/bench_startup.py --quick    # tiny sizes, 1 round
 
 rlflow arm: ``rlflow run pipelines/bird_grpo.yaml`` (2 steps, no validation or checkpoints)
