@@ -85,12 +85,6 @@ def traffic(metrics: list[dict], skip: int, rows: int, response_width: int) -> d
             "sync_bytes_max": max((s["sync_bytes"] or 0.0 for s in steps), default=None)}
 
 
-def by_process(metrics: list[dict]) -> dict[str, float]:
-    """Median CPU seconds per step of each process group (driver, workers, backend server, Ray's daemons)."""
-    names = {n for m in metrics for n in m.get("cpu_s_by_process/step", {})}
-    return {n: common.median(m.get("cpu_s_by_process/step", {}).get(n) for m in metrics) for n in sorted(names)}
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.common_args(p, rounds=2)
@@ -117,8 +111,6 @@ def main(argv=None) -> None:
             result = common.run_rlflow(PIPELINES[arm], sets, work / f"round{r + 1}" / arm, log=work / f"round{r + 1}" / f"{arm}.log",
                                        timeout=args.timeout)
             result.pop("trace")
-            result.pop("cpu_samples")
-            result.pop("cpu_samples_by_process")
             runs[arm].append(result)
             print(f"  {arm}: step times {[round(m['timing_s/step'], 2) for m in result['metrics']]}"
                   f"{' ' + result['error'][-400:] if 'error' in result else ''}", flush=True)
@@ -128,7 +120,7 @@ def main(argv=None) -> None:
         arms[arm] = {"step_s_median": common.median(t for res in results for t in common.step_times(res["metrics"], skip)),
                      "step_s_per_round": per_round,
                      "cpu_s_median": common.median(t for res in results for t in common.step_times(res["metrics"], skip, "cpu_s/step")),
-                     "cpu_s_by_process_median": by_process([m for res in results for m in res["metrics"] if m["step"] > skip]),
+                     "cpu_s_by_process_median": common.cpu_by_process_median([m for res in results for m in res["metrics"] if m["step"] > skip]),
                      "errors": [res["error"] for res in results if "error" in res]}
     ratio = common.ratio(arms["remote"]["step_s_median"], arms["local"]["step_s_median"])
     cpu_ratio = common.ratio(arms["remote"]["cpu_s_median"], arms["local"]["cpu_s_median"])

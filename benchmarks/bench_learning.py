@@ -30,18 +30,14 @@ import os
 import platform
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-
-import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT, RESULTS = common.ROOT, common.RESULTS
 PIPELINE = "pipelines/bird_grpo.yaml"
-RESULTS = ROOT / "benchmarks" / "results"
 QUICK_SETS = ("trainer.total_steps=2", "trainer.test_freq=2", "data.max_val_samples=8")
 
 
@@ -74,48 +70,6 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-class CpuMeter:
-    """CPU seconds used by a process and all its descendants (Ray's raylet, workers), sampled each second.
-
-    A busy shared machine stretches wall time; CPU time says what the run itself cost. A process
-    that ends between two samples loses at most its last second.
-    """
-
-    def __init__(self, pid: int, every_s: float = 1.0) -> None:
-        self.root, self.every_s = psutil.Process(pid), every_s
-        self.seen: dict[tuple[int, float], float] = {}  # (pid, create_time) -> user + system seconds
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _sample(self) -> None:
-        try:
-            procs = [self.root, *self.root.children(recursive=True)]
-        except psutil.Error:
-            return
-        for proc in procs:
-            try:
-                times = proc.cpu_times()
-                self.seen[(proc.pid, proc.create_time())] = times.user + times.system
-            except psutil.Error:
-                continue
-
-    def _loop(self) -> None:
-        while not self.stop_event.wait(self.every_s):
-            self._sample()
-
-    def __enter__(self) -> "CpuMeter":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop_event.set()
-        self.thread.join()
-
-    @property
-    def seconds(self) -> float:
-        return sum(self.seen.values())
-
-
 def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     """One ``rlflow run`` for ``seed``; its figures."""
     run_dir = runs_root / f"seed{seed}"
@@ -127,8 +81,13 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     print("$", " ".join(cmd), flush=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     start = time.perf_counter()
-    with subprocess.Popen(cmd, cwd=ROOT, env=env) as proc, CpuMeter(proc.pid) as meter:
-        returncode = proc.wait()
+    with subprocess.Popen(cmd, cwd=ROOT, env=env) as proc:
+        meter = common.TreeSampler(proc.pid, interval=1.0)  # CPU seconds of the run's whole process tree
+        meter.start()
+        try:
+            returncode = proc.wait()
+        finally:
+            meter.stop()
     minutes = (time.perf_counter() - start) / 60
     if returncode != 0:
         raise SystemExit(f"seed {seed}: rlflow run exited with {returncode}")
@@ -140,7 +99,7 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     last = max(acc)
     scores = [r.get("critic/score/mean") for r in records if r["step"] > 0]
     return {"seed": seed, "before": acc[0], "after": acc[last], "delta": acc[last] - acc[0], "wall_minutes": minutes,
-            "cpu_minutes": meter.seconds / 60,
+            "cpu_minutes": (meter.cpu[-1][1] if meter.cpu else 0.0) / 60,
             "last_step": last, "val_exec_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
             "train_score_by_step": scores, "run_dir": str(run_dir)}
 

@@ -44,8 +44,6 @@ def rlflow_arm(sets: list[str], work: Path, timeout: float) -> dict:
     result = common.run_rlflow(PIPELINE, [*sets, "trainer.total_steps=2"], work / "rlflow-run", log=work / "rlflow.log",
                                timeout=timeout, sample_memory=True)
     trace, t0 = result.pop("trace"), result["start"]
-    result.pop("cpu_samples")
-    result.pop("cpu_samples_by_process")
     step1 = [r for r in trace if r["step"] == 1]
     init = [r for r in trace if r["step"] == 0]
     result.pop("metrics")

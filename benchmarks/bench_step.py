@@ -127,8 +127,8 @@ def run_arm(arm: str, sets: list[str], steps: int, work: Path, timeout: float) -
         records = _trl_records(json.loads(out.read_text())) if result["exit_code"] == 0 else []
     if result["exit_code"] != 0:
         result["error"] = common.tail(log)
-    samples = result.pop("cpu_samples")
-    result.pop("cpu_samples_by_process")
+    samples = result.pop("cpu_samples", None)  # the loop's and TRL's; rlflow's are already spent per step
+    result.pop("cpu_samples_by_process", None)
     for r in records:
         if "start" in r:  # the loop and TRL: CPU of their process over the step's window
             r["cpu_s/step"] = common.cpu_between(samples, r["start"], r["end"])
@@ -161,17 +161,11 @@ def summarize(runs: dict[str, list[dict]], skip: int) -> dict:
             "stage_s_median": {t: common.median(r.get(f"timing_s/{t}") for r in records) for t in STAGE_TIMERS
                                if any(f"timing_s/{t}" in r for r in records)},
             "response_length_mean": common.median(r.get("response_length/mean") for r in records),
-            "cpu_s_by_process_median": by_process(records),
+            "cpu_s_by_process_median": common.cpu_by_process_median(records),
             "skipped": next((res["skipped"] for res in results if "skipped" in res), None),
             "errors": [res["error"] for res in results if "error" in res],
         }
     return arms
-
-
-def by_process(records: list[dict]) -> dict[str, float]:
-    """Median CPU seconds per step of each process group (rlflow runs: driver, workers, Ray's daemons)."""
-    names = {n for r in records for n in r.get("cpu_s_by_process/step", {})}
-    return {n: common.median(r.get("cpu_s_by_process/step", {}).get(n) for r in records) for n in sorted(names)}
 
 
 def ratios(arms: dict) -> dict:

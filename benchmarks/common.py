@@ -157,18 +157,20 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def run_rlflow(pipeline: str, sets: Sequence[str], run_dir: Path, *, log: Path, timeout: float,
                sample_memory: bool = False) -> dict[str, Any]:
-    """``rlflow run`` in a subprocess: metrics (each with ``cpu_s/step``), trace, wall time, peak memory."""
+    """``rlflow run`` in a subprocess: metrics (each with ``cpu_s/step`` and ``cpu_s_by_process/step``),
+    trace, wall time, peak memory. The raw CPU samples are spent on the per-step figures, not returned."""
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [*rlflow_script(), "run", pipeline, "--run-dir", str(run_dir)]
     for s in sets:
         cmd += ["--set", s]
     result = run_process(cmd, log=log, timeout=timeout, sample_memory=sample_memory)
     metrics, trace = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(run_dir / "trace.jsonl")
+    samples, by_process = result.pop("cpu_samples"), result.pop("cpu_samples_by_process")  # spent on the steps below
     windows = trace_windows(trace)
     for m in metrics:
         if m.get("step") in windows:
-            m["cpu_s/step"] = cpu_between(result["cpu_samples"], *windows[m["step"]])
-            m["cpu_s_by_process/step"] = cpu_by_process_between(result["cpu_samples_by_process"], *windows[m["step"]])
+            m["cpu_s/step"] = cpu_between(samples, *windows[m["step"]])
+            m["cpu_s_by_process/step"] = cpu_by_process_between(by_process, *windows[m["step"]])
     result.update(command=" ".join(cmd[1:] if cmd[0].endswith("rlflow") else cmd), metrics=metrics, trace=trace)
     if result["exit_code"] != 0:
         result["error"] = tail(log)
@@ -246,9 +248,8 @@ class TreeSampler:
         self.interval = interval
         self.memory = memory
         self.cpu: list[tuple[float, float]] = []  # (wall clock, cumulative CPU seconds of the tree)
-        self.cpu_by_name: list[tuple[float, dict[str, float]]] = []  # the same, per process name
-        self._cpu_by_pid: dict[int, float] = {}
-        self._name_of: dict[int, str] = {}
+        self.cpu_by_name: list[tuple[float, dict[str, float]]] = []  # the same, per process group
+        self._cpu_by_pid: dict[int, tuple[str, float]] = {}  # pid -> (group, cumulative CPU seconds)
         self.peak = 0
         self.peak_pss = 0
         self.peak_processes: dict[str, int] = {}
@@ -274,20 +275,18 @@ class TreeSampler:
             rss, pss, names = 0, 0, {}
             for p in procs:
                 try:
-                    group, times = process_group(p), p.cpu_times()
-                    self._name_of[p.pid] = group
-                    self._cpu_by_pid[p.pid] = times.user + times.system
+                    times = p.cpu_times()
+                    self._cpu_by_pid[p.pid] = (process_group(p), times.user + times.system)
                     if self.memory:
                         info = p.memory_full_info()
                         rss, pss = rss + info.rss, pss + info.pss
                         names[p.name()] = names.get(p.name(), 0) + info.rss
                 except psutil.Error:
                     continue
-            now = time.time()
-            self.cpu.append((now, sum(self._cpu_by_pid.values())))
-            groups: dict[str, float] = {}
-            for pid, used in self._cpu_by_pid.items():
-                groups[self._name_of[pid]] = groups.get(self._name_of[pid], 0.0) + used
+            now, groups = time.time(), {}
+            for group, used in self._cpu_by_pid.values():
+                groups[group] = groups.get(group, 0.0) + used
+            self.cpu.append((now, sum(groups.values())))
             self.cpu_by_name.append((now, groups))
             self.samples += 1
             self.peak_pss = max(self.peak_pss, pss)
@@ -325,6 +324,12 @@ def cpu_by_process_between(samples: Sequence[tuple[float, dict[str, float]]], st
     """CPU seconds each process group used between two wall-clock moments."""
     names = {n for _, groups in samples for n in groups}
     return {n: cpu_between([(t, g.get(n, 0.0)) for t, g in samples], start, end) for n in sorted(names)}
+
+
+def cpu_by_process_median(records: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """Median CPU seconds per step of each process group over ``records`` (each with ``cpu_s_by_process/step``)."""
+    names = {n for r in records for n in r.get("cpu_s_by_process/step", {})}
+    return {n: median(r.get("cpu_s_by_process/step", {}).get(n) for r in records) for n in sorted(names)}
 
 
 def cpu_between(samples: Sequence[tuple[float, float]], start: float, end: float) -> float | None:

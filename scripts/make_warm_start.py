@@ -211,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     history = train(model, [rows[i] for i in chosen], args, report)
     out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
     meta = {"base": BUILTIN, "bird_root": args.bird_root, "trained_on": str(train_set.source.name),
-            "train_questions": len(chosen),
-            "train_question_ids": [train_set[i].reward_info["question_id"] for i in chosen], "seed": args.seed, "steps": args.steps, "lr": args.lr,
-            "warmup": args.warmup, "batch_size": args.batch_size, "threads": args.threads,
+            "train_questions": len(chosen), "train_question_ids": [train_set[i].reward_info["question_id"] for i in chosen],
+            "seed": args.seed, "steps": args.steps, "lr": args.lr, "warmup": args.warmup, "batch_size": args.batch_size,
+            "threads": args.threads,
             "command": "python scripts/make_warm_start.py " + " ".join(sys.argv[1:] if argv is None else argv),
             "loss": history}
     save(model, tokenizer, out, meta)

@@ -33,14 +33,5 @@ def main() -> None:
         sys.exit(exc.exit_code)
 
 
-def __getattr__(name: str):
-    """``rlflow.cli.main.app``: the typer app, imported on first use."""
-    if name == "app":
-        from rlflow.cli.app import app
-
-        return app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 if __name__ == "__main__":  # pragma: no cover
     main()

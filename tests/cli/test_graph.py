@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rlflow.cli.main import app
+from rlflow.cli.app import app
 from rlflow.errors import ConfigError, RlflowError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,7 +110,7 @@ def test_timeline_summary_and_chart(tmp_path):
 def test_graph_stays_light():
     """Drawing a pipeline must not import the training stack (it starts as fast as validate)."""
     code = (
-        "import sys; from typer.testing import CliRunner; from rlflow.cli.main import app; "
+        "import sys; from typer.testing import CliRunner; from rlflow.cli.app import app; "
         f"r = CliRunner().invoke(app, ['graph', {BIRD!r}, '--format', 'dot']); assert r.exit_code == 0, r.output; "
         "print(sorted(m for m in ('torch', 'ray', 'verl', 'transformers', 'matplotlib') if m in sys.modules))"
     )
