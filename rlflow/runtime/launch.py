@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlflow.errors import ResumeError
-from rlflow.runtime import checkpoints
+from rlflow.runtime import checkpoints, interrupts
 from rlflow.runtime.run_dir import RunDir, latest_run, new_run_id
 
 log = logging.getLogger("rlflow.runtime")
@@ -73,7 +73,8 @@ def run_pipeline(loaded, project, *, run_dir: str | None = None, resume: str | N
         rd.truncate_metrics_after(done)
     rd.write_resolved(resolved)
     _log_data_stats(data)
-    return _train_with_restarts(loaded, project, plan, rd, data, ckpt, resolved)
+    with interrupts.guard():
+        return _train_with_restarts(loaded, project, plan, rd, data, ckpt, resolved)
 
 
 def _check_work_left(done: int, total: int) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from rlflow.batch import Batch
 from rlflow.errors import ResumeError, StageError
-from rlflow.runtime import checkpoints
+from rlflow.runtime import checkpoints, interrupts
 from rlflow.runtime.dispatch import Dispatcher
 from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.sinks import StepTimer
@@ -109,6 +109,7 @@ class StepLoop:
         for step in range(start, self.total + 1):
             last = self.run_step(step)
             self.log_metrics(step, last)
+            interrupts.raise_if_requested()
         return last
 
     def run_step(self, step: int) -> dict[str, Any]:
@@ -119,6 +120,7 @@ class StepLoop:
         timing_end: float | None = None  # timing_s/step covers verl's steps 1-10, not validation
         step_start = time.perf_counter()
         for stage in self.plan.step:
+            interrupts.raise_if_requested()
             if stage.cadence == "save_freq" and not due(self.spec.trainer.save_freq, step, self.total):
                 continue
             if stage.cadence == "test_freq" and not due(self.spec.trainer.test_freq, step, self.total):

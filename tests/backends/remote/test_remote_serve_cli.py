@@ -40,8 +40,15 @@ def test_serve_prints_a_handle_that_a_run_joins_and_stops_on_ctrl_c(tmp_path, fa
         destroy_backend(joined)  # joined, not owned: the server stays up
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) == 0
-        assert handle["token"] not in proc.stderr.read()
+        # communicate() drains stderr while waiting: a server blocked on a full pipe never exits
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate()
+            pytest.fail(f"the server did not exit within 60 s of Ctrl-C; its stderr:\n{stderr[-4000:]}")
+        assert proc.returncode == 0, stderr[-4000:]
+        assert handle["token"] not in stderr
     finally:
         if proc.poll() is None:
             proc.kill()
