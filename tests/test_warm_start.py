@@ -61,7 +61,7 @@ def test_record_says_train_split_only():
     train = json.loads((ROOT / "data/bird_sample/train.json").read_text())
     dev = json.loads((ROOT / "data/bird_sample/dev.json").read_text())
     assert set(meta["train_question_ids"]) <= {q["question_id"] for q in train}
-    assert len(set(meta["train_question_ids"])) == meta["train_questions"] < len(train)
+    assert len(set(meta["train_question_ids"])) == meta["train_questions"] <= len(train)
     seen = {(q["db_id"], q["question"]) for q in train}
     assert not any((q["db_id"], q["question"]) in seen for q in dev)  # dev questions never reach the fine-tune
     assert sum(p.stat().st_size for p in WARM.iterdir()) < 12_000_000

@@ -41,6 +41,8 @@ BUILTIN_MODELS: dict[str, dict[str, Any]] = {
     ),
 }
 BUILTIN_TOKENIZERS = {"tiny-qwen2": ASSETS / "tiny_tokenizer"}
+# tokenizer_config.json classes that mean "tokenizer.json as it is" (the second is its transformers 5 name)
+PLAIN_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 _warned_pad: set[str] = set()
 
 
@@ -84,13 +86,32 @@ def load_tokenizer(model_spec: "ModelSpec", root: Path | None = None):
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(BUILTIN_TOKENIZERS[name]), local_files_only=True)
     else:
         directory = _local_dir(source, root, "model.tokenizer" if model_spec.tokenizer else "model.path")
+        # AutoTokenizer goes by config.json's model_type: a qwen2 model dir gets Qwen2Tokenizer, which
+        # rebuilds Qwen's own pre-tokenizer and ignores the one in tokenizer.json. A directory whose
+        # tokenizer_config.json says it is a plain tokenizers file (as the built-in tokenizer and
+        # every model fine-tuned from it are) is loaded as exactly that file.
+        loader = PreTrainedTokenizerFast if _plain_tokenizers_file(directory) else AutoTokenizer
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+            tokenizer = loader.from_pretrained(str(directory), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise BackendError(f"model.path: no usable tokenizer in {directory}: {exc}") from exc
     _ensure_pad(tokenizer, source)
     tokenizer.padding_side = "left"
     return tokenizer
+
+
+def _plain_tokenizers_file(directory: Path) -> bool:
+    """Whether ``directory`` holds a tokenizer.json declared as a plain tokenizers file, no model class."""
+    import json
+
+    config = directory / "tokenizer_config.json"
+    if not (directory / "tokenizer.json").is_file() or not config.is_file():
+        return False
+    try:
+        declared = json.loads(config.read_text()).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return declared in PLAIN_TOKENIZER_CLASSES
 
 
 def _ensure_pad(tokenizer, source: str) -> None:

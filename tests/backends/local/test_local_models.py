@@ -132,10 +132,19 @@ def test_build_prompt_batch_left_pads_with_the_pad_id(tokenizer):
 
 def test_build_prompt_batch_refuses_a_too_long_prompt(tokenizer):
     with pytest.raises(BackendError, match="prompt 1 is .* over data.max_prompt_length=3"):
-        models.build_prompt_batch(tokenizer, ["SELECT", "How many singers are there?"], 3)
+        models.build_prompt_batch(tokenizer, ["x", "How many singers are there?"], 3)
 
 
 def test_load_tokenizer_does_not_import_torch_models_eagerly():
     code = ("import sys; from rlflow.backends.local import models; "
             "assert 'transformers' not in sys.modules, 'transformers imported at module level'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_a_model_saved_from_the_builtin_keeps_its_tokenization(tmp_path, tokenizer):
+    # config.json says qwen2, and AutoTokenizer alone would rebuild Qwen's pre-tokenizer
+    models.load_model(ModelSpec(), tokenizer, seed=0).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = models.load_tokenizer(ModelSpec(path=str(tmp_path)))
+    text = "How many singers are from France?\nSELECT COUNT(*) FROM singer WHERE country = 'France' AND age > 68"
+    assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
