@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,8 +103,6 @@ def load_tokenizer(model_spec: "ModelSpec", root: Path | None = None):
 
 def _plain_tokenizers_file(directory: Path) -> bool:
     """Whether ``directory`` holds a tokenizer.json declared as a plain tokenizers file, no model class."""
-    import json
-
     config = directory / "tokenizer_config.json"
     if not (directory / "tokenizer.json").is_file() or not config.is_file():
         return False
