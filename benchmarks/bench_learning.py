@@ -81,13 +81,9 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     print("$", " ".join(cmd), flush=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     start = time.perf_counter()
-    with subprocess.Popen(cmd, cwd=ROOT, env=env) as proc:
-        meter = common.TreeSampler(proc.pid, interval=1.0)  # CPU seconds of the run's whole process tree
-        meter.start()
-        try:
-            returncode = proc.wait()
-        finally:
-            meter.stop()
+    # CPU seconds of the run's whole process tree beside its wall time
+    with subprocess.Popen(cmd, cwd=ROOT, env=env) as proc, common.TreeSampler(proc.pid, interval=1.0) as meter:
+        returncode = proc.wait()
     minutes = (time.perf_counter() - start) / 60
     if returncode != 0:
         raise SystemExit(f"seed {seed}: rlflow run exited with {returncode}")
@@ -99,7 +95,7 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     last = max(acc)
     scores = [r.get("critic/score/mean") for r in records if r["step"] > 0]
     return {"seed": seed, "before": acc[0], "after": acc[last], "delta": acc[last] - acc[0], "wall_minutes": minutes,
-            "cpu_minutes": (meter.cpu[-1][1] if meter.cpu else 0.0) / 60,
+            "cpu_minutes": meter.cpu_s / 60,
             "last_step": last, "val_exec_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
             "train_score_by_step": scores, "run_dir": str(run_dir)}
 

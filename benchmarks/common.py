@@ -186,15 +186,12 @@ def run_process(cmd: Sequence[str], *, log: Path, timeout: float, sample_memory:
         start = time.time()
         proc = subprocess.Popen(list(cmd), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env or bench_env(),
                                 start_new_session=True)
-        sampler = TreeSampler(proc.pid, interval=0.2 if sample_memory else 0.25, memory=sample_memory)
-        sampler.start()
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            code = -9
-        finally:
-            sampler.stop()
+        with TreeSampler(proc.pid, interval=0.2 if sample_memory else 0.25, memory=sample_memory) as sampler:
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                code = -9
     return {"exit_code": code, "start": start, "wall_s": time.time() - start, "log": str(log), **sampler.report()}
 
 
@@ -263,6 +260,18 @@ class TreeSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def __enter__(self) -> "TreeSampler":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds the tree has used up to the latest sample."""
+        return self.cpu[-1][1] if self.cpu else 0.0
 
     def _run(self) -> None:
         import psutil

@@ -109,7 +109,6 @@ class StepLoop:
         for step in range(start, self.total + 1):
             last = self.run_step(step)
             self.log_metrics(step, last)
-            interrupts.raise_if_requested()
         return last
 
     def run_step(self, step: int) -> dict[str, Any]:
