@@ -36,7 +36,7 @@ def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
     (tmp_path / "rlflow.yaml").write_text("vars: {model_path: m, bird_root: /b}\n")
     bad = tmp_path / "bad.yaml"
     bad.write_text((REPO / BIRD).read_text().replace("on: reward_pool", "on: reward_pol")
-                   .replace("total_steps: 20", "total_step: 20"))
+                   .replace("total_steps:", "total_step:"))
     worse = tmp_path / "worse.yaml"
     worse.write_text("name: [\n")
     result = rlflow("validate", str(REPO / BIRD), str(bad), str(worse), cwd=tmp_path)
