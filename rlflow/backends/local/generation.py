@@ -5,9 +5,12 @@ Design decisions:
   batch on the last token (``DynamicCache``), one vectorised sampling op and one write into a
   preallocated ``[B, R]`` buffer. The n samples of a prompt (neighbouring identical rows)
   share one prefill whose cache is fanned out, which HF ``generate`` does not do. Finished
-  rows keep decoding pad (static shapes, no re-batching); the "all finished" check is the
-  only host sync and runs every step on the CPU (free there) but every ``SYNC_EVERY`` steps
-  on an accelerator.
+  rows leave the decode batch: once at least a quarter of the rows still decoding have hit
+  EOS, they are dropped from the cache and the step inputs (``reorder_cache`` with the rows
+  that go on). GRPO responses vary a lot in length (on the BIRD sample the mean is under
+  half the longest), so the tail of the loop runs on a few rows instead of all. That check
+  is the only host sync and runs every step on the CPU (free there) but every
+  ``SYNC_EVERY`` steps on an accelerator.
 - Left-padded prompts: position ids come from the attention mask (``cumsum - 1``), exactly as
   HF ``generate`` computes them, so both implementations agree token for token when greedy.
 - Sampling uses the exponential-race trick (``argmax p / E``, ``E ~ Exp(1)``), an exact draw
@@ -117,24 +120,35 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
     mask = torch.cat([prompt_mask, torch.ones((batch, steps), dtype=torch.long, device=device)], dim=1)
     positions = _position_ids(mask)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    rows = torch.arange(batch, device=device)  # the rows of ``out`` still decoding
+    last = None  # the latest token of each row in ``rows``
     cache = DynamicCache() if use_cache else None
     sync_every = 1 if device.type == "cpu" else SYNC_EVERY
     for t in range(steps):
         end = width + t
         if not use_cache:
-            full = torch.cat([prompts, out[:, :t]], dim=1)
-            logits = model(input_ids=full, attention_mask=mask[:, :end], position_ids=positions[:, :end],
+            full = torch.cat([prompts[rows], out[rows, :t]], dim=1)
+            logits = model(input_ids=full, attention_mask=mask[rows, :end], position_ids=positions[rows, :end],
                            use_cache=False, logits_to_keep=1).logits[:, -1]
         elif t == 0:
             logits = _prefill(model, prompts, mask[:, :width], positions[:, :width], cache)
         else:
-            logits = model(input_ids=out[:, t - 1: t], attention_mask=mask[:, :end], position_ids=positions[:, end - 1: end],
+            logits = model(input_ids=last[:, None], attention_mask=mask[rows, :end], position_ids=positions[rows, end - 1: end],
                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-        token = next_tokens(logits, params, generator).masked_fill(finished, params.pad_token_id)
-        out[:, t] = token
-        finished |= torch.isin(token, eos)
-        if (t + 1) % sync_every == 0 and bool(finished.all()):
-            break
+        done = finished[rows]
+        last = next_tokens(logits, params, generator).masked_fill(done, params.pad_token_id)
+        out[rows, t] = last
+        done |= torch.isin(last, eos)
+        finished[rows] = done
+        if (t + 1) % sync_every == 0:
+            stopped = int(done.sum())
+            if stopped == len(rows):
+                break
+            if stopped * 4 >= len(rows):  # drop the finished rows from the decode batch
+                keep = (~done).nonzero().squeeze(-1)
+                if cache is not None:
+                    cache.reorder_cache(keep)
+                rows, last = rows[keep], last[keep]
     return out, response_mask_from_tokens(out, params.eos_token_ids)
 
 

@@ -10,6 +10,12 @@ Design decisions:
 - The per-token math is verl's (``logprobs_from_logits``, ``entropy_from_logits``); both run
   on the CPU. Positions outside ``response_mask`` hold finite values and are masked by every
   consumer (a row with an empty mask contributes nothing).
+- Columns that no row of the micro-batch attends to are cut before the forward: the shared
+  left padding of the prompts (the batch is padded to its longest prompt, while the n
+  samples of one prompt sit together in a micro-batch) and the response padding after the
+  longest response. Masked keys contribute nothing and position ids do not change, so the
+  result is the same up to float rounding, for less compute; the cut response positions
+  come back as 0.0 (masked by every consumer).
 - The same ``forward_log_probs`` serves inference (under ``no_grad``) and the actor update
   (with gradients), so old and new log-probs come from identical code.
 """
@@ -28,6 +34,8 @@ def forward_log_probs(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, r
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
     device = next(model.parameters()).device
+    full_width = responses.shape[1]
+    prompts, prompt_mask, responses, response_mask = trim_padding(prompts, prompt_mask, responses, response_mask)
     responses = responses.to(device)
     input_ids = torch.cat([prompts.to(device), responses], dim=1)
     mask = torch.cat([prompt_mask.to(device), response_mask.to(device)], dim=1).long()
@@ -37,9 +45,24 @@ def forward_log_probs(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, r
                    logits_to_keep=width + 1).logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
-    log_probs = logprobs_from_logits(logits, responses)
-    entropy = entropy_from_logits(logits) if with_entropy else None
+    log_probs = _pad_right(logprobs_from_logits(logits, responses), full_width)
+    entropy = _pad_right(entropy_from_logits(logits), full_width) if with_entropy else None
     return log_probs, entropy
+
+
+def trim_padding(prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
+                 response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The same rows without the leading prompt columns and trailing response columns that every row masks."""
+    used_prompt = prompt_mask.bool().any(0)
+    start = int(used_prompt.to(torch.int8).argmax()) if bool(used_prompt.any()) else 0
+    used_response = response_mask.bool().any(0).nonzero()
+    end = int(used_response[-1]) + 1 if len(used_response) else responses.shape[1]
+    return prompts[:, start:], prompt_mask[:, start:], responses[:, :end], response_mask[:, :end]
+
+
+def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
+    """``values`` [B, w] widened to [B, width] with zeros (the response positions that were cut)."""
+    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
 
 
 @torch.no_grad()

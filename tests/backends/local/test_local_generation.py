@@ -91,6 +91,23 @@ def test_rows_stop_at_eos_and_keep_padding(sharp_model, prompt_batch, tokenizer)
         assert row_mask == [1] * n + [0] * (len(row) - n)
 
 
+def test_finished_rows_leave_the_decode_batch_and_the_rest_agree_with_hf_generate(sharp_model, prompt_batch, tokenizer):
+    rows = prompt_batch.repeat_interleave(2)
+    greedy, _ = sample(sharp_model, rows["prompts"], rows["prompt_mask"], params(tokenizer, do_sample=False))
+    p = params(tokenizer, do_sample=False, eos_token_ids=(int(greedy[0, 1]), int(greedy[2, 3])))
+    widths = []
+    hook = sharp_model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    ours, ours_mask = sample(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+    hook.remove()
+    hf, hf_mask = sample_hf(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+    assert torch.equal(ours, hf) and torch.equal(ours_mask, hf_mask)
+    lengths = ours_mask.sum(-1)
+    assert lengths.min() < lengths.max() == ours.shape[1]  # rows finish at different steps, some never
+    assert widths[1] == len(rows) and widths[-1] < len(rows)  # the decode batch shrank as rows finished
+    plain, plain_mask = sample(sharp_model, rows["prompts"], rows["prompt_mask"], p, use_cache=False)
+    assert torch.equal(plain, hf) and torch.equal(plain_mask, hf_mask)
+
+
 def test_eos_as_first_token_gives_an_empty_response_with_a_mask_of_one(sharp_model, prompt_batch, tokenizer):
     greedy, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False))
     eos = int(greedy[1, 0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rlflow.backends.local.generation import SamplingParams, sample
-from rlflow.backends.local.logprob import batch_log_probs, forward_log_probs
+from rlflow.backends.local.logprob import batch_log_probs, forward_log_probs, trim_padding
 from rlflow.batch import Batch
 
 
@@ -52,3 +52,29 @@ def test_forward_log_probs_carries_gradients(sharp_model, prompt_batch, tokenize
     lp, _ = forward_log_probs(sharp_model, batch["prompts"], batch["prompt_mask"], batch["responses"], batch["response_mask"])
     (lp * batch["response_mask"]).sum().backward()
     assert sharp_model.model.embed_tokens.weight.grad is not None
+
+
+def test_trim_padding_drops_only_the_columns_every_row_masks():
+    prompts = torch.tensor([[0, 0, 5, 6], [0, 0, 0, 7]])
+    prompt_mask = torch.tensor([[0, 0, 1, 1], [0, 0, 0, 1]])
+    responses = torch.tensor([[8, 1, 0, 0], [9, 9, 1, 0]])
+    response_mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0]])
+    p, pm, r, rm = trim_padding(prompts, prompt_mask, responses, response_mask)
+    assert p.tolist() == [[5, 6], [0, 7]] and pm.tolist() == [[1, 1], [0, 1]]
+    assert r.tolist() == [[8, 1, 0], [9, 9, 1]] and rm.tolist() == [[1, 1, 0], [1, 1, 1]]
+
+
+def test_extra_padding_columns_do_not_change_log_probs(sharp_model, prompt_batch, tokenizer):
+    batch = rollout(sharp_model, prompt_batch, tokenizer)
+    lp, ent = forward_log_probs(sharp_model, batch["prompts"], batch["prompt_mask"], batch["responses"],
+                                batch["response_mask"], with_entropy=True)
+    rows, pad = len(batch), tokenizer.pad_token_id
+    wide = [torch.cat([torch.full((rows, 5), pad), batch["prompts"]], 1), torch.cat([torch.zeros((rows, 5), dtype=torch.long), batch["prompt_mask"]], 1),
+            torch.cat([batch["responses"], torch.full((rows, 6), pad)], 1), torch.cat([batch["response_mask"], torch.zeros((rows, 6), dtype=torch.long)], 1)]
+    wide_lp, wide_ent = forward_log_probs(sharp_model, *wide, with_entropy=True)
+    width = batch["responses"].shape[1]
+    assert wide_lp.shape == (rows, width + 6) and (wide_lp[:, width:] == 0).all()
+    mask = batch["response_mask"].bool()
+    with torch.no_grad():
+        assert torch.allclose(wide_lp[:, :width][mask], lp[mask], atol=1e-5)
+        assert torch.allclose(wide_ent[:, :width][mask], ent[mask], atol=1e-5)
