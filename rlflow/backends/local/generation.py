@@ -119,8 +119,8 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
     out = torch.full((batch, steps), params.pad_token_id, dtype=torch.long, device=device)
     mask = torch.cat([prompt_mask, torch.ones((batch, steps), dtype=torch.long, device=device)], dim=1)
     positions = _position_ids(mask)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
     rows = torch.arange(batch, device=device)  # the rows of ``out`` still decoding
+    done = torch.zeros(batch, dtype=torch.bool, device=device)  # which of ``rows`` has hit EOS
     last = None  # the latest token of each row in ``rows``
     cache = DynamicCache() if use_cache else None
     sync_every = 1 if device.type == "cpu" else SYNC_EVERY
@@ -135,11 +135,9 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
         else:
             logits = model(input_ids=last[:, None], attention_mask=mask[rows, :end], position_ids=positions[rows, end - 1: end],
                            past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-        done = finished[rows]
         last = next_tokens(logits, params, generator).masked_fill(done, params.pad_token_id)
         out[rows, t] = last
         done |= torch.isin(last, eos)
-        finished[rows] = done
         if (t + 1) % sync_every == 0:
             stopped = int(done.sum())
             if stopped == len(rows):
@@ -148,7 +146,7 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
                 keep = (~done).nonzero().squeeze(-1)
                 if cache is not None:
                     cache.reorder_cache(keep)
-                rows, last = rows[keep], last[keep]
+                rows, last, done = rows[keep], last[keep], done[keep]
     return out, response_mask_from_tokens(out, params.eos_token_ids)
 
 

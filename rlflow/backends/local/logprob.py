@@ -53,8 +53,7 @@ def forward_log_probs(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, r
 def trim_padding(prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
                  response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The same rows without the leading prompt columns and trailing response columns that every row masks."""
-    used_prompt = prompt_mask.bool().any(0)
-    start = int(used_prompt.to(torch.int8).argmax()) if bool(used_prompt.any()) else 0
+    start = int(prompt_mask.bool().any(0).to(torch.int8).argmax())  # the first used column; 0 when none is
     used_response = response_mask.bool().any(0).nonzero()
     end = int(used_response[-1]) + 1 if len(used_response) else responses.shape[1]
     return prompts[:, start:], prompt_mask[:, start:], responses[:, :end], response_mask[:, :end]
