@@ -395,6 +395,9 @@ def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | Non
     )
     stop = lambda *_: threading.Thread(target=server._tcp.shutdown, daemon=True).start()  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
+    # Ctrl-C stops the server even when it was started with SIGINT ignored (a parent that ignores
+    # it, such as a shell running a background job or a test runner, passes that on to children).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if parent_pid is not None:
         threading.Thread(target=_watch_parent, args=(parent_pid, stop), daemon=True).start()
     handle = server.handle()

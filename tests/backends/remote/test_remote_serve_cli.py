@@ -55,6 +55,30 @@ def test_serve_prints_a_handle_that_a_run_joins_and_stops_on_ctrl_c(tmp_path, fa
             proc.wait()
 
 
+def test_ctrl_c_stops_a_server_started_with_sigint_ignored(tmp_path, fake_importable):
+    """A parent that ignores SIGINT (a background shell job, a test runner) passes that on to children."""
+    config_file = tmp_path / "main_config.json"
+    config_file.write_text(json.dumps(make_main_config(tmp_path, engine="remote_fake_engine:build", num_threads=1)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlflow.cli.main", "backend", "serve", str(config_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert json.loads(proc.stdout.readline())["pid"] == proc.pid
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("the server ignored Ctrl-C because its parent ignored SIGINT")
+        assert proc.returncode == 0, stderr[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_a_pipeline_file_serves_its_reference_resource(monkeypatch):
     monkeypatch.chdir(REPO)
     main_config = _main_config(REPO / "pipelines" / "bird_grpo_remote.yaml", None, ())
