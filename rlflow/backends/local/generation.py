@@ -72,7 +72,8 @@ def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.G
     return (probs / race).argmax(-1)
 
 
-def _position_ids(mask: torch.Tensor) -> torch.Tensor:
+def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of left-padded rows: ``cumsum - 1`` of the attention mask, as HF ``generate`` does."""
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
@@ -118,7 +119,7 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
     eos = torch.tensor(params.eos_token_ids, device=device)
     out = torch.full((batch, steps), params.pad_token_id, dtype=torch.long, device=device)
     mask = torch.cat([prompt_mask, torch.ones((batch, steps), dtype=torch.long, device=device)], dim=1)
-    positions = _position_ids(mask)
+    positions = position_ids_from_mask(mask)
     rows = torch.arange(batch, device=device)  # the rows of ``out`` still decoding
     done = torch.zeros(batch, dtype=torch.bool, device=device)  # which of ``rows`` has hit EOS
     last = None  # the latest token of each row in ``rows``

@@ -16,6 +16,13 @@ Design decisions:
   longest response. Masked keys contribute nothing and position ids do not change, so the
   result is the same up to float rounding, for less compute; the cut response positions
   come back as 0.0 (masked by every consumer).
+- The n samples of a prompt (neighbouring identical prompt rows, as GRPO lays them out) share
+  one encoding of the prompt: the prompt goes through the model once, its KV cache is fanned
+  out to every row of the group (``index_select``, which carries gradients back to the shared
+  prefix), and only the responses run per row. GRPO prompts are long and responses short (on
+  BIRD the schema is most of the tokens), so this cuts the work of old_log_prob, ref_log_prob
+  and the actor update by several times; the log-probs and gradients are those of the one
+  joint forward up to float rounding.
 - The same ``forward_log_probs`` serves inference (under ``no_grad``) and the actor update
   (with gradients), so old and new log-probs come from identical code.
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from rlflow.backends.local.generation import position_ids_from_mask, shared_prompt_starts
 from rlflow.batch import Batch
 
 
@@ -36,18 +44,51 @@ def forward_log_probs(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, r
     device = next(model.parameters()).device
     full_width = responses.shape[1]
     prompts, prompt_mask, responses, response_mask = trim_padding(prompts, prompt_mask, responses, response_mask)
-    responses = responses.to(device)
-    input_ids = torch.cat([prompts.to(device), responses], dim=1)
-    mask = torch.cat([prompt_mask.to(device), response_mask.to(device)], dim=1).long()
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    width = responses.shape[1]
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                   logits_to_keep=width + 1).logits[:, :-1].float()
+    prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
+    responses, response_mask = responses.to(device), response_mask.to(device).long()
+    starts = shared_prompt_starts(prompts, prompt_mask)
+    if starts is None:
+        logits = _joint_logits(model, prompts, prompt_mask, responses, response_mask)
+    else:
+        logits = _shared_prefix_logits(model, prompts, prompt_mask, responses, response_mask, starts)
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     log_probs = _pad_right(logprobs_from_logits(logits, responses), full_width)
     entropy = _pad_right(entropy_from_logits(logits), full_width) if with_entropy else None
     return log_probs, entropy
+
+
+def _joint_logits(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
+                  response_mask: torch.Tensor) -> torch.Tensor:
+    """Logits [B, R, V] that predict each response token: one forward over prompt + response."""
+    mask = torch.cat([prompt_mask, response_mask], dim=1)
+    input_ids = torch.cat([prompts, responses], dim=1)
+    return model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=False,
+                 logits_to_keep=responses.shape[1] + 1).logits[:, :-1]
+
+
+def _shared_prefix_logits(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
+                          response_mask: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """The same logits, each prompt encoded once and its KV cache fanned out to the rows that share it."""
+    from transformers import DynamicCache
+
+    first = starts.nonzero().squeeze(-1)
+    row_to_group = starts.long().cumsum(0) - 1
+    width = prompts.shape[1]
+    feed = responses[:, :-1]  # the last response token predicts nothing that is scored
+    mask = torch.cat([prompt_mask, response_mask[:, :-1]], dim=1)
+    positions = position_ids_from_mask(mask)
+    cache = DynamicCache()
+    prompt_logits = model(input_ids=prompts[first], attention_mask=prompt_mask[first], position_ids=positions[first, :width],
+                          past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1:]
+    prompt_logits = prompt_logits.index_select(0, row_to_group)
+    if feed.shape[1] == 0:
+        return prompt_logits
+    cache.reorder_cache(row_to_group)
+    response_logits = model(input_ids=feed, attention_mask=mask, position_ids=positions[:, width:],
+                            past_key_values=cache, use_cache=True).logits
+    return torch.cat([prompt_logits, response_logits], dim=1)
 
 
 def trim_padding(prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,

@@ -1,4 +1,5 @@
-"""Response log-probs and entropy: equal to a direct full-sequence computation, padding-invariant."""
+"""Response log-probs and entropy: equal to a direct full-sequence computation, padding-invariant,
+and the same (values and gradients) when the n samples of a prompt share one prompt encoding."""
 
 from __future__ import annotations
 
@@ -16,20 +17,64 @@ def rollout(model, prompt_batch, tokenizer, steps: int = 8) -> Batch:
     return Batch({**prompt_batch.tensors, "responses": responses, "response_mask": mask})
 
 
+def direct_log_probs(model, batch: Batch, i: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row ``i``'s response log-probs and entropy from one forward of its unpadded tokens."""
+    prompt = batch["prompts"][i][batch["prompt_mask"][i].bool()]
+    n = int(batch["response_mask"][i].sum())
+    ids = torch.cat([prompt, batch["responses"][i, :n]])[None]
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float() / temperature
+    log_probs = torch.log_softmax(logits, -1)
+    return log_probs.gather(-1, ids[0, len(prompt):, None]).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
+
+
+def grouped(prompt_batch: Batch, n: int) -> Batch:
+    """Each prompt repeated on ``n`` neighbouring rows, as GRPO lays out its samples."""
+    return Batch({k: v.repeat_interleave(n, dim=0) for k, v in prompt_batch.tensors.items()})
+
+
 def test_log_probs_equal_a_direct_unpadded_forward(sharp_model, prompt_batch, tokenizer):
     batch = rollout(sharp_model, prompt_batch, tokenizer)
     lp, ent = batch_log_probs(sharp_model, batch, micro_batch_size=None, temperature=0.7, with_entropy=True)
     for i in range(len(batch)):
-        prompt = batch["prompts"][i][batch["prompt_mask"][i].bool()]
         n = int(batch["response_mask"][i].sum())
-        ids = torch.cat([prompt, batch["responses"][i, :n]])[None]
-        with torch.no_grad():
-            logits = sharp_model(input_ids=ids).logits[0, len(prompt) - 1: -1].float() / 0.7
-        expected = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None]).squeeze(-1)
-        probs = torch.softmax(logits, -1)
-        expected_entropy = -(probs * torch.log_softmax(logits, -1)).sum(-1)
+        expected, expected_entropy = direct_log_probs(sharp_model, batch, i, 0.7)
         assert torch.allclose(lp[i, :n], expected, atol=1e-4), i
         assert torch.allclose(ent[i, :n], expected_entropy, atol=1e-4), i
+
+
+def test_samples_of_one_prompt_share_its_encoding_and_match_a_direct_forward(sharp_model, prompt_batch, tokenizer):
+    batch = rollout(sharp_model, grouped(prompt_batch, 3), tokenizer)
+    embedded_rows = []
+    hook = sharp_model.model.embed_tokens.register_forward_hook(lambda _m, args, _out: embedded_rows.append(args[0].shape))
+    try:
+        lp, ent = batch_log_probs(sharp_model, batch, micro_batch_size=None, temperature=0.7, with_entropy=True)
+    finally:
+        hook.remove()
+    assert embedded_rows[0][0] == len(prompt_batch)  # one prompt encoding per group of samples
+    assert embedded_rows[1][0] == len(batch)  # then the responses of every row
+    for i in range(len(batch)):
+        n = int(batch["response_mask"][i].sum())
+        expected, expected_entropy = direct_log_probs(sharp_model, batch, i, 0.7)
+        assert torch.allclose(lp[i, :n], expected, atol=1e-4), i
+        assert torch.allclose(ent[i, :n], expected_entropy, atol=1e-4), i
+
+
+def test_a_shared_prompt_encoding_gives_the_gradients_of_separate_forwards(sharp_model, prompt_batch, tokenizer):
+    batch = rollout(sharp_model, grouped(prompt_batch, 3), tokenizer)
+    weights = torch.linspace(0.5, 1.5, batch["responses"].numel()).reshape(batch["responses"].shape)
+
+    def gradients(micro: int) -> list[torch.Tensor]:
+        sharp_model.zero_grad(set_to_none=True)
+        for part, w in zip(batch.chunks(micro), weights.split(micro)):
+            lp, _ = forward_log_probs(sharp_model, part["prompts"], part["prompt_mask"], part["responses"],
+                                      part["response_mask"])
+            (lp * w * part["response_mask"]).sum().backward()
+        return [p.grad.clone() for p in sharp_model.parameters()]
+
+    shared, separate = gradients(len(batch)), gradients(1)  # one row per forward: nothing to share
+    for a, b in zip(shared, separate):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
 
 
 def test_micro_batching_does_not_change_the_result(sharp_model, prompt_batch, tokenizer):
