@@ -22,7 +22,8 @@ Design decisions:
   prefix), and only the responses run per row. GRPO prompts are long and responses short (on
   BIRD the schema is most of the tokens), so this cuts the work of old_log_prob, ref_log_prob
   and the actor update by several times; the log-probs and gradients are those of the one
-  joint forward up to float rounding.
+  joint forward up to float rounding. Under gradient checkpointing (which switches the cache
+  off in training) the update takes the one joint forward instead.
 - The same ``forward_log_probs`` serves inference (under ``no_grad``) and the actor update
   (with gradients), so old and new log-probs come from identical code.
 """
@@ -46,7 +47,7 @@ def forward_log_probs(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, r
     prompts, prompt_mask, responses, response_mask = trim_padding(prompts, prompt_mask, responses, response_mask)
     prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
     responses, response_mask = responses.to(device), response_mask.to(device).long()
-    starts = shared_prompt_starts(prompts, prompt_mask)
+    starts = shared_prompt_starts(prompts, prompt_mask) if _may_share_prompts(model) else None
     if starts is None:
         logits = _joint_logits(model, prompts, prompt_mask, responses, response_mask)
     else:
@@ -57,6 +58,12 @@ def forward_log_probs(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, r
     log_probs = _pad_right(logprobs_from_logits(logits, responses), full_width)
     entropy = _pad_right(entropy_from_logits(logits), full_width) if with_entropy else None
     return log_probs, entropy
+
+
+def _may_share_prompts(model) -> bool:
+    """False while gradient checkpointing recomputes layers: it turns the KV cache off in training."""
+    inner = getattr(model, "module", model)  # a DeepSpeed engine wraps the HF model
+    return not (torch.is_grad_enabled() and inner.training and getattr(inner, "is_gradient_checkpointing", False))
 
 
 def _joint_logits(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
@@ -70,25 +77,26 @@ def _joint_logits(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, respo
 
 def _shared_prefix_logits(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
                           response_mask: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
-    """The same logits, each prompt encoded once and its KV cache fanned out to the rows that share it."""
+    """The same logits, each prompt encoded once and its KV cache fanned out to the rows that share it.
+
+    The prompt's last token runs with the responses, so that every logit that is scored comes
+    out of one forward (the same matmul shapes for an actor and its reference copy, which then
+    agree bit for bit).
+    """
     from transformers import DynamicCache
 
-    first = starts.nonzero().squeeze(-1)
-    row_to_group = starts.long().cumsum(0) - 1
-    width = prompts.shape[1]
-    feed = responses[:, :-1]  # the last response token predicts nothing that is scored
+    head = prompts.shape[1] - 1  # prompts are left-padded: the last column is a real token of every row
+    feed = torch.cat([prompts[:, head:], responses[:, :-1]], dim=1)  # the last response token predicts nothing scored
     mask = torch.cat([prompt_mask, response_mask[:, :-1]], dim=1)
     positions = position_ids_from_mask(mask)
     cache = DynamicCache()
-    prompt_logits = model(input_ids=prompts[first], attention_mask=prompt_mask[first], position_ids=positions[first, :width],
-                          past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1:]
-    prompt_logits = prompt_logits.index_select(0, row_to_group)
-    if feed.shape[1] == 0:
-        return prompt_logits
-    cache.reorder_cache(row_to_group)
-    response_logits = model(input_ids=feed, attention_mask=mask, position_ids=positions[:, width:],
-                            past_key_values=cache, use_cache=True).logits
-    return torch.cat([prompt_logits, response_logits], dim=1)
+    if head:
+        first = starts.nonzero().squeeze(-1)
+        model(input_ids=prompts[first, :head], attention_mask=prompt_mask[first, :head],
+              position_ids=positions[first, :head], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.reorder_cache(starts.long().cumsum(0) - 1)  # row -> its group's cache entry
+    return model(input_ids=feed, attention_mask=mask, position_ids=positions[:, head:], past_key_values=cache,
+                 use_cache=True).logits
 
 
 def trim_padding(prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,

@@ -75,6 +75,10 @@ def test_a_shared_prompt_encoding_gives_the_gradients_of_separate_forwards(sharp
     shared, separate = gradients(len(batch)), gradients(1)  # one row per forward: nothing to share
     for a, b in zip(shared, separate):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+    sharp_model.gradient_checkpointing_enable()  # the cache is off in training then: one joint forward
+    sharp_model.train()
+    for a, b in zip(gradients(len(batch)), separate):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
 
 
 def test_micro_batching_does_not_change_the_result(sharp_model, prompt_batch, tokenizer):
