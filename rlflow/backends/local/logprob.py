@@ -17,9 +17,10 @@ Design decisions:
   result is the same up to float rounding, for less compute; the cut response positions
   come back as 0.0 (masked by every consumer).
 - The n samples of a prompt (neighbouring identical prompt rows, as GRPO lays them out) share
-  one encoding of the prompt: the prompt goes through the model once, its KV cache is fanned
-  out to every row of the group (``index_select``, which carries gradients back to the shared
-  prefix), and only the responses run per row. GRPO prompts are long and responses short (on
+  one encoding of the prompt: the prompt (all but its last token) goes through the model
+  once, its KV cache is fanned out to every row of the group (``index_select``, which carries
+  gradients back to the shared prefix), and only the prompt's last token and the response run
+  per row. GRPO prompts are long and responses short (on
   BIRD the schema is most of the tokens), so this cuts the work of old_log_prob, ref_log_prob
   and the actor update by several times; the log-probs and gradients are those of the one
   joint forward up to float rounding. Under gradient checkpointing (which switches the cache
