@@ -20,10 +20,9 @@ Design decisions:
   one encoding of the prompt: the prompt (all but its last token) goes through the model
   once, its KV cache is fanned out to every row of the group (``index_select``, which carries
   gradients back to the shared prefix), and only the prompt's last token and the response run
-  per row. GRPO prompts are long and responses short (on
-  BIRD the schema is most of the tokens), so this cuts the work of old_log_prob, ref_log_prob
-  and the actor update by several times; the log-probs and gradients are those of the one
-  joint forward up to float rounding. Under gradient checkpointing (which switches the cache
+  per row. GRPO prompts are long and responses short (on BIRD the schema is most of the
+  tokens), so this cuts the work of old_log_prob, ref_log_prob and the actor update by several
+  times; the log-probs and gradients are those of the one joint forward up to float rounding. Under gradient checkpointing (which switches the cache
   off in training) the update takes the one joint forward instead.
 - The same ``forward_log_probs`` serves inference (under ``no_grad``) and the actor update
   (with gradients), so old and new log-probs come from identical code.

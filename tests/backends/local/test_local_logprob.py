@@ -28,11 +28,6 @@ def direct_log_probs(model, batch: Batch, i: int, temperature: float) -> tuple[t
     return log_probs.gather(-1, ids[0, len(prompt):, None]).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
 
 
-def grouped(prompt_batch: Batch, n: int) -> Batch:
-    """Each prompt repeated on ``n`` neighbouring rows, as GRPO lays out its samples."""
-    return Batch({k: v.repeat_interleave(n, dim=0) for k, v in prompt_batch.tensors.items()})
-
-
 def test_log_probs_equal_a_direct_unpadded_forward(sharp_model, prompt_batch, tokenizer):
     batch = rollout(sharp_model, prompt_batch, tokenizer)
     lp, ent = batch_log_probs(sharp_model, batch, micro_batch_size=None, temperature=0.7, with_entropy=True)
@@ -44,7 +39,7 @@ def test_log_probs_equal_a_direct_unpadded_forward(sharp_model, prompt_batch, to
 
 
 def test_samples_of_one_prompt_share_its_encoding_and_match_a_direct_forward(sharp_model, prompt_batch, tokenizer):
-    batch = rollout(sharp_model, grouped(prompt_batch, 3), tokenizer)
+    batch = rollout(sharp_model, prompt_batch.repeat_interleave(3), tokenizer)
     embedded_rows = []
     hook = sharp_model.model.embed_tokens.register_forward_hook(lambda _m, args, _out: embedded_rows.append(args[0].shape))
     try:
@@ -61,7 +56,7 @@ def test_samples_of_one_prompt_share_its_encoding_and_match_a_direct_forward(sha
 
 
 def test_a_shared_prompt_encoding_gives_the_gradients_of_separate_forwards(sharp_model, prompt_batch, tokenizer):
-    batch = rollout(sharp_model, grouped(prompt_batch, 3), tokenizer)
+    batch = rollout(sharp_model, prompt_batch.repeat_interleave(3), tokenizer)
     weights = torch.linspace(0.5, 1.5, batch["responses"].numel()).reshape(batch["responses"].shape)
 
     def gradients(micro: int) -> list[torch.Tensor]:
