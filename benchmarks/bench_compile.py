@@ -101,7 +101,7 @@ def pipeline_text(size: int) -> str:
 def measure(path: Path, repeat: int = 1) -> dict[str, float]:
     """Mean seconds of ``repeat`` back-to-back validations and compilations of ``path``."""
     from rlflow.plan.compile import compile_plan
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
 
     start = time.perf_counter()
     for _ in range(repeat):

@@ -56,7 +56,8 @@ def payload_bytes(rows: int, prompt_width: int, response_width: int) -> dict[str
 
 
 def parameter_bytes(model_dir: Path) -> int:
-    from rlflow.backends.local.models import load_model, load_tokenizer
+    from rlflow.backends.local.models import load_model
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.schemas.pipeline import ModelSpec
 
     spec = ModelSpec(path=str(model_dir))

@@ -48,9 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_prompts(model_dir: Path, count: int, n: int) -> list[list[int]]:
     """The token ids of the first training step's ``count`` prompts, each repeated ``n`` times."""
-    from rlflow.backends.local.models import load_tokenizer
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.data import StepSampler, load_split
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
 
     spec = load_pipeline(common.ROOT / "pipelines" / "bird_grpo.yaml", [f"model_path={model_dir}"]).spec
     tokenizer = load_tokenizer(spec.model, common.ROOT)
@@ -63,7 +63,8 @@ def measure_in_process(model_dir: Path, rows: list[list[int]], max_new: int, rou
     import torch
 
     from rlflow.backends.local import generation
-    from rlflow.backends.local.models import load_model, load_tokenizer
+    from rlflow.backends.local.models import load_model
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.schemas.pipeline import ModelSpec
 
     torch.set_num_threads(threads)

@@ -55,7 +55,7 @@ def build_batch(spec, questions: int):
     """``questions`` x len(MIX) rows: the fields the reward stage reads."""
     import torch
 
-    from rlflow.backends.local.models import load_tokenizer
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.batch import Batch
     from rlflow.data import load_split
 
@@ -76,7 +76,7 @@ def start_reward_pools(workers: tuple[int, ...]):
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.cluster import start_ray
     from rlflow.runtime.pools import start_pools
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
 
     project = load_project_config(common.ROOT)

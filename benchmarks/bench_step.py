@@ -61,11 +61,11 @@ def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None
     import torch
 
     torch.set_num_threads(threads)
-    from rlflow.backends.local.engine import LocalEngine
-    from rlflow.backends.local.models import load_tokenizer
+    from rlflow.backends.local.local_engine import LocalEngine
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.data import StepSampler, load_split
     from rlflow.plan.compile import compile_plan
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.stages import StageContext, get_stage_kind
 
     spec = load_pipeline(common.ROOT / PIPELINE, sets).spec

@@ -88,7 +88,8 @@ def bench_model_dir() -> tuple[Path, str]:
 
 def save_builtin(directory: Path, seed: int = 1) -> None:
     """The built-in tiny model and its tokenizer as a Hugging Face directory (written atomically)."""
-    from rlflow.backends.local.models import load_model, load_tokenizer
+    from rlflow.backends.local.models import load_model
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.schemas.pipeline import ModelSpec
 
     spec = ModelSpec()

@@ -16,7 +16,7 @@ Equal work, decided once here:
   pipeline's learning rate, constant (rlflow's default schedule);
 - one optimizer step per generation batch, in micro-batches of ``ppo_micro_batch_size``
   completions (gradient accumulation), as rlflow's actor does;
-- the reward is rlflow's SQL execution reward (``rlflow.reward.stage.score_row``), in-process;
+- the reward is rlflow's SQL execution reward (``rlflow.stages.text2sql_reward.score_row``), in-process;
 - one thread (rlflow's actor worker gets one CPU and one thread).
 
 It writes, as JSON: the process start, the wall-clock time of the start of training, of each
@@ -45,7 +45,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def load_spec(args):
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
 
     return load_pipeline(args.pipeline, [f"model_path={args.model_dir}", *args.sets]).spec
 
@@ -66,7 +66,7 @@ def ordered_rows(spec, root: Path, tokenizer, steps: int) -> list[dict]:
 
 def sql_reward_function():
     """rlflow's execution reward as a TRL reward function (connections and gold results cached)."""
-    from rlflow.reward.stage import _caches, score_row
+    from rlflow.stages.text2sql_reward import _caches, score_row
     from rlflow.stages.text2sql_reward import Text2SqlRewardConfig
 
     config, caches = Text2SqlRewardConfig(), _caches({})

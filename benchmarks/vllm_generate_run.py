@@ -37,7 +37,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from rlflow.backends.local import generation
-    from rlflow.backends.local.models import load_model, load_tokenizer
+    from rlflow.backends.local.models import load_model
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.backends.local.vllm_rollout import VllmRollout
     from rlflow.schemas.pipeline import ModelSpec
 

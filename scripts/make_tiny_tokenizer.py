@@ -1,7 +1,7 @@
 """Train the built-in tiny model's tokenizer (deterministic, offline).
 
     python scripts/make_tiny_tokenizer.py [--bird data/bird_sample] [--vocab-size 3072]
-                                          [--out rlflow/backends/local/assets/tiny_tokenizer]
+                                          [--out rlflow/data/assets/tiny_tokenizer]
 
 Writes ``tokenizer.json`` and ``tokenizer_config.json`` (a Hugging Face tokenizer directory
 that ``PreTrainedTokenizerFast.from_pretrained`` loads) for ``builtin:tiny-qwen2``.
@@ -40,7 +40,7 @@ import sqlite3
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = ROOT / "rlflow" / "backends" / "local" / "assets" / "tiny_tokenizer"
+DEFAULT_OUT = ROOT / "rlflow" / "data" / "assets" / "tiny_tokenizer"
 PAD, EOS, IM_START, IM_END = "<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL = [PAD, EOS, IM_START, IM_END]
 MARKERS = ["<answer>", "</answer>", "<think>", "</think>", "```sql"]

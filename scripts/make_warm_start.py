@@ -68,9 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---- data -------------------------------------------------------------------------------------
 def load_splits(bird_root: str):
     """(spec, tokenizer, train dataset, dev dataset) with the pipeline's own prompt building."""
-    from rlflow.backends.local.models import load_tokenizer
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.data import load_split
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
 
     loaded = load_pipeline(PIPELINE, sets=[f"bird_root={bird_root}", f"model_path={BUILTIN}"])
     spec = loaded.spec

@@ -24,9 +24,10 @@ def warm():
     """(tokenizer, model, train split) loaded the way `rlflow run` loads them."""
     import torch
 
-    from rlflow.backends.local.models import load_model, load_tokenizer
+    from rlflow.backends.local.models import load_model
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.data import load_split
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.schemas.pipeline import ModelSpec
 
     torch.set_num_threads(1)
@@ -68,7 +69,7 @@ def test_record_says_train_split_only():
 
 
 def test_greedy_answers_are_fenced_sql_and_some_are_right(warm):
-    from rlflow.reward.stage import _caches, score_row
+    from rlflow.stages.text2sql_reward import _caches, score_row
     from rlflow.stages.text2sql_reward import Text2SqlRewardConfig
 
     tokenizer, model, train = warm

@@ -76,7 +76,7 @@ def _main_config(config: Path, resource: str | None, sets: tuple[str, ...]) -> d
             raise BackendError("--resource and --set apply to pipeline files; a JSON main_config already names its resource")
         return _json_main_config(config)
     from rlflow.registry import import_plugins
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
 
     project = load_project_config()

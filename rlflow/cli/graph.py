@@ -53,7 +53,7 @@ def graph(
 
 def _pipeline_graph(pipeline: Path, sets: tuple[str, ...], fmt: str, render: bool, output: Path | None) -> None:
     from rlflow.plan.compile import compile_plan
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
 
     plan = compile_plan(load_pipeline(pipeline, sets).spec)
     if render:

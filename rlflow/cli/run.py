@@ -21,7 +21,7 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the runtime does."),
 ) -> None:
     """Train: run the pipeline's GRPO steps on Ray (an embedded local Ray unless rlflow.yaml names a cluster)."""
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="[rlflow] %(message)s")

@@ -22,7 +22,7 @@ def schema(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schema to this file."),
 ) -> None:
     """Print the JSON Schema of pipeline files."""
-    from rlflow.schemas.json_schema import pipeline_json_schema
+    from rlflow.check.json_schema import pipeline_json_schema
 
     text = json.dumps(pipeline_json_schema(), indent=2) + "\n"
     if output is None:

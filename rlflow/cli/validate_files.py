@@ -21,7 +21,7 @@ def check_files(pipelines: Sequence[Path], sets: Sequence[str]) -> list[dict]:
     # scan costs more than the whole validation, and validation needs no plugin.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from rlflow.errors import ConfigError
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
 
     try:

@@ -10,6 +10,6 @@ timeline drawing function.
 """
 
 from rlflow.plan.compile import compile_plan, dataflow_problems
-from rlflow.plan.model import DATA_SOURCE, LOAD_CHECKPOINT, Edge, Placement, Plan, PlanStage
+from rlflow.plan.model import DATA_SOURCE, RESUME, Edge, Placement, Plan, PlanStage
 
-__all__ = ["DATA_SOURCE", "LOAD_CHECKPOINT", "Edge", "Placement", "Plan", "PlanStage", "compile_plan", "dataflow_problems"]
+__all__ = ["DATA_SOURCE", "RESUME", "Edge", "Placement", "Plan", "PlanStage", "compile_plan", "dataflow_problems"]

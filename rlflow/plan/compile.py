@@ -1,16 +1,19 @@
 """Compile a valid pipeline spec into a Plan: the init phase, the ordered step, resources, edges.
 
 What runs, mirroring verl's ``PPOTrainerSync``:
-- init: ``load_checkpoint`` (on resume, on the actor's resource), the weight sync (verl syncs
+- init: the resume phase (on resume, on the actor's resource), the weight sync (verl syncs
   before the first generation), then validation when ``trainer.val_before_train`` and
   ``data.val`` is set;
 - step: the declared stages in the order their data dependencies allow, verl's order breaking
-  ties (rlflow.plan.dataflow). Stages that would never run are left out: ``ref_log_prob``
-  without a KL term, a checkpoint stage without ``save_freq``, validation without
-  ``test_freq`` or ``data.val``.
-- implicit stages: ``save_checkpoint`` (on the actor's resource) when ``save_freq > 0`` and
-  none is declared; ``validate`` (on the generator's resource) when ``data.val`` is set and
-  it would run, and none is declared. They are marked ``implicit``.
+  ties (rlflow.plan.dataflow). Stages that would never run are left out: a ``reference``
+  stage without a KL term, a ``save_freq`` stage without ``save_freq``, a ``test_freq``
+  stage without ``test_freq`` or ``data.val``.
+- implicit stages: the built-in ``checkpoint`` kind (on the resource that writes
+  ``actor_weights``) when ``save_freq > 0`` and no checkpoint stage is declared; the built-in
+  ``validation`` kind (on the resource that writes ``responses``) when ``data.val`` is set
+  and it would run, and none is declared. They are marked ``implicit``.
+
+Stages are found by the role their kind declares, never by kind name.
 
 ``dataflow_problems`` is the validator's entry: every data-flow problem as (path, message).
 ``compile_plan`` raises ``ConfigError`` with those problems (and with any unknown stage kind
@@ -25,11 +28,11 @@ from dataclasses import dataclass
 
 from rlflow.errors import ConfigError, RegistryError
 from rlflow.plan.dataflow import Flow, FlowNode, Problem, analyse, data_edges
-from rlflow.plan.model import DRIVER, LOAD_CHECKPOINT, Plan, PlanStage, frozen_mapping
+from rlflow.plan.model import DRIVER, RESUME, Plan, PlanStage, frozen_mapping
 from rlflow.plan.placement import build_placements
 from rlflow.schemas.pipeline import Pipeline, StageSpec
 from rlflow.stages.base import StageKind
-from rlflow.stages.registry import STAGE_KINDS
+from rlflow.stages.registry import STAGE_KINDS, builtin_kind
 
 ACTOR_WEIGHTS = "actor_weights"  # its producer hosts checkpoints (save and load)
 RESPONSES = "responses"  # its producer hosts the implicit validation
@@ -109,7 +112,7 @@ def _runs(spec: Pipeline, kind: type[StageKind]) -> bool:
         return spec.trainer.save_freq > 0
     if kind.cadence == "test_freq":
         return spec.trainer.test_freq > 0 and spec.data.val is not None
-    if kind.verl_timer == "ref":
+    if kind.role == "reference":
         return spec.algorithm.uses_reference
     return True
 
@@ -129,17 +132,17 @@ def _implicit(spec: Pipeline, declared: list[_Stage]) -> list[_Stage]:
     """The checkpoint and validation stages verl runs even when the pipeline does not declare them."""
     added: list[_Stage] = []
     taken = {s.name for s in spec.stages}
-    kinds = {s.uses for s in spec.stages}
+    roles = {s.kind.role for s in declared}
     wanted = [
-        ("save_checkpoint", ACTOR_WEIGHTS, spec.trainer.save_freq > 0, "added because trainer.save_freq > 0"),
-        ("validate", RESPONSES, _validates(spec), "added because data.val is set"),
+        ("checkpoint", ACTOR_WEIGHTS, spec.trainer.save_freq > 0, "added because trainer.save_freq > 0"),
+        ("validation", RESPONSES, _validates(spec), "added because data.val is set"),
     ]
-    for kind_name, anchor_field, needed, origin in wanted:
+    for role, anchor_field, needed, origin in wanted:
         anchor = _producer_of(declared, anchor_field)
-        if not needed or kind_name in kinds or anchor is None:
+        if not needed or role in roles or anchor is None:
             continue
-        kind = STAGE_KINDS.get(kind_name)
-        stage = StageSpec(name=_free_name(kind_name, taken), uses=kind_name, on=anchor.spec.on)
+        kind = builtin_kind(role)
+        stage = StageSpec(name=_free_name(kind.name, taken), uses=kind.name, on=anchor.spec.on)
         taken.add(stage.name)
         added.append(_Stage(stage, kind, _node(spec, stage, kind, "stages", origin), implicit=True))
     return added
@@ -165,9 +168,10 @@ def _init_phase(spec: Pipeline, ordered: list[_Stage], candidates: list[_Stage])
     actor = _producer_of(ordered, ACTOR_WEIGHTS)
     if actor is not None:
         yield PlanStage(
-            name=LOAD_CHECKPOINT, kind=LOAD_CHECKPOINT, verl_timer=None, resource=actor.spec.on,
+            name=RESUME, kind=RESUME, role="resume", verl_timer=None, resource=actor.spec.on,
             resource_type=_resource_type(spec, actor.spec.on), dispatch="all", cadence="resume",
             reads=(), writes=(ACTOR_WEIGHTS,), timeout_s=spec.trainer.stage_timeout_s, implicit=True,
+            engine_roles=frozenset({"actor"}),
         )  # fmt: skip
     sync = _producer_of(ordered, ROLLOUT_WEIGHTS)
     if sync is not None:
@@ -181,6 +185,7 @@ def _entry(spec: Pipeline, stage: _Stage, cadence: str) -> PlanStage:
     return PlanStage(
         name=stage.spec.name,
         kind=stage.spec.uses,
+        role=stage.kind.role,
         verl_timer=stage.kind.verl_timer,
         resource=stage.spec.on,
         resource_type=_resource_type(spec, stage.spec.on),
@@ -191,6 +196,8 @@ def _entry(spec: Pipeline, stage: _Stage, cadence: str) -> PlanStage:
         timeout_s=stage.spec.timeout_s or spec.trainer.stage_timeout_s,
         config=frozen_mapping(stage.kind.parse_config(stage.spec.with_).model_dump()),
         implicit=stage.implicit,
+        engine_roles=stage.kind.engine_roles,
+        changes_rows=stage.kind.changes_rows,
     )
 
 

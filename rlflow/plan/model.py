@@ -10,8 +10,9 @@ Design decisions:
   as ``validate``. Plans pickle, so they can travel to Ray actors.
 - Stage names are the pipeline's names. The same stage may appear in both phases (the weight
   sync runs once at init and every step); ``cadence`` tells the runtime when each entry runs.
-- ``load_checkpoint`` is not a registered stage kind: it is the runtime's own resume step,
-  listed in the plan so that the init phase reads as verl's does (load, sync, validate).
+- Each entry carries its kind's ``role``; the runtime finds stages by role, never by kind name.
+  The resume entry (``RESUME``, role ``resume``) is not a stage kind but the runtime's own
+  phase, listed in the plan so that the init phase reads as verl's does (load, sync, validate).
 - Data-loader fields come from a pseudo-stage named ``DATA_SOURCE`` in ``edges``.
 - A local pool with ``device: auto`` stays ``auto`` here; the runtime resolves the device and
   calls ``Placement.with_device`` to get the bundles it will reserve. Placement choices
@@ -23,13 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping
 
-Cadence = Literal["every_step", "save_freq", "test_freq", "init", "resume"]
+from rlflow.schemas.pipeline import DRIVER
+from rlflow.stages.base import Cadence
+
+EntryCadence = Literal[Cadence, "init", "resume"]
 ResourceType = Literal["local", "cpu", "remote", "driver"]
 Strategy = Literal["PACK", "SPREAD", "STRICT_SPREAD"]
 
-LOAD_CHECKPOINT = "load_checkpoint"  # the runtime's resume entry in the init phase
+RESUME = "load_checkpoint"  # the runtime's resume phase in the init phase (role "resume")
 DATA_SOURCE = "<data>"  # the data loader in edges; "<" keeps it apart from any stage name
-DRIVER = "driver"
 
 
 class FrozenDict(dict):
@@ -60,16 +63,19 @@ class PlanStage:
 
     name: str
     kind: str
+    role: str  # the kind's role (rlflow.stages.base.Role), or "resume" for the runtime's resume phase
     verl_timer: str | None
     resource: str
     resource_type: ResourceType
     dispatch: str  # "shard" (split rows over the workers), "all" (every worker), "driver" (whole batch once)
-    cadence: Cadence
+    cadence: EntryCadence
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     timeout_s: float
     config: Mapping[str, Any] = field(default_factory=FrozenDict)
     implicit: bool = False  # added by the compiler, not declared in the pipeline
+    engine_roles: frozenset[str] = frozenset()  # engine roles its worker needs (rollout, actor, ref)
+    changes_rows: bool = False  # its output replaces the batch (generate expands, filters drop)
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,18 @@ class Plan:
 
     def stage_names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.step)
+
+    def with_role(self, role: str) -> tuple[PlanStage, ...]:
+        """The step entries of ``role``, in step order."""
+        return tuple(s for s in self.step if s.role == role)
+
+    def first_with_role(self, role: str) -> PlanStage | None:
+        found = self.with_role(role)
+        return found[0] if found else None
+
+    def engine_roles(self, resource: str) -> frozenset[str]:
+        """The engine roles the workers of ``resource`` need: the union over the stages bound to it."""
+        return frozenset().union(*(s.engine_roles for s in (*self.init, *self.step) if s.resource == resource))
 
     def colocation_groups(self) -> dict[str, tuple[str, ...]]:
         """Resource -> stages sharing its workers, for resources that hold more than one stage."""

@@ -87,8 +87,8 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
     import ray
 
     from rlflow.runtime.cluster import check_fit, cluster_nodes, start_ray
-    from rlflow.runtime.dispatch import WorkerDied
     from rlflow.runtime.pools import demands, start_pools, stop_pools
+    from rlflow.runtime.ray_executor import RayExecutor, WorkerDied
     from rlflow.runtime.sinks import build_sinks
     from rlflow.runtime.trainer import StepLoop, fresh_sampler, total_steps
 
@@ -105,11 +105,12 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
         start = (int(checkpoints.read_state(ckpt)["global_step"]) + 1) if ckpt else 1
         sinks = build_sinks(project.logging.sinks, rd.path, spec.name, pipeline_dict, total_steps(spec, data), start)
         while True:
-            pools = start_pools(plan, pipeline_dict, str(project.root), gpus, lambda p: _main_config(pipeline_dict, p, project),
-                                tuple(project.plugins))
+            pools = start_pools(plan, pipeline_dict, str(project.root), gpus, lambda p: main_config(pipeline_dict, p, project),
+                                tuple(project.plugins), str(rd.path))
             rd.write_workers({name: pool.describe() for name, pool in pools.items()})
             try:
-                loop = StepLoop(spec, plan, pools, rd, data, resolved, sinks, restarts)
+                executor = RayExecutor(pools, spec, rd.append_trace, str(rd.path), restarts)
+                loop = StepLoop(spec, plan, executor, rd, data, resolved, sinks)
                 first = loop.init(ckpt)
                 last = loop.train(first)
                 return RunResult(rd.path, loop.total, last, restarts)
@@ -131,7 +132,7 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
             ray.shutdown()
 
 
-def _main_config(pipeline_dict: dict, placement, project) -> dict[str, Any]:
+def main_config(pipeline_dict: dict, placement, project) -> dict[str, Any]:
     """What a remote backend is built from: JSON-able, so it can cross a process boundary."""
     return {"pipeline": pipeline_dict, "resource": placement.name, "backend_config": dict(placement.backend_config or {}),
             "project_root": str(project.root)}

@@ -18,14 +18,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlflow.backends.remote.registry import forwarder_problem
 from rlflow.errors import ConfigError, ResourceError
 from rlflow.runtime.cluster import Demand
 
 log = logging.getLogger("rlflow.runtime")
 PG_READY_TIMEOUT_S = 60.0
 SETUP_TIMEOUT_S = 600.0
-ROLE_OF_KIND = {"generate": "rollout", "validate": "rollout", "old_log_prob": "actor", "update_actor": "actor",
-                "save_checkpoint": "actor", "ref_log_prob": "ref"}
 
 
 @dataclass
@@ -40,6 +39,11 @@ class Pool:
     placement_group: Any = None
     backend: Any = None  # the driver's RemoteBackend for remote resources
     roles: frozenset[str] = frozenset()
+
+    def primary_workers(self) -> list[Any]:
+        """The workers that hold the resource's state: every device of a local pool; forwarder 0 of a
+        remote resource (the backend owns one copy, whichever forwarder relays)."""
+        return self.workers[:1] if self.type == "remote" else self.workers
 
     def describe(self) -> dict[str, Any]:
         """Where this resource runs, for workers.json: its workers and, when remote, the backend (no token)."""
@@ -69,23 +73,19 @@ def demands(plan, cluster_gpus: float) -> list[Demand]:
     return out
 
 
-def roles_of(plan, resource: str) -> frozenset[str]:
-    kinds = {s.kind for s in (*plan.init, *plan.step) if s.resource == resource}
-    return frozenset(ROLE_OF_KIND[k] for k in kinds if k in ROLE_OF_KIND)
-
-
 def start_pools(plan, pipeline_dict: dict, project_root: str, cluster_gpus: float, main_config_for,
-                plugins: tuple[str, ...] = ()) -> dict[str, Pool]:
+                plugins: tuple[str, ...] = (), run_dir: str | None = None) -> dict[str, Pool]:
     """Start every resource of the plan; on any failure, stop what was started and re-raise."""
     pools: dict[str, Pool] = {}
+    worker_args = (pipeline_dict, project_root, plugins, run_dir)
     try:
         for placement in plan.resources.values():
             if placement.type == "local":
-                pools[placement.name] = _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus, plugins)
+                pools[placement.name] = _start_local(placement, plan, worker_args, cluster_gpus)
             elif placement.type == "cpu":
-                pools[placement.name] = _start_cpu(placement, pipeline_dict, project_root, plugins)
+                pools[placement.name] = _start_cpu(placement, worker_args)
             elif placement.type == "remote":
-                pools[placement.name] = _start_remote(placement, pipeline_dict, project_root, main_config_for(placement), plugins)
+                pools[placement.name] = _start_remote(placement, worker_args, main_config_for(placement))
         return pools
     except BaseException:
         stop_pools(pools)
@@ -131,7 +131,13 @@ def _actor_class(num_cpus: float, num_gpus: float, strategy=None, env: dict | No
     return ray.remote(StageWorker).options(**options)
 
 
-def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus, plugins) -> Pool:
+def _new_workers(actor_class, placement, count: int, worker_args: tuple) -> list:
+    pipeline_dict, project_root, plugins, run_dir = worker_args
+    return [actor_class(i).remote(pipeline_dict, placement.name, i, count, project_root, plugins, run_dir)
+            for i in range(count)]
+
+
+def _start_local(placement, plan, worker_args: tuple, cluster_gpus: float) -> Pool:
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -150,12 +156,12 @@ def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus, plu
         )
     threads = max(1, int(placement.cpus_per_worker))
     env = {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"} if device == "cpu" else {"OMP_NUM_THREADS": str(threads)}
-    workers = [
-        _actor_class(placement.cpus_per_worker, gpus, PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=placement.bundle_of[i]), env)
-        .remote(pipeline_dict, placement.name, i, placement.workers, project_root, plugins)
-        for i in range(placement.workers)
-    ]
-    pool = Pool(placement.name, "local", device, workers, placement_group=pg, roles=roles_of(plan, placement.name))
+    workers = _new_workers(
+        lambda i: _actor_class(placement.cpus_per_worker, gpus, PlacementGroupSchedulingStrategy(
+            pg, placement_group_bundle_index=placement.bundle_of[i]), env),
+        placement, placement.workers, worker_args,
+    )
+    pool = Pool(placement.name, "local", device, workers, placement_group=pg, roles=plan.engine_roles(placement.name))
     dist = None
     if placement.workers > 1:
         info0 = ray.get(workers[0].info.remote(), timeout=SETUP_TIMEOUT_S)
@@ -170,20 +176,18 @@ def _start_local(placement, plan, pipeline_dict, project_root, cluster_gpus, plu
     return pool
 
 
-def _start_cpu(placement, pipeline_dict, project_root, plugins) -> Pool:
+def _start_cpu(placement, worker_args: tuple) -> Pool:
     import ray
 
     env = {"OMP_NUM_THREADS": str(max(1, int(placement.cpus_per_worker)))}
-    workers = [
-        _actor_class(placement.cpus_per_worker, 0, env=env).remote(pipeline_dict, placement.name, i, placement.workers, project_root, plugins)
-        for i in range(placement.workers)
-    ]
+    workers = _new_workers(lambda i: _actor_class(placement.cpus_per_worker, 0, env=env), placement, placement.workers,
+                           worker_args)
     pool = Pool(placement.name, "cpu", "cpu", workers)
     pool.info = ray.get([w.info.remote() for w in workers], timeout=SETUP_TIMEOUT_S)
     return pool
 
 
-def _start_remote(placement, pipeline_dict, project_root, main_config, plugins) -> Pool:
+def _start_remote(placement, worker_args: tuple, main_config: dict) -> Pool:
     import ray
 
     from rlflow.backends.remote.registry import create_backend
@@ -191,14 +195,12 @@ def _start_remote(placement, pipeline_dict, project_root, main_config, plugins) 
     backend = create_backend(placement.backend, main_config)
     pool = Pool(placement.name, "remote", "cpu", backend=backend)
     try:
-        if placement.forwarders > 1 and backend.requires_single_forwarder():
-            raise ConfigError([f"resources.{placement.name}.forwarders: backend {placement.backend!r} requires a single "
-                               f"forwarder; got {placement.forwarders} (set forwarders: 1)"])
+        problem = forwarder_problem(placement.backend, backend.requires_single_forwarder(), placement.forwarders)
+        if problem:
+            raise ConfigError([f"resources.{placement.name}.forwarders: {problem}"])
         handle = backend.reconnect_handle()
-        pool.workers = [
-            _actor_class(placement.cpus_per_worker, 0).remote(pipeline_dict, placement.name, i, placement.forwarders, project_root, plugins)
-            for i in range(placement.forwarders)
-        ]
+        pool.workers = _new_workers(lambda i: _actor_class(placement.cpus_per_worker, 0), placement,
+                                    placement.forwarders, worker_args)
         pool.info = ray.get(
             [w.setup_remote.remote(placement.backend, main_config, handle) for w in pool.workers], timeout=SETUP_TIMEOUT_S
         )

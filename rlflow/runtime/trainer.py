@@ -1,10 +1,18 @@
-"""The step loop: runs a compiled Plan on started pools in PPOTrainerSync's order.
+"""The step loop: runs a compiled Plan over an executor in PPOTrainerSync's order.
 
-Init phase: load the checkpoint when resuming, sync weights to the rollout (verl syncs
-before the first generation; traced as step 0), validate when ``val_before_train`` (fresh
-runs only, so a resumed run never logs a step twice). Then each step runs the plan's
-stages; ``save_checkpoint`` and ``validate`` run when their cadence hits. Metrics carry
-verl's names and go to every sink; each stage execution becomes a trace record.
+Init phase: the resume phase when resuming, the weight sync (verl syncs before the first
+generation; traced as step 0), validation when ``val_before_train`` (fresh runs only, so a
+resumed run never logs a step twice). Then each step runs the plan's stages; stages whose
+cadence is ``save_freq`` or ``test_freq`` run when it hits. Metrics carry verl's names and go
+to every sink; each stage execution becomes a trace record.
+
+The loop knows stages by role, never by kind name. Three roles get more than a plain
+dispatch, for what one worker cannot do alone: ``checkpoint`` (a temporary directory renamed
+into place with the data position once every worker's part is written), ``weight_sync`` (a
+rollout on another local pool receives the weights; remote forwarders learn the policy
+version) and ``validation`` (the validation set goes through the rollout, with the
+validation stage's sampling, and the reward stages, then the validation stage turns the
+scores into metrics). The executor (Ray or in-process) decides where each call runs.
 """
 
 from __future__ import annotations
@@ -17,13 +25,14 @@ from typing import Any
 
 from rlflow.batch import Batch
 from rlflow.errors import ResumeError, StageError
+from rlflow.plan.model import Plan, PlanStage
 from rlflow.runtime import checkpoints, interrupts
-from rlflow.runtime.dispatch import Dispatcher
+from rlflow.runtime.executor import Executor
 from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.sinks import StepTimer
+from rlflow.schemas.pipeline import DRIVER, Pipeline
 
 log = logging.getLogger("rlflow.runtime")
-STEP_TIMERS = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "save_checkpoint", "update_weights")
 
 
 @dataclass
@@ -37,8 +46,8 @@ class DataState:
 
 
 def load_data(spec, root: Path) -> DataState:
-    from rlflow.backends.local.models import load_tokenizer
     from rlflow.data import load_split
+    from rlflow.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(spec.model, root)
     train = load_split(spec, "train", root, tokenizer)
@@ -64,42 +73,42 @@ def due(freq: int, step: int, last: int) -> bool:
 
 
 class StepLoop:
-    """One attempt at training: from ``start_step`` to the last step, on started pools."""
+    """One attempt at training: from ``start_step`` to the last step, over an executor."""
 
-    def __init__(self, spec, plan, pools: dict, run_dir: RunDir, data: DataState, resolved_yaml: str, sinks: list,
-                 attempt: int = 0) -> None:
+    def __init__(self, spec: Pipeline, plan: Plan, executor: Executor, run_dir: RunDir, data: DataState,
+                 resolved_yaml: str, sinks: list) -> None:
         self.spec = spec
         self.plan = plan
-        self.pools = pools
+        self.executor = executor
         self.run_dir = run_dir
         self.data = data
         self.resolved_yaml = resolved_yaml
         self.sinks = sinks
-        self.dispatch = Dispatcher(pools, spec, run_dir.append_trace, str(run_dir.path), attempt)
         self.total = total_steps(spec, data)
-        self.by_kind = {s.kind: s for s in plan.step}
-        actor = self.by_kind["update_actor"].resource
-        self.actor_pool = pools.get(actor)
+        update = plan.first_with_role("update")
+        self.devices = executor.data_parallel_size(update.resource) if update is not None else 1  # verl: per GPU
 
     # ---- init -------------------------------------------------------------------------
     def init(self, resume_from: Path | None) -> int:
         """Run the init phase; returns the first step to train."""
         start = 1
         for stage in self.plan.init:
-            if stage.kind == "load_checkpoint":
+            if stage.role == "resume":
                 if resume_from is not None:
                     start = self._load_checkpoint(resume_from, stage) + 1
-            elif stage.kind == "sync_weights":
+            elif stage.role == "weight_sync":
                 self._sync_weights(stage, Batch(), 0 if start == 1 else start - 1)
-            elif stage.kind == "validate" and resume_from is None and self.spec.trainer.val_before_train:
+            elif stage.role == "validation" and resume_from is None and self.spec.trainer.val_before_train:
                 self.log_metrics(0, self._validate(stage, 0))
         return start
 
-    def _load_checkpoint(self, path: Path, stage) -> int:
+    def _load_checkpoint(self, path: Path, stage: PlanStage) -> int:
+        if stage.resource_type == DRIVER:
+            raise ResumeError("the actor is updated on the driver; there is no model state to restore")
         state = checkpoints.read_state(path)
         step = int(state["global_step"])
         self.data.sampler.load_state_dict(state["sampler"])
-        self._actor_call("load_checkpoint", str(path), step=0, label="load_checkpoint", stage=stage)
+        self.executor.load_checkpoint(stage, str(path))
         log.info("resumed from %s (step %d)", path, step)
         return step
 
@@ -120,25 +129,30 @@ class StepLoop:
         step_start = time.perf_counter()
         for stage in self.plan.step:
             interrupts.raise_if_requested()
-            if stage.cadence == "save_freq" and not due(self.spec.trainer.save_freq, step, self.total):
+            if not self._due(stage, step):
                 continue
-            if stage.cadence == "test_freq" and not due(self.spec.trainer.test_freq, step, self.total):
-                continue
-            if stage.kind == "validate":
+            if stage.role == "validation":
                 timing_end = time.perf_counter()
-                with timer.time("testing"):
+                with timer.time(stage.verl_timer or stage.name):
                     val_metrics = self._validate(stage, step)
                 continue
             with timer.time(stage.verl_timer or stage.name):
-                if stage.kind == "save_checkpoint":
+                if stage.role == "checkpoint":
                     self._save_checkpoint(step, stage)
-                elif stage.kind == "sync_weights":
+                elif stage.role == "weight_sync":
                     self._sync_weights(stage, batch, step)
                 else:
-                    batch = self.dispatch.run_stage(stage, batch, step)
+                    batch = self.executor.run_stage(stage, batch, step)
         timing = dict(timer.timing)
         timing["step"] = (timing_end or time.perf_counter()) - step_start
         return self._step_metrics(step, epoch, batch, timing, val_metrics)
+
+    def _due(self, stage: PlanStage, step: int) -> bool:
+        if stage.cadence == "save_freq":
+            return due(self.spec.trainer.save_freq, step, self.total)
+        if stage.cadence == "test_freq":
+            return due(self.spec.trainer.test_freq, step, self.total)
+        return True
 
     def _step_metrics(self, step: int, epoch: int, batch: Batch, timing: dict, val_metrics: dict) -> dict[str, Any]:
         from rlflow.metrics import compute_data_metrics, compute_timing_metrics
@@ -147,8 +161,7 @@ class StepLoop:
         metrics.update(batch.metrics)
         metrics.update(compute_data_metrics(batch, self.spec.data.max_response_length, self.spec.data.max_prompt_length))
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
-        devices = len(self.actor_pool.workers) if self.actor_pool is not None else 1  # verl's perf is per GPU
-        metrics.update(compute_timing_metrics(timing, batch, n_gpus=devices))
+        metrics.update(compute_timing_metrics(timing, batch, n_gpus=self.devices))
         metrics.update(val_metrics)
         return metrics
 
@@ -159,33 +172,20 @@ class StepLoop:
             sink.log(step, metrics)
 
     # ---- weight sync, checkpoints, validation -------------------------------------------
-    def _sync_weights(self, stage, batch: Batch, step: int) -> None:
-        self.dispatch.run_stage(stage, batch, step)  # "all" dispatch: metrics land in batch.metrics
-        rollout = self.by_kind["generate"].resource
-        if rollout != stage.resource and self.pools[rollout].type == "local":
-            self._cross_pool_sync(self.pools[stage.resource], self.pools[rollout], batch, step, stage)
+    def _sync_weights(self, stage: PlanStage, batch: Batch, step: int) -> None:
+        batch = self.executor.run_stage(stage, batch, step)  # "all" dispatch: metrics land in batch.metrics
+        if stage.resource_type == "remote":  # every forwarder learns the policy version it now serves
+            self.executor.set_global_steps(stage, step)
+        rollout = self.plan.first_with_role("rollout")
+        if rollout is not None and rollout.resource != stage.resource and rollout.resource_type == "local":
+            batch.metrics.update(self.executor.transfer_weights(stage, stage.resource, rollout.resource, step))
 
-    def _cross_pool_sync(self, source, target, batch: Batch, step: int, stage) -> None:
-        refs = self.dispatch.wait([source.workers[0].export_weights_ref.remote()], stage, source, source.workers[:1])
-        self.dispatch.trace([self.dispatch.record(step, "export_weights", source.name, refs[0])])
-        results = self.dispatch.wait(
-            [w.load_weights_from.remote(refs[0]["result"]) for w in target.workers], stage, target, target.workers
-        )
-        self.dispatch.trace([self.dispatch.record(step, stage.name, target.name, r) for r in results])
-        merged = Batch.concat([Batch(metrics=r["result"]) for r in results])
-        batch.metrics.update(merged.metrics)
-
-    def _actor_call(self, method: str, *args: Any, step: int, label: str, stage) -> list:
-        pool = self.actor_pool
-        if pool is None:
-            raise ResumeError("update_actor runs on the driver; there is no model state to checkpoint")
-        workers = pool.workers[:1] if pool.type == "remote" else pool.workers
-        return self.dispatch.call(pool, method, *args, stage=stage, step=step, label=label, workers=workers)
-
-    def _save_checkpoint(self, step: int, stage) -> None:
+    def _save_checkpoint(self, step: int, stage: PlanStage) -> None:
+        if stage.resource_type == DRIVER:
+            raise ResumeError("the actor is updated on the driver; there is no model state to checkpoint")
         tmp = checkpoints.begin(self.run_dir.checkpoints, step)
         try:
-            self._actor_call("save_checkpoint", str(tmp), step, step=step, label=stage.name, stage=stage)
+            self.executor.run_stage(stage, Batch(), step, checkpoint_dir=str(tmp))
             (tmp / "pipeline.resolved.yaml").write_text(self.resolved_yaml)
             state = {"global_step": step, "sampler": self.data.sampler.state_dict(), "pipeline": self.spec.name}
             checkpoints.commit(self.run_dir.checkpoints, tmp, step, state, self.spec.trainer.keep_checkpoints)
@@ -199,17 +199,13 @@ class StepLoop:
             checkpoints.abort(tmp)
             raise
 
-    def _validate(self, stage, step: int) -> dict[str, Any]:
-        from rlflow.stages.impl.validate import val_metrics
-
+    def _validate(self, stage: PlanStage, step: int) -> dict[str, Any]:
         if self.data.val is None or len(self.data.val) == 0:
             return {}
-        vcfg = stage.config
-        gen = self.by_kind["generate"]
-        reward = next(s for s in self.plan.step if s.verl_timer == "reward")
-        gen_config = {**gen.config, "do_sample": vcfg["do_sample"], "temperature": vcfg["temperature"],
-                      "top_p": vcfg["top_p"], "n": vcfg["n"]}
+        rollout = self.plan.first_with_role("rollout")
+        sampling = {k: v for k, v in stage.config.items() if k in rollout.config}  # greedy, n samples per prompt
         batch = self.data.val.to_batch(list(range(len(self.data.val))), self.data.tokenizer.pad_token_id, step=-1)
-        batch = self.dispatch.run_stage(gen, batch, step, config=gen_config, trace_as="validate")
-        batch = self.dispatch.run_stage(reward, batch, step, trace_as="validate")
-        return val_metrics(batch, vcfg["n"])
+        batch = self.executor.run_stage(rollout, batch, step, config={**rollout.config, **sampling}, trace_as=stage.name)
+        for reward in self.plan.with_role("reward"):
+            batch = self.executor.run_stage(reward, batch, step, trace_as=stage.name)
+        return self.executor.run_here(stage, batch, step).metrics

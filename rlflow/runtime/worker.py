@@ -1,13 +1,16 @@
-"""``StageWorker``: the one Ray actor class behind every resource.
+"""``StageWorker``: the one worker class behind every resource, under Ray or in-process.
 
-- a ``local`` pool has one worker per device, holding a ``LocalEngine`` with every role
-  bound to that pool (rollout, actor, reference) fused in one process, as verl does;
+- a ``local`` pool has one worker per device, holding a local engine with every engine role
+  its stages need (rollout, actor, reference) fused in one process, as verl does;
 - a ``cpu`` pool's workers hold no engine: they run CPU stages (reward, filters);
 - a ``remote`` resource's workers are forwarders: zero GPUs, their engine is a client of the
   out-of-process backend, rebuilt from the driver's reconnect handle.
 
-Stages run here through ``run_stage``; each call returns its output fields together with
-start/end wall-clock times and the pid, which become a ``trace.jsonl`` record.
+The Ray executor wraps the class with ``ray.remote``; the in-process executor uses it as it
+is, so both run the same stage code. What crosses into a worker is typed: a ``StageCall``
+(which stage, its config, the step, the fields it reads, where a checkpoint goes) and a
+``Batch``; what comes back is a ``WorkerResult`` with the output batch and the start/end
+wall-clock times and pid that become a ``trace.jsonl`` record.
 """
 
 from __future__ import annotations
@@ -15,30 +18,53 @@ from __future__ import annotations
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlflow.batch import Batch
 from rlflow.registry import import_plugins
 from rlflow.schemas.pipeline import Pipeline
-from rlflow.stages import get_stage_kind
-from rlflow.stages.base import StageContext
+from rlflow.stages import StageContext, get_stage_kind
+
+
+@dataclass(frozen=True)
+class StageCall:
+    """One stage execution as a worker receives it."""
+
+    stage: str
+    kind: str
+    config: dict[str, Any]
+    step: int
+    reads: tuple[str, ...] = ()
+    checkpoint_dir: str | None = None
+
+
+@dataclass
+class WorkerResult:
+    """What a worker call returns: the output (a batch, or an engine call's result) and its timing."""
+
+    batch: Batch
+    start: float
+    end: float
+    pid: int
+    value: Any = None
 
 
 class StageWorker:
     """Runs stages of one resource on one worker (rank) of it."""
 
     def __init__(self, pipeline: dict, resource: str, rank: int, world_size: int, project_root: str,
-                 plugins: tuple[str, ...] = ()) -> None:
+                 plugins: tuple[str, ...] = (), run_dir: str | None = None) -> None:
         import_plugins(plugins)  # plugin stage kinds and backends must be known in this process too
         self.pipeline = Pipeline.model_validate(pipeline)
         self.resource = resource
         self.rank = rank
         self.world_size = world_size
         self.project_root = Path(project_root)
+        self.run_dir = run_dir
         self.engine: Any = None
         self.state: dict[str, Any] = {}
-        self.run_dir: str | None = None
 
     # ---- set-up -------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -51,15 +77,16 @@ class StageWorker:
             return sock.getsockname()[1]
 
     def setup_local(self, device: str, roles: list[str], dist: dict | None, threads: int | None) -> dict[str, Any]:
-        """Build the fused local engine (imports torch/transformers here, not at actor creation)."""
+        """Build the fused local engine (imports torch/transformers here, not at worker creation)."""
         import torch
+
+        from rlflow.backends.local.factory import create_local_engine
+        from rlflow.check.engines import engine_choice
 
         if threads:
             torch.set_num_threads(threads)
-        from rlflow.backends.local.engines import create_local_engine  # LocalEngine, or DeepSpeed/vLLM as configured
-
         self.engine = create_local_engine(
-            self.pipeline, device=device, rank=self.rank, world_size=self.world_size,
+            self.pipeline, engine_choice(self.pipeline), device=device, rank=self.rank, world_size=self.world_size,
             roles=frozenset(roles), project_root=self.project_root, dist=dist,
         )
         return self.info()
@@ -71,45 +98,53 @@ class StageWorker:
         self.engine = connect_backend(backend, main_config, handle)
         return self.info()
 
-    def set_run_dir(self, run_dir: str) -> None:
-        self.run_dir = run_dir
-
     # ---- work ---------------------------------------------------------------------------
-    def run_stage(self, stage: str, kind: str, config: dict, batch: Batch, step: int) -> dict[str, Any]:
-        kind_cls = get_stage_kind(kind)
+    def run_stage(self, call: StageCall, batch: Batch | None) -> WorkerResult:
+        kind = get_stage_kind(call.kind)
         ctx = StageContext(
-            pipeline=self.pipeline, config=kind_cls.parse_config(config), stage_name=stage, step=step,
-            rank=self.rank, world_size=self.world_size, engine=self.engine, run_dir=self.run_dir, state=self.state,
+            pipeline=self.pipeline, config=kind.parse_config(call.config), stage_name=call.stage, step=call.step,
+            rank=self.rank, world_size=self.world_size, engine=self.engine, run_dir=self.run_dir, reads=call.reads,
+            checkpoint_dir=call.checkpoint_dir, state=self.state,
         )
         start = time.time()
-        out = kind_cls().run(batch, ctx)
-        return {"batch": out, "start": start, "end": time.time(), "pid": os.getpid()}
+        out = kind().run(Batch() if batch is None else batch, ctx)
+        return WorkerResult(out, start, time.time(), os.getpid())
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Call an engine method (update_weights, save_checkpoint, ...) with timing for the trace."""
-        start = time.time()
-        result = getattr(self.engine, method)(*args, **kwargs)
-        return {"result": result, "start": start, "end": time.time(), "pid": os.getpid()}
+    def load_checkpoint(self, path: str) -> WorkerResult:
+        return self._timed(self.engine.load_checkpoint, path)
 
-    def export_weights_ref(self) -> dict[str, Any]:
-        """Actor side of a cross-pool sync: the weights go into the object store once, not via the driver."""
+    def set_global_steps(self, step: int) -> WorkerResult:
+        return self._timed(self.engine.set_global_steps, step)
+
+    def export_weights(self) -> WorkerResult:
+        """Actor side of a cross-pool sync (in-process: the tensors themselves)."""
+        return self._timed(self.engine.export_weights)
+
+    def load_weights(self, weights: Any) -> WorkerResult:
+        """Rollout side of a cross-pool sync; the result holds ``sync/*`` metrics."""
+        return self._timed(self.engine.load_rollout_weights, weights)
+
+    def export_weights_ref(self) -> WorkerResult:
+        """Actor side under Ray: the weights go into the object store once, not via the driver."""
         import ray
 
-        start = time.time()
-        ref = ray.put(self.engine.export_weights())
-        return {"result": [ref], "start": start, "end": time.time(), "pid": os.getpid()}
+        return self._timed(lambda: [ray.put(self.engine.export_weights())])
 
-    def load_weights_from(self, refs: list) -> dict[str, Any]:
-        """Rollout side of a cross-pool sync; ``refs`` wraps the ObjectRef so Ray does not resolve it early."""
+    def load_weights_from(self, refs: list) -> WorkerResult:
+        """Rollout side under Ray; ``refs`` wraps the ObjectRef so Ray does not resolve it early."""
         import ray
 
-        start = time.time()
-        result = self.engine.load_rollout_weights(ray.get(refs[0]))
-        return {"result": result, "start": start, "end": time.time(), "pid": os.getpid()}
+        return self._timed(lambda: self.engine.load_rollout_weights(ray.get(refs[0])))
 
     def shutdown(self) -> None:
         if self.engine is not None:
             self.engine.close()
+
+    @staticmethod
+    def _timed(fn, *args: Any) -> WorkerResult:
+        start = time.time()
+        value = fn(*args)
+        return WorkerResult(Batch(), start, time.time(), os.getpid(), value)
 
 
 def _node_id() -> str:

@@ -1,7 +1,7 @@
-"""Load a pipeline file: read, render, parse, override, validate, check; report every problem at once.
+"""Parse a pipeline file: read, render, parse, override, validate its schema; keep every problem.
 
     text --render (Jinja2 sandbox)--> YAML --parse (positions kept)--> dict --apply --set paths-->
-    dict --pydantic--> Pipeline --semantic checks--> LoadedPipeline   (or ConfigError with all diagnostics)
+    dict --pydantic--> Pipeline   (plus a Subject for the semantic rules of ``rlflow.check``)
 
 Design decisions:
 - Nothing stops at the first problem. Schema errors and rule errors are reported together:
@@ -12,6 +12,8 @@ Design decisions:
   field; any other unused name is an error (a misspelt variable would otherwise be ignored).
 - Plugins listed in rlflow.yaml are imported first, so their stage kinds and backends are
   known to the checks.
+- This layer stops at the schema: the rules that need the stage registry, the plan or the
+  backends run one layer up (``rlflow.check.load_pipeline``), over the ``Subject`` built here.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from typing import Any, Sequence
 from pydantic import BaseModel, ValidationError
 
 from rlflow.errors import ConfigError
-from rlflow.schemas.checks import Reporter, Subject, run_checks
 from rlflow.schemas.diagnostics import Diagnostic, sort_unique, suggestion
-from rlflow.schemas.overrides import Setting, apply_overrides, parse_settings
+from rlflow.schemas.overrides import ConfigModelOf, Setting, apply_overrides, parse_settings
 from rlflow.schemas.pipeline import AlgorithmSpec, CpuPool, LocalPool, Pipeline, RemotePool, StageSpec, TrainerSpec
 from rlflow.schemas.project import ProjectConfig, import_project_plugins, load_project_config
+from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.templating import line_mapper, render, template_variables
 from rlflow.schemas.validation import clean_loc, validation_diagnostics
 from rlflow.schemas.yaml_loader import decode_text, parse_yaml
@@ -55,10 +57,30 @@ class LoadedPipeline:
         return yaml.safe_dump(self.spec.model_dump(by_alias=True, mode="json"), sort_keys=False, allow_unicode=True)
 
 
-def load_pipeline(
-    path: str | os.PathLike, sets: Sequence[str] = (), project: ProjectConfig | None = None
-) -> LoadedPipeline:
-    """Load and validate a pipeline file; raises ConfigError holding every problem found."""
+@dataclass
+class ParsedPipeline:
+    """What parsing found: the spec when the whole file parsed, the parts that did, and the problems so far."""
+
+    spec: Pipeline | None
+    subject: Subject
+    report: Reporter
+    problems: list[Diagnostic]
+    path: Path
+    source: str
+    rendered: str
+    data: dict
+    project: ProjectConfig
+
+    def loaded(self) -> LoadedPipeline:
+        assert self.spec is not None, "only a pipeline that parsed is loaded"
+        return LoadedPipeline(self.spec, self.path, self.source, self.rendered, self.data, self.project)
+
+
+def parse_pipeline(
+    path: str | os.PathLike, sets: Sequence[str] = (), project: ProjectConfig | None = None,
+    config_model_of: ConfigModelOf = lambda kind: None,
+) -> ParsedPipeline:
+    """Parse a pipeline file; ConfigError when it cannot even be read as a mapping, else every problem kept."""
     path = Path(path)
     file = str(path)
     project = project if project is not None else load_project_config()
@@ -76,7 +98,7 @@ def load_pipeline(
         problems.append(_not_a_mapping(data, file, positions.locate(())))
     if not isinstance(data, dict):
         raise ConfigError(sort_unique(problems))
-    problems += apply_overrides(data, positions, paths, Pipeline, file)
+    problems += apply_overrides(data, positions, paths, Pipeline, file, config_model_of)
     report = Reporter(file, positions)
     spec = None
     try:
@@ -85,11 +107,7 @@ def load_pipeline(
     except ValidationError as exc:
         report.diagnostics += _not_follow_ons(validation_diagnostics(exc, Pipeline, data, positions, file), diagnostics)
         subject = _subject_despite(data, exc)
-    run_checks(subject, report, project)
-    problems += report.diagnostics
-    if problems or spec is None:
-        raise ConfigError(sort_unique(problems))
-    return LoadedPipeline(spec, path, source, rendered, data, project)
+    return ParsedPipeline(spec, subject, report, problems, path, source, rendered, data, project)
 
 
 def _read(path: Path, file: str) -> str:

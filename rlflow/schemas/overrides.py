@@ -8,12 +8,14 @@ Design decisions:
   bool, ``null`` None, ``[1, 2]`` a list; anything that is not valid YAML stays a string).
 - A path is checked against the schema before it is applied, so a typo is reported with
   did-you-mean even for a key the file does not contain yet; keys under a stage's ``with``
-  are checked against that stage kind's config model. A list index must exist.
+  are checked against that stage kind's config model, which the caller looks up
+  (``config_model_of``: this layer knows no stage kinds). A list index must exist.
 - Problems are positioned in the pipeline file, at the deepest part of the path it holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +61,17 @@ def _read_value(raw: str) -> Any:
     return raw if problems else data
 
 
+ConfigModelOf = Callable[[str], Any]  # stage kind name -> its config model, or None when unknown
+
+
 def apply_overrides(
-    data: dict, positions: Positions, settings: list[Setting], root: Any, file: str
+    data: dict, positions: Positions, settings: list[Setting], root: Any, file: str,
+    config_model_of: ConfigModelOf = lambda kind: None,
 ) -> list[Diagnostic]:
     """Apply ``settings`` (paths) to ``data`` in place; a diagnostic for each path the schema rejects."""
     problems = []
     for setting in settings:
-        problem = _check_path(data, setting.path, root)
+        problem = _check_path(data, setting.path, root, config_model_of)
         if problem is None:
             problem = _assign(data, setting.path, setting.value)
         if problem is not None:
@@ -76,7 +82,7 @@ def apply_overrides(
     return problems
 
 
-def _check_path(data: dict, path: tuple, root: Any) -> tuple[int, str, str] | None:
+def _check_path(data: dict, path: tuple, root: Any, config_model_of: ConfigModelOf) -> tuple[int, str, str] | None:
     """None when ``path`` is allowed, else (depth reached, message, fix)."""
     for depth in range(1, len(path) + 1):
         parent, key = path[: depth - 1], path[depth - 1]
@@ -93,7 +99,7 @@ def _check_path(data: dict, path: tuple, root: Any) -> tuple[int, str, str] | No
             size = len(node) if isinstance(node, list) else 0
             return depth - 1, f"index {key} is out of range ({format_path(parent)} has {size} items)", ""
         if _is_stage_with(path, depth):
-            return _check_stage_with(data, path)
+            return _check_stage_with(data, path, config_model_of)
     return None
 
 
@@ -101,15 +107,13 @@ def _is_stage_with(path: tuple, depth: int) -> bool:
     return depth == 3 and len(path) > 3 and path[0] == "stages" and path[2] == "with"
 
 
-def _check_stage_with(data: dict, path: tuple) -> tuple[int, str, str] | None:
+def _check_stage_with(data: dict, path: tuple, config_model_of: ConfigModelOf) -> tuple[int, str, str] | None:
     """Keys under ``stages.<i>.with`` must belong to that stage kind's config model."""
-    from rlflow.stages import STAGE_KINDS
-
     stage = _get(data, path[:2])
     kind = stage.get("uses") if isinstance(stage, dict) else None
-    if not isinstance(kind, str) or kind not in STAGE_KINDS:
+    model = config_model_of(kind) if isinstance(kind, str) else None
+    if model is None:
         return None  # the stage's own problem is reported by the checks
-    model = STAGE_KINDS.get(kind).config_model
     for depth in range(4, len(path) + 1):
         if walk(model, path[3:depth]) is None:
             known = known_keys(walk(model, path[3 : depth - 1])) or []

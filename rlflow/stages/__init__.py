@@ -1,6 +1,6 @@
-"""Stage kinds: one module each, registered by name. Importing this package registers the built-ins.
+"""Stage kinds: one module each, registered by name and found by role. Importing this package registers the built-ins.
 
-Only metadata is imported here (pure Python); each kind imports torch and friends inside ``run``.
+Only metadata is imported here (pure Python and pydantic); each kind imports torch and friends inside ``run``.
 """
 
 from rlflow.stages import (  # noqa: F401  (imported to register)
@@ -15,15 +15,18 @@ from rlflow.stages import (  # noqa: F401  (imported to register)
     update_actor,
     validate,
 )
-from rlflow.stages.base import STATE_FIELDS, StageConfig, StageContext, StageKind
-from rlflow.stages.registry import STAGE_KINDS, get_stage_kind, register_stage
+from rlflow.stages.base import STATE_FIELDS, Role, StageConfig, StageContext, StageKind
+from rlflow.stages.registry import STAGE_KINDS, builtin_kind, get_stage_kind, kinds_with_role, register_stage
 
 __all__ = [
     "STAGE_KINDS",
     "STATE_FIELDS",
+    "Role",
     "StageConfig",
     "StageContext",
     "StageKind",
+    "builtin_kind",
     "get_stage_kind",
+    "kinds_with_role",
     "register_stage",
 ]

@@ -1,16 +1,30 @@
-"""What a stage kind is: its config model, the batch fields it reads and writes, and ``run``.
+"""What a stage kind is: its role, config model, the batch fields it reads and writes, and ``run``.
 
-A stage kind is a class. Its metadata (config model, reads, writes, verl timer name, the
-resource types it may run on, how its batch is dispatched) is pure Python, so that
-validation and plan compilation never import torch. ``run(batch, ctx)`` does the work and
-imports what it needs lazily; it runs wherever the runtime puts it (a pool worker, a
-forwarder, or the driver) and only talks to ``ctx.engine``, never knowing whether the
-engine is in-process, a Ray actor or another machine.
+A stage kind is a class. Its metadata is pure Python, so that validation and plan compilation
+never import torch:
+
+- ``role``: what the kind is to a GRPO step (``rollout``, ``reward``, ``log_prob``,
+  ``reference``, ``advantage``, ``filter``, ``update``, ``checkpoint``, ``weight_sync``,
+  ``validation``, or ``transform``, the default: a stage that adds fields and needs nothing more
+  of the runtime). The planner, the validator and the step loop find stages by role, never by
+  kind name, so a plugin kind with the role ``reward`` is a reward stage like the built-in one.
+- ``engine_roles``: the engine roles a worker needs to run the kind (``rollout``, ``actor``,
+  ``ref``); a pool builds its engine with the union of its stages' roles, as verl fuses them.
+- ``reads_fields`` / ``writes_fields`` (or ``reads``/``writes`` when they depend on the
+  algorithm), the verl timer name, the resource types it may run on, how its batch is
+  dispatched and its cadence.
+
+``run(batch, ctx)`` does the work and imports what it needs lazily; it runs wherever the
+runtime puts it (a pool worker, a forwarder, or the driver) and talks only to ``ctx.engine``,
+never knowing whether the engine is in-process, a Ray actor or another machine. Every kind has
+a working ``run``: checkpoint, weight sync and validation are stages like the others, and the
+runtime only adds what a stage cannot do from one worker (committing a checkpoint directory,
+carrying weights to another pool, feeding validation data through the rollout and the reward).
 
 Batch fields are named strings. Two of them are *state*, not data: ``actor_weights``
 (written by update_actor) and ``rollout_weights`` (written by sync_weights, read by the
 next step's generate). State fields carry across steps, which is how the plan shows the
-loop from sync_weights back to generate.
+loop from sync_weights back to generate; they never travel in a batch.
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.batch import Batch
     from rlflow.schemas.pipeline import Pipeline, StageSpec
 
 # Loop-carried state fields: produced in one step, consumed in the next (or at init).
@@ -28,9 +43,12 @@ STATE_FIELDS = frozenset({"actor_weights", "rollout_weights"})
 # Fields the data loader puts in every step's batch before the first stage.
 SOURCE_FIELDS = ("prompts", "prompt_mask", "uid", "data_source", "raw_prompt", "reward_info")
 
+Role = Literal[
+    "rollout", "reward", "log_prob", "reference", "advantage", "filter", "update", "checkpoint", "weight_sync",
+    "validation", "transform",
+]
 Dispatch = Literal["shard", "all", "driver"]
 Cadence = Literal["every_step", "save_freq", "test_freq"]
-ResourceType = Literal["local", "cpu", "remote", "driver"]
 
 # verl's timer names in PPOTrainerSync's order; the compiler breaks ties by this order.
 VERL_ORDER = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "save_checkpoint", "update_weights", "testing")
@@ -50,7 +68,7 @@ class NoConfig(StageConfig):
 class StageContext:
     """What a running stage may use. Built by the runtime (or a test) on the worker that runs it."""
 
-    pipeline: "Pipeline"
+    pipeline: Pipeline
     config: StageConfig
     stage_name: str
     step: int = 0
@@ -58,13 +76,21 @@ class StageContext:
     world_size: int = 1
     engine: Any = None  # a backend engine (rlflow.backends.engine.Engine) on local/remote resources
     run_dir: str | None = None
+    reads: tuple[str, ...] = ()  # the plan's reads of this stage under this pipeline
+    checkpoint_dir: str | None = None  # where a checkpoint stage writes (set by the runtime)
     state: dict[str, Any] = field(default_factory=dict)  # per-worker cache that lives across steps
+
+    def inputs(self, batch: Batch) -> Batch:
+        """The data fields of ``batch`` this stage reads (state fields never travel in a batch)."""
+        return batch.select(f for f in self.reads if f not in STATE_FIELDS)
 
 
 class StageKind:
     """Base class of stage kinds. Subclasses set the ClassVars and implement ``run``."""
 
     name: ClassVar[str]
+    role: ClassVar[Role] = "transform"
+    engine_roles: ClassVar[frozenset[str]] = frozenset()
     config_model: ClassVar[type[StageConfig]] = NoConfig
     verl_timer: ClassVar[str | None] = None  # verl's timer name, emitted as timing_s/<verl_timer>
     reads_fields: ClassVar[tuple[str, ...]] = ()
@@ -78,12 +104,12 @@ class StageKind:
     description: ClassVar[str] = ""
 
     @classmethod
-    def reads(cls, pipeline: "Pipeline", stage: "StageSpec") -> tuple[str, ...]:
+    def reads(cls, pipeline: Pipeline, stage: StageSpec) -> tuple[str, ...]:
         """Fields this stage reads under this pipeline (some depend on the algorithm)."""
         return cls.reads_fields
 
     @classmethod
-    def writes(cls, pipeline: "Pipeline", stage: "StageSpec") -> tuple[str, ...]:
+    def writes(cls, pipeline: Pipeline, stage: StageSpec) -> tuple[str, ...]:
         return cls.writes_fields
 
     @classmethod
@@ -91,9 +117,9 @@ class StageKind:
         return cls.config_model.model_validate(raw)
 
     @classmethod
-    def check(cls, pipeline: "Pipeline", stage: "StageSpec") -> list[tuple[str, str]]:
+    def check(cls, pipeline: Pipeline, stage: StageSpec) -> list[tuple[str, str]]:
         """Extra semantic rules: a list of (dotted path under the stage, message)."""
         return []
 
-    def run(self, batch: Any, ctx: StageContext) -> Any:  # pragma: no cover - abstract
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:  # pragma: no cover - abstract
         raise NotImplementedError(f"stage kind {self.name!r} does not implement run()")

@@ -1,18 +1,26 @@
 """Stage ``generate``: expand each prompt into ``algorithm.n`` samples and sample responses.
 
-verl step 1 ([gen]). Rows are repeated n times (interleaved) on the worker, so a prompt's
-group never straddles two workers; the rollout engine then samples with the pipeline's
-temperature / top_p / top_k up to ``data.max_response_length`` tokens.
+verl step 1 ([gen]). Design decisions:
+- Rows are repeated (interleaved, as verl's ``repeat(interleave=True)``) here on the worker,
+  so a prompt's group never straddles two workers and the driver ships each prompt once.
+- Only the fields the stage reads (prompts and their mask) go to the engine, so a remote
+  engine gets a small message; the stage returns the whole expanded batch with the engine's
+  ``responses``, ``response_mask`` and ``response_text`` added.
+- The sampling seed is derived from (trainer.seed, step, rank): a rerun samples the same
+  tokens, different ranks and steps sample different ones.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from rlflow.stages.base import StageConfig, StageContext, StageKind
-from rlflow.stages.registry import register_stage
+from rlflow.stages.registry import builtin_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.batch import Batch
 
 
 class GenerateConfig(StageConfig):
@@ -24,9 +32,36 @@ class GenerateConfig(StageConfig):
     n: int | None = Field(None, ge=1, description="Samples per prompt; defaults to algorithm.n (validation uses its own).")
 
 
-@register_stage
+def generation_seed(seed: int, step: int, rank: int) -> int:
+    """A non-negative 63-bit seed, distinct per (seed, step, rank)."""
+    return (seed * 1_000_003 + step * 10_007 + rank * 101 + 17) % (2**63)
+
+
+def generation_params(ctx: StageContext) -> dict:
+    cfg = ctx.config
+    return {
+        "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k, "do_sample": cfg.do_sample,
+        "max_response_length": ctx.pipeline.data.max_response_length, "engine": cfg.engine,
+        "seed": generation_seed(ctx.pipeline.trainer.seed, ctx.step, ctx.rank),
+    }
+
+
+def rollout_temperature(pipeline) -> float:
+    """The sampling temperature of the pipeline's rollout stage (1.0 when greedy or absent).
+
+    Log-probs are taken at this temperature, as verl does, so the PPO ratio compares the
+    policy with the distribution that was actually sampled.
+    """
+    stages = [s for s in pipeline.stages if s.uses == Generate.name]
+    temperature = GenerateConfig.model_validate(stages[0].with_).temperature if stages else 1.0
+    return temperature if temperature > 0 else 1.0
+
+
+@builtin_stage
 class Generate(StageKind):
     name = "generate"
+    role = "rollout"
+    engine_roles = frozenset({"rollout"})
     config_model = GenerateConfig
     verl_timer = "gen"
     reads_fields = ("prompts", "prompt_mask", "rollout_weights")
@@ -35,7 +70,7 @@ class Generate(StageKind):
     changes_rows = True
     description = "Sample n responses per prompt with the rollout engine."
 
-    def run(self, batch, ctx: StageContext):
-        from rlflow.stages.impl.generate import run_generate
-
-        return run_generate(batch, ctx)
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        rows = batch.repeat_interleave(ctx.config.n or ctx.pipeline.algorithm.n)
+        rows.update(ctx.engine.generate(ctx.inputs(rows), generation_params(ctx)))
+        return rows

@@ -1,17 +1,32 @@
 """Stage ``group_filter``: drop prompt groups whose rewards do not vary (DAPO's dynamic sampling).
 
-A group whose samples all score the same has zero GRPO advantage and teaches nothing. This
-stage reads ``scores`` and ``uid`` and keeps only groups with reward variance, so the
-compiler places it right after the reward, before the log-prob stages. It is also the
-worked example of a stage kind placed by what it reads and writes.
+A group whose samples all score alike has zero GRPO advantage and only dilutes the update.
+The filter reads ``scores`` and ``uid`` (so the compiler places it right after the reward,
+before the log-prob stages; it is also the worked example of a stage kind placed by what it
+reads and writes) and keeps groups whose score standard deviation exceeds ``min_std``, but
+never fewer than ``keep_at_least`` groups (it then takes back the most varied of the dropped
+ones), so a step always has something to train on.
+
+Conventions follow verl's group filter: the population standard deviation (``np.std``,
+ddof=0), and a group of one sample is always kept (there is nothing to compare it with).
+Per-group statistics are computed in one pass with ``index_add_`` over group ids rather than
+a Python loop over rows; the kept row indices leave the tensor world once (``tolist``).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
+from rlflow.errors import StageError
 from rlflow.stages.base import StageConfig, StageContext, StageKind
-from rlflow.stages.registry import register_stage
+from rlflow.stages.registry import builtin_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from rlflow.batch import Batch
 
 
 class GroupFilterConfig(StageConfig):
@@ -19,9 +34,44 @@ class GroupFilterConfig(StageConfig):
     keep_at_least: int = Field(1, ge=0, description="Never drop below this many groups (keeps the step alive).")
 
 
-@register_stage
+def group_ids(uids: list) -> tuple[torch.Tensor, int]:
+    """Dense group index per row (groups numbered by first appearance) and the number of groups."""
+    import torch
+
+    index: dict = {}
+    ids = [index.setdefault(uid, len(index)) for uid in uids]
+    return torch.tensor(ids, dtype=torch.long), len(index)
+
+
+def group_std(scores: torch.Tensor, ids: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Population std of ``scores`` per group, and each group's size."""
+    import torch
+
+    values = scores.detach().to("cpu", torch.float64).reshape(-1)  # one small copy; ids live on the CPU
+    count = torch.zeros(groups, dtype=torch.float64).index_add_(0, ids, torch.ones_like(values))
+    mean = torch.zeros(groups, dtype=torch.float64).index_add_(0, ids, values) / count
+    squared = torch.zeros(groups, dtype=torch.float64).index_add_(0, ids, (values - mean[ids]) ** 2)
+    return (squared / count).sqrt(), count
+
+
+def select_groups(std: torch.Tensor, count: torch.Tensor, min_std: float, keep_at_least: int) -> torch.Tensor:
+    """Boolean mask of kept groups: varied enough (or alone), topped up by the most varied others."""
+    import torch
+
+    keep = (std > min_std) | (count == 1)
+    missing = min(keep_at_least, std.numel()) - int(keep.sum())
+    if missing > 0:
+        # Most varied first; a stable sort keeps batch order among equals (deterministic).
+        candidates = torch.where(keep, torch.full_like(std, -1.0), std)
+        order = torch.sort(candidates, descending=True, stable=True).indices
+        keep[order[:missing]] = True
+    return keep
+
+
+@builtin_stage
 class GroupFilter(StageKind):
     name = "group_filter"
+    role = "filter"
     config_model = GroupFilterConfig
     reads_fields = ("scores", "uid")
     writes_fields = ()
@@ -30,7 +80,33 @@ class GroupFilter(StageKind):
     changes_rows = True
     description = "Drop groups with zero reward variance (dynamic sampling)."
 
-    def run(self, batch, ctx: StageContext):
-        from rlflow.stages.impl.filters import run_group_filter
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        """The rows of the groups kept, in their original order, with ``filter/*`` metrics."""
+        import torch
 
-        return run_group_filter(batch, ctx)
+        for field in self.reads_fields:
+            if field not in batch:
+                raise StageError(
+                    f"stage '{ctx.stage_name}' (group_filter) needs batch field '{field}'; "
+                    "place it after the reward stage, which writes 'scores'"
+                )
+        scores = batch["scores"]
+        ids, groups = group_ids(batch["uid"])
+        if scores.shape[0] != ids.shape[0]:
+            raise StageError(f"stage '{ctx.stage_name}': 'scores' has {scores.shape[0]} rows, 'uid' has {ids.shape[0]}")
+        if groups == 0:
+            kept_batch = batch.index([])
+            kept = 0
+        else:
+            std, count = group_std(scores, ids, groups)
+            mask = select_groups(std, count, ctx.config.min_std, ctx.config.keep_at_least)
+            kept = int(mask.sum())
+            kept_batch = batch.index(torch.nonzero(mask[ids]).flatten().tolist())
+        kept_batch.metrics.update(
+            {
+                "filter/kept_groups": float(kept),
+                "filter/dropped_groups": float(groups - kept),
+                "filter/kept_ratio": kept / groups if groups else 1.0,
+            }
+        )
+        return kept_batch

@@ -1,18 +1,47 @@
 """Stage ``grpo_advantage``: token-level rewards and GRPO advantages grouped by ``uid``.
 
-verl step 7 ([adv]). The math is verl's own (``verl.trainer.ppo.core_algos``); rewards are
-the scores, minus ``kl_coef`` x KL when ``use_kl_in_reward``.
+verl step 7 ([adv]). Design decisions:
+- The math is verl's own: ``core_algos.kl_penalty`` for the in-reward KL (applied as verl's
+  ``apply_kl_penalty`` does, with a fixed coefficient) and
+  ``core_algos.compute_grpo_outcome_advantage`` grouped by ``uid``; nothing is re-derived here.
+- It runs on the driver over the whole batch, because a group must be complete to be
+  normalised (groups never straddle workers, but filters may have reshaped the batch).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from rlflow.errors import StageError
 from rlflow.stages.base import StageContext, StageKind
-from rlflow.stages.registry import register_stage
+from rlflow.stages.registry import builtin_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from rlflow.batch import Batch
 
 
-@register_stage
+def token_level_rewards(batch: Batch, algorithm) -> tuple[torch.Tensor, dict[str, float]]:
+    """Scores, minus ``kl_coef`` x KL(old, ref) per token when ``use_kl_in_reward``."""
+    import torch
+    from verl.trainer.ppo import core_algos
+    from verl.utils.torch_functional import masked_mean
+
+    scores = batch["token_level_scores"].float()
+    if not algorithm.use_kl_in_reward:
+        return scores, {}
+    mask = batch["response_mask"].float()
+    kld = core_algos.kl_penalty(batch["old_log_probs"], batch["ref_log_prob"], kl_penalty=algorithm.kl_penalty) * mask
+    current_kl = torch.mean(masked_mean(kld, mask=mask, axis=-1), dim=0).item()
+    metrics = {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": algorithm.kl_coef}
+    return scores - algorithm.kl_coef * kld, metrics
+
+
+@builtin_stage
 class GrpoAdvantage(StageKind):
     name = "grpo_advantage"
+    role = "advantage"
     verl_timer = "adv"
     reads_fields = ("token_level_scores", "response_mask", "uid")
     writes_fields = ("token_level_rewards", "advantages", "returns")
@@ -25,7 +54,20 @@ class GrpoAdvantage(StageKind):
         extra = ("old_log_probs", "ref_log_prob") if pipeline.algorithm.use_kl_in_reward else ()
         return cls.reads_fields + extra
 
-    def run(self, batch, ctx: StageContext):
-        from rlflow.stages.impl.advantage import run_grpo_advantage
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        import numpy as np
+        from verl.trainer.ppo import core_algos
 
-        return run_grpo_advantage(batch, ctx)
+        from rlflow.batch import Batch
+
+        missing = [f for f in self.reads_fields if f not in batch]
+        if missing:
+            raise StageError(f"step {ctx.step}, stage {ctx.stage_name!r}: the batch lacks {missing}; "
+                             f"a reward stage must write token_level_scores before the advantage")
+        algorithm = ctx.pipeline.algorithm
+        rewards, metrics = token_level_rewards(batch, algorithm)
+        advantages, returns = core_algos.compute_grpo_outcome_advantage(
+            token_level_rewards=rewards, response_mask=batch["response_mask"], index=np.array(batch["uid"], dtype=object),
+            epsilon=1e-6, norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+        )
+        return Batch({"token_level_rewards": rewards, "advantages": advantages, "returns": returns}, metrics=metrics)

@@ -1,18 +1,24 @@
 """Stage ``old_log_prob``: log-probs (and entropy) of the responses under the current actor.
 
-verl step 4 ([old_log_prob]); the entropy becomes ``actor/entropy``.
+verl step 4 ([old_log_prob]). Design decisions:
+- Log-probs are taken at the rollout's temperature (``rollout_temperature``), as verl does.
+- ``actor/entropy`` is verl's: the entropy aggregated with ``loss_agg_mode`` over the rows this
+  worker saw; the runtime averages shard metrics, which equals the whole batch's value when
+  shards hold equal token counts and is close to it otherwise.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from rlflow.stages.base import StageConfig, StageContext, StageKind
-from rlflow.stages.registry import register_stage
+from rlflow.stages.generate import rollout_temperature
+from rlflow.stages.registry import builtin_stage
 
-LOG_PROB_READS = ("prompts", "prompt_mask", "responses", "response_mask")
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.batch import Batch
 
 
 class LogProbConfig(StageConfig):
@@ -20,16 +26,29 @@ class LogProbConfig(StageConfig):
     engine: Literal["torch", "deepspeed"] = "torch"
 
 
-@register_stage
+def log_prob_params(ctx: StageContext) -> dict:
+    """Micro-batch: the stage's, else trainer.log_prob_micro_batch_size, else the update's micro-batch."""
+    trainer = ctx.pipeline.trainer
+    size = ctx.config.micro_batch_size or trainer.log_prob_micro_batch_size or trainer.ppo_micro_batch_size
+    return {"micro_batch_size": size, "temperature": rollout_temperature(ctx.pipeline)}
+
+
+@builtin_stage
 class OldLogProb(StageKind):
     name = "old_log_prob"
+    role = "log_prob"
+    engine_roles = frozenset({"actor"})
     config_model = LogProbConfig
     verl_timer = "old_log_prob"
-    reads_fields = LOG_PROB_READS
+    reads_fields = ("prompts", "prompt_mask", "responses", "response_mask")
     writes_fields = ("old_log_probs", "entropys")
     description = "Log-probs and entropy of the responses under the current actor."
 
-    def run(self, batch, ctx: StageContext):
-        from rlflow.stages.impl.log_prob import run_old_log_prob
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        from verl.trainer.ppo.core_algos import agg_loss
 
-        return run_old_log_prob(batch, ctx)
+        out = ctx.engine.compute_log_prob(ctx.inputs(batch), log_prob_params(ctx))
+        if len(batch):
+            entropy = agg_loss(out["entropys"], batch["response_mask"].bool(), ctx.pipeline.algorithm.loss_agg_mode)
+            out.metrics["actor/entropy"] = float(entropy)
+        return out

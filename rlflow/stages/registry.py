@@ -1,22 +1,52 @@
-"""The stage-kind registry: built-in kinds plus plugins from the ``rlflow.stages`` entry-point group."""
+"""The stage-kind registry: built-in kinds plus plugins from the ``rlflow.stages`` entry-point group.
+
+Besides names, the registry answers by role: ``kinds_with_role`` lists every registered kind
+of a role (a plugin reward counts as a reward), and ``builtin_kind`` names the built-in kind
+the compiler adds for a role the pipeline leaves implicit (checkpoint, validation) and the
+validator suggests when a required role is missing.
+"""
 
 from __future__ import annotations
 
-from rlflow.registry import Registry
+from typing import get_args
 
-STAGE_KINDS: Registry = Registry(
+from rlflow.errors import RegistryError
+from rlflow.registry import Registry
+from rlflow.stages.base import Role, StageKind
+
+STAGE_KINDS: Registry[type[StageKind]] = Registry(
     "stage kind",
     "rlflow.stages",
     "Plugins add stage kinds through the `rlflow.stages` entry-point group or a module listed under "
     "`plugins:` in rlflow.yaml.",
 )
+_BUILTIN_FOR_ROLE: dict[str, type[StageKind]] = {}
 
 
-def register_stage(cls):
-    """Class decorator: register a StageKind subclass under its ``name``."""
+def register_stage(cls: type[StageKind]) -> type[StageKind]:
+    """Class decorator: register a StageKind subclass under its ``name``; its role must be a known one."""
+    if getattr(cls, "role", None) not in get_args(Role):
+        raise RegistryError(f"stage kind {getattr(cls, 'name', cls)!r}: role {getattr(cls, 'role', None)!r} is not one of "
+                            f"{', '.join(get_args(Role))} (set the class attribute `role`)")
     STAGE_KINDS.register(cls.name, cls)
     return cls
 
 
-def get_stage_kind(name: str):
+def builtin_stage(cls: type[StageKind]) -> type[StageKind]:
+    """Class decorator for rlflow's own kinds: registered, and the built-in answer for its role."""
+    _BUILTIN_FOR_ROLE.setdefault(cls.role, cls)
+    return register_stage(cls)
+
+
+def get_stage_kind(name: str) -> type[StageKind]:
     return STAGE_KINDS.get(name)
+
+
+def builtin_kind(role: Role) -> type[StageKind]:
+    """The built-in kind of ``role`` (KeyError for a role no built-in kind has)."""
+    return _BUILTIN_FOR_ROLE[role]
+
+
+def kinds_with_role(role: Role) -> list[str]:
+    """Names of every registered kind of ``role``."""
+    return [name for name in STAGE_KINDS.names() if STAGE_KINDS.get(name).role == role]

@@ -1,19 +1,31 @@
 """Stage ``save_checkpoint``: model, optimizer and RNG state of every worker (verl [save_checkpoint]).
 
-Runs when ``trainer.save_freq`` hits (and at the last step), after the update and before
-the weight sync. The runtime adds it when the pipeline does not declare it; it writes to a
-temporary directory that the runtime renames into place once every part is on disk.
+Runs when ``trainer.save_freq`` hits (and at the last step), after the update and before the
+weight sync; the compiler adds it when the pipeline does not declare it. Each worker writes
+its part into ``ctx.checkpoint_dir``: the runtime points that at a temporary directory and
+renames it into place, with the data position beside it, once every part is on disk (a
+checkpoint is whole or absent). Run outside the runtime, it writes to
+``<run_dir>/checkpoints/step_<N>``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rlflow.errors import StageError
 from rlflow.stages.base import StageContext, StageKind
-from rlflow.stages.registry import register_stage
+from rlflow.stages.registry import builtin_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.batch import Batch
 
 
-@register_stage
+@builtin_stage
 class SaveCheckpoint(StageKind):
     name = "save_checkpoint"
+    role = "checkpoint"
+    engine_roles = frozenset({"actor"})
     verl_timer = "save_checkpoint"
     reads_fields = ("actor_weights",)
     writes_fields = ("checkpoint",)
@@ -21,7 +33,13 @@ class SaveCheckpoint(StageKind):
     cadence = "save_freq"
     description = "Save model, optimizer and RNG state."
 
-    def run(self, batch, ctx: StageContext):
-        from rlflow.stages.impl.checkpoint import run_save_checkpoint
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        from rlflow.batch import Batch
 
-        return run_save_checkpoint(batch, ctx)
+        target = ctx.checkpoint_dir
+        if target is None:
+            if ctx.run_dir is None:
+                raise StageError(f"step {ctx.step}, stage {ctx.stage_name!r}: no run directory to checkpoint into")
+            target = str(Path(ctx.run_dir) / "checkpoints" / f"step_{ctx.step}")
+        ctx.engine.save_checkpoint(target, ctx.step)
+        return Batch()

@@ -1,18 +1,103 @@
 """Stage ``text2sql_reward``: execution-accuracy reward for text-to-SQL (BIRD).
 
-Extracts the SQL from each response, runs prediction and gold read-only on the question's
-SQLite database under a time limit and a row cap, and scores 1.0 when the result sets match
-(as sets of rows, as BIRD does). The score sits on the last response token.
+Per row: extract the SQL (``config.extract``), run it and the gold SQL read-only on the
+question's database (``rlflow.reward.sql_exec``), compare the result sets as BIRD does
+(``set(pred) == set(gold)``), and score:
+
+- ``correct_score`` when the sets match;
+- ``partial_score`` when the SQL ran but gave another result;
+- ``format_score`` when an answer was extracted but SQLite reported an error in it;
+- 0 when nothing was extracted, and 0 for SQL that was refused (a write, ATTACH, a PRAGMA,
+  a second statement), ran out of time, or returned more than ``max_rows`` rows: spending a
+  reward worker's time or trying to change the data must never pay.
+
+The score sits on the last valid response token (index 0 for an empty response), as verl's
+rule-based rewards do. The stage runs sharded over a ``cpu`` pool; each worker keeps its
+read-only connections and the gold results (keyed by database and gold SQL) in ``ctx.state``,
+which lives across steps, so a gold query runs once per worker.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+import sqlite3
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from rlflow.reward.extract import extract_sql
+from rlflow.reward.sql_exec import ExecResult, connect_readonly, execute
 from rlflow.stages.base import StageConfig, StageContext, StageKind
-from rlflow.stages.registry import register_stage
+from rlflow.stages.registry import builtin_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from rlflow.batch import Batch
+
+log = logging.getLogger(__name__)
+
+EXTRA_KEYS = ("exec_acc", "format_ok", "timeout", "error")
+METRIC_OF_EXTRA = {"exec_acc": "exec_acc", "format_ok": "format_ok", "timeout": "timeout_rate", "error": "error_rate"}
+_LIMIT_HITS = ("refused", "timeout", "too_many_rows")
+
+
+@dataclass
+class _Caches:
+    connections: dict
+    gold: dict
+    warned: set
+
+
+def _caches(state: dict) -> _Caches:
+    return _Caches(state.setdefault("sql_connections", {}), state.setdefault("sql_gold_results", {}),
+                   state.setdefault("sql_warned", set()))
+
+
+def _connection(caches: _Caches, db_path: str):
+    conn = caches.connections.get(db_path)
+    if conn is None:
+        conn = caches.connections[db_path] = connect_readonly(db_path)
+    return conn
+
+
+def _gold(caches: _Caches, db_path: str, gold_sql: str, config) -> ExecResult:
+    key = (db_path, gold_sql)
+    result = caches.gold.get(key)
+    if result is None:
+        result = caches.gold[key] = execute(_connection(caches, db_path), gold_sql, config.timeout_s, config.max_rows)
+        if not result.ok:
+            log.warning("gold SQL for %s gives %s (%s); its rows cannot score as correct: %s",
+                        db_path, result.status, result.message, gold_sql)
+    return result
+
+
+def score_row(response: str, info: dict, config, caches: _Caches) -> tuple[float, dict]:
+    """The score of one response and its ``reward_extra`` record."""
+    extra = dict.fromkeys(EXTRA_KEYS, 0)
+    sql = extract_sql(response, config.extract)
+    if sql is None:
+        return 0.0, extra
+    extra["format_ok"] = 1
+    db_path = info["db_path"]
+    try:
+        conn = _connection(caches, db_path)
+    except (OSError, sqlite3.Error) as exc:  # a database deleted or unreadable since loading
+        if db_path not in caches.warned:
+            caches.warned.add(db_path)
+            log.warning("cannot open %s (%s); its rows score 0", db_path, exc)
+        extra["error"] = 1
+        return 0.0, extra
+    pred = execute(conn, sql, config.timeout_s, config.max_rows)
+    if not pred.ok:
+        extra["timeout" if pred.status == "timeout" else "error"] = 1
+        return (0.0 if pred.status in _LIMIT_HITS else config.format_score), extra
+    gold = _gold(caches, db_path, info["gold_sql"], config)
+    if gold.ok and pred.rows == gold.rows:
+        extra["exec_acc"] = 1
+        return config.correct_score, extra
+    return config.partial_score, extra
 
 
 class Text2SqlRewardConfig(StageConfig):
@@ -24,9 +109,21 @@ class Text2SqlRewardConfig(StageConfig):
     format_score: float = Field(0.0, description="Score for a well-formed answer whose SQL fails.")
 
 
-@register_stage
+def _place_on_last_token(scores: list[float], response_mask: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    lengths = response_mask.sum(dim=-1).tolist()
+    rows = len(scores)
+    out = torch.zeros(rows, response_mask.shape[-1], dtype=torch.float32)
+    last = torch.tensor([max(int(n) - 1, 0) for n in lengths], dtype=torch.long)
+    out[torch.arange(rows), last] = torch.tensor(scores, dtype=torch.float32)
+    return out
+
+
+@builtin_stage
 class Text2SqlReward(StageKind):
     name = "text2sql_reward"
+    role = "reward"
     config_model = Text2SqlRewardConfig
     verl_timer = "reward"
     reads_fields = ("response_text", "response_mask", "reward_info")
@@ -34,7 +131,20 @@ class Text2SqlReward(StageKind):
     allowed_on = frozenset({"cpu", "driver", "local"})
     description = "Execution-accuracy reward: run predicted and gold SQL read-only, compare result sets."
 
-    def run(self, batch, ctx: StageContext):
-        from rlflow.reward.stage import run_text2sql_reward
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""
+        import torch
 
-        return run_text2sql_reward(batch, ctx)
+        config = ctx.config
+        caches = _caches(ctx.state)
+        results = [score_row(text, info, config, caches)
+                   for text, info in zip(batch["response_text"], batch["reward_info"], strict=True)]
+        scores = [score for score, _ in results]
+        extras = [extra for _, extra in results]
+        batch["token_level_scores"] = _place_on_last_token(scores, batch["response_mask"])
+        batch["scores"] = torch.tensor(scores, dtype=torch.float32)
+        batch["reward_extra"] = extras
+        if extras:
+            for key, metric in METRIC_OF_EXTRA.items():
+                batch.metrics[f"reward/{metric}"] = sum(e[key] for e in extras) / len(extras)
+        return batch

@@ -2,17 +2,24 @@
 
 Mini-batches of ``ppo_mini_batch_size x n`` samples, micro-batches with gradient
 accumulation, ``ppo_epochs`` passes, gradient clipping; loss from verl's vanilla policy
-loss with dual clip, plus entropy and KL terms as verl adds them.
+loss with dual clip, plus entropy and KL terms as verl adds them. The engine does the work
+(see ``rlflow.backends.local.actor``); this stage passes the fields it reads, the rollout
+temperature and the step and stage names (for error messages), and returns the ``actor/*``
+metrics. The actor is not updated before ``trainer.critic_warmup`` steps, as in verl.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from rlflow.stages.base import StageConfig, StageContext, StageKind
-from rlflow.stages.registry import register_stage
+from rlflow.stages.generate import rollout_temperature
+from rlflow.stages.registry import builtin_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.batch import Batch
 
 
 class UpdateActorConfig(StageConfig):
@@ -20,9 +27,11 @@ class UpdateActorConfig(StageConfig):
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (engine: deepspeed).")
 
 
-@register_stage
+@builtin_stage
 class UpdateActor(StageKind):
     name = "update_actor"
+    role = "update"
+    engine_roles = frozenset({"actor"})
     config_model = UpdateActorConfig
     verl_timer = "update_actor"
     reads_fields = ("prompts", "prompt_mask", "responses", "response_mask", "old_log_probs", "advantages")
@@ -33,7 +42,10 @@ class UpdateActor(StageKind):
     def reads(cls, pipeline, stage):
         return cls.reads_fields + (("ref_log_prob",) if pipeline.algorithm.use_kl_loss else ())
 
-    def run(self, batch, ctx: StageContext):
-        from rlflow.stages.impl.update import run_update_actor
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        from rlflow.batch import Batch
 
-        return run_update_actor(batch, ctx)
+        if ctx.pipeline.trainer.critic_warmup > ctx.step:
+            return Batch()
+        params = {"temperature": rollout_temperature(ctx.pipeline), "global_steps": ctx.step, "stage": ctx.stage_name}
+        return Batch(metrics=dict(ctx.engine.update_actor(ctx.inputs(batch), params)))

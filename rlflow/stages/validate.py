@@ -1,15 +1,34 @@
-"""Stage ``validate``: decode the validation set and score it (verl [testing]).
+"""Stage ``validate``: verl's validation metrics for a generated and scored validation set ([testing]).
 
-Runs before training when ``trainer.val_before_train``, when ``trainer.test_freq`` hits and
-at the last step. Metrics use verl's names: ``val-core/<data_source>/<metric>/mean@N``.
+Runs before training when ``trainer.val_before_train``, when ``trainer.test_freq`` hits and at
+the last step. The runtime feeds the validation set through the rollout stage (with this
+stage's sampling settings: greedy, ``n`` samples) and the reward stages, then runs this stage
+on the driver over the scored batch; its ``run`` turns scores into metrics.
+
+Design decisions:
+- Statistics come from verl's ``process_validation_metrics`` (per prompt ``mean@N``,
+  ``std@N``, bootstrapped ``best@k``/``worst@k``, then averaged over prompts per data source),
+  fed with the reward (``scores``) and every numeric key of ``reward_extra`` (e.g.
+  ``exec_acc``, ``format_ok``).
+- Naming: ``mean@N`` of every variable is ``val-core/<data_source>/<var>/mean@N`` (the numbers
+  a dashboard plots); verl's core variable (``acc`` if present, else ``reward``) also gets its
+  ``best``/``maj`` at N there; every other statistic is ``val-aux/...``, as verl files it.
+- verl's bootstrap reseeds numpy's global RNG; ``val_metrics`` restores that state after the
+  call, so validating never changes what a seeded run does next.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
 from pydantic import Field
 
 from rlflow.stages.base import StageConfig, StageContext, StageKind
-from rlflow.stages.registry import register_stage
+from rlflow.stages.registry import builtin_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.batch import Batch
 
 
 class ValidateConfig(StageConfig):
@@ -19,9 +38,60 @@ class ValidateConfig(StageConfig):
     n: int = Field(1, ge=1, description="Samples per validation prompt (mean@n).")
 
 
-@register_stage
+def _variables(batch: Batch) -> dict[str, list[Any]]:
+    infos: dict[str, list[Any]] = {"reward": [float(v) for v in batch["scores"].tolist()]}
+    extras = batch.non_tensors.get("reward_extra")
+    if extras:
+        keys = sorted({k for row in extras for k, v in (row or {}).items() if isinstance(v, (int, float))})
+        for key in keys:
+            infos[key] = [(row or {}).get(key) for row in extras]
+    return infos
+
+
+def _section(var: str, metric: str, core_var: str, n_max: int) -> str:
+    if metric.startswith("mean@"):
+        return "val-core"
+    if var == core_var and metric.startswith(("maj", "best")) and f"@{n_max}" in metric:
+        return "val-core"
+    return "val-aux"
+
+
+def val_metrics(batch: Batch, n: int, data_source_key: str = "data_source") -> dict[str, float]:
+    """``val-core/<data_source>/<var>/mean@N`` (and verl's auxiliary statistics) for a scored batch.
+
+    ``n`` is the number of samples per prompt; every ``uid`` must appear exactly ``n`` times.
+    """
+    import numpy as np
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    if len(batch) == 0:
+        return {}
+    uids = [str(u) for u in batch["uid"]]
+    wrong = {u: c for u, c in Counter(uids).items() if c != n}
+    if wrong:
+        uid, count = next(iter(wrong.items()))
+        raise ValueError(f"validation batch: uid {uid!r} has {count} samples, expected n={n} ({len(wrong)} uid(s) differ)")
+    sources = batch.non_tensors.get(data_source_key) or ["unknown"] * len(batch)
+    state = np.random.get_state()
+    try:
+        stats = process_validation_metrics([str(s) for s in sources], uids, _variables(batch))
+    finally:
+        np.random.set_state(state)
+    out: dict[str, float] = {}
+    for source, var2metric in stats.items():
+        core_var = "acc" if "acc" in var2metric else "reward"
+        for var, metric2val in var2metric.items():
+            n_max = max(int(name.split("@")[-1].split("/")[0]) for name in metric2val)
+            for metric, value in metric2val.items():
+                out[f"{_section(var, metric, core_var, n_max)}/{source}/{var}/{metric}"] = float(value)
+    return out
+
+
+@builtin_stage
 class Validate(StageKind):
     name = "validate"
+    role = "validation"
+    engine_roles = frozenset({"rollout"})
     config_model = ValidateConfig
     verl_timer = "testing"
     reads_fields = ("rollout_weights",)
@@ -31,7 +101,7 @@ class Validate(StageKind):
     cadence = "test_freq"
     description = "Greedy (or sampled) decoding of the validation set, scored by the reward."
 
-    def run(self, batch, ctx: StageContext):
-        from rlflow.stages.impl.validate import run_validate
-
-        return run_validate(batch, ctx)
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        """``batch`` is the scored validation set; returns it with the validation metrics."""
+        batch.metrics.update(val_metrics(batch, ctx.config.n))
+        return batch

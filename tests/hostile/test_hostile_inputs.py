@@ -119,7 +119,7 @@ def test_hostile_sql_is_refused_and_the_database_is_untouched(sandbox):
 
     from rlflow.batch import Batch
     from rlflow.reward.stage import run_text2sql_reward
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
     from rlflow.stages.base import StageContext
     from rlflow.stages.text2sql_reward import Text2SqlRewardConfig

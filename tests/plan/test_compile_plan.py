@@ -12,7 +12,7 @@ from plan_helpers import SMALL, spec_from_yaml, with_stages
 
 from rlflow.errors import ConfigError
 from rlflow.plan.compile import compile_plan, dataflow_problems
-from rlflow.plan.model import DATA_SOURCE, LOAD_CHECKPOINT, Edge
+from rlflow.plan.model import DATA_SOURCE, RESUME, Edge
 from rlflow.schemas.pipeline import StageSpec
 from rlflow.stages.base import StageConfig, StageKind
 
@@ -58,7 +58,7 @@ def test_implicit_checkpoint_and_validation_follow_trainer_settings():
     save, validate = plan.stage("save_checkpoint"), plan.step[-1]
     assert save.implicit and save.resource == "pool" and save.cadence == "save_freq"
     assert validate.implicit and validate.resource == "pool" and validate.cadence == "test_freq"
-    assert [(s.name, s.cadence) for s in plan.init] == [(LOAD_CHECKPOINT, "resume"), ("sync_weights", "init"),
+    assert [(s.name, s.cadence) for s in plan.init] == [(RESUME, "resume"), ("sync_weights", "init"),
                                                          ("validate", "init")]  # fmt: skip
 
 
@@ -66,7 +66,7 @@ def test_validation_only_before_training_stays_out_of_the_step():
     text = SMALL.replace("data: {train: train.json}", "data: {train: train.json, val: dev.json}")
     plan = compile_plan(spec_from_yaml(text.replace("val_before_train: false", "val_before_train: true")))
     assert "validate" not in plan.stage_names()
-    assert [s.name for s in plan.init] == [LOAD_CHECKPOINT, "sync_weights", "validate"]
+    assert [s.name for s in plan.init] == [RESUME, "sync_weights", "validate"]
 
 
 def test_declared_checkpoint_is_not_duplicated_and_an_implicit_name_avoids_clashes():
@@ -81,7 +81,7 @@ def test_declared_checkpoint_is_not_duplicated_and_an_implicit_name_avoids_clash
 
 def test_init_syncs_weights_before_any_generation():
     plan = compile_plan(with_stages())
-    assert [s.kind for s in plan.init] == [LOAD_CHECKPOINT, "sync_weights"]
+    assert [s.kind for s in plan.init] == [RESUME, "sync_weights"]
     load = plan.init[0]
     assert load.resource == plan.stage("update_actor").resource and load.writes == ("actor_weights",)
 

@@ -17,7 +17,7 @@ from rlflow.plan.render_dot import render_dot
 from rlflow.plan.render_json import render_json
 from rlflow.plan.render_mermaid import render_mermaid
 from rlflow.plan.render_text import render_text
-from rlflow.schemas.loader import load_pipeline
+from rlflow.check import load_pipeline
 from rlflow.schemas.project import load_project_config
 
 PIPELINES = sorted((REPO / "pipelines").glob("*.yaml"))

@@ -7,7 +7,7 @@ import yaml
 
 from runtime_helpers import REPO, SMALL, read_jsonl, rlflow, small_sets
 from rlflow.plan.compile import compile_plan
-from rlflow.schemas.loader import load_pipeline
+from rlflow.check import load_pipeline
 from rlflow.schemas.project import load_project_config
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo.yaml")

@@ -52,7 +52,7 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Comple
 
 def load_text(folder: Path, text: str, sets=(), name: str = "p.yaml"):
     """Write ``text`` as a pipeline in ``folder`` (which holds rlflow.yaml) and load it."""
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
 
     path = folder / name

@@ -11,7 +11,7 @@ import pytest
 
 from schema_helpers import BROKEN, read_case, run_cli, write_project
 from rlflow.errors import ConfigError
-from rlflow.schemas.loader import load_pipeline
+from rlflow.check import load_pipeline
 from rlflow.schemas.project import load_project_config
 
 NO_HEADER = {"empty.yaml": [(1, "the file is empty")]}

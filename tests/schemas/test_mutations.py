@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlflow.errors import ConfigError
-from rlflow.schemas.loader import load_pipeline
+from rlflow.check import load_pipeline
 from rlflow.schemas.project import load_project_config
 from schema_helpers import BIRD, REPO
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rlflow.errors import ConfigError
-from rlflow.schemas.loader import load_pipeline
+from rlflow.check import load_pipeline
 from rlflow.schemas.overrides import parse_settings
 from schema_helpers import BIRD, MINIMAL, load_text, problems_of
 

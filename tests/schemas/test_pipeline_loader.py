@@ -7,7 +7,8 @@ import yaml
 
 from rlflow.errors import ConfigError
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path
-from rlflow.schemas.loader import LoadedPipeline, load_pipeline
+from rlflow.check import load_pipeline
+from rlflow.schemas.loader import LoadedPipeline
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.schemas.project import load_project_config
 from schema_helpers import BIRD, MINIMAL, REPO, load_text, problems_of

@@ -19,6 +19,6 @@ def _one_thread():
 @pytest.fixture(scope="module")
 def engine():
     """A colocated engine with a reference (KL loss on); tests that update build their own."""
-    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.local_engine import LocalEngine
 
     return LocalEngine(make_pipeline(algorithm={"use_kl_loss": True}, with_ref=True))

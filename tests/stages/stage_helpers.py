@@ -55,7 +55,7 @@ def run_stage(pipeline: Pipeline, engine, name: str, batch: Batch, step: int = 1
     spec = pipeline.stage(name)
     kind = get_stage_kind(spec.uses)
     ctx = StageContext(pipeline=pipeline, config=kind.parse_config(spec.with_ if config is None else config),
-                       stage_name=name, step=step, engine=engine)
+                       stage_name=name, step=step, engine=engine, reads=kind.reads(pipeline, spec))
     return kind().run(batch, ctx)
 
 

@@ -10,7 +10,9 @@ from rlflow.batch import Batch
 from rlflow.errors import StageError
 from rlflow.stages.base import StageContext
 from rlflow.stages.group_filter import GroupFilter
-from rlflow.stages.impl.filters import group_ids, group_std, run_group_filter
+from rlflow.stages.group_filter import GroupFilter, group_ids, group_std
+
+run_group_filter = GroupFilter().run
 from rlflow.stages.registry import get_stage_kind
 
 

@@ -17,7 +17,7 @@ ORDER = ("generate", "old_log_prob", "ref_log_prob", "advantage", "update_actor"
 
 
 def train(seed_steps: int = 2) -> tuple[list[dict], list[torch.Tensor]]:
-    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.local_engine import LocalEngine
 
     pipeline = make_pipeline(algorithm={"use_kl_loss": True, "kl_loss_coef": 0.01}, with_ref=True,
                              trainer={"ppo_mini_batch_size": 1, "optim": {"lr": 5e-3}})

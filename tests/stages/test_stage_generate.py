@@ -7,7 +7,7 @@ import torch
 from stage_helpers import data_batch, make_pipeline, run_stage
 
 from rlflow.errors import BackendError
-from rlflow.stages.impl.generate import generation_seed
+from rlflow.stages.generate import generation_seed
 
 
 def test_expands_each_prompt_into_n_interleaved_rows(engine):

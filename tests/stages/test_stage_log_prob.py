@@ -7,7 +7,7 @@ import torch
 from stage_helpers import data_batch, make_pipeline, run_stage
 
 from rlflow.backends.local.logprob import batch_log_probs
-from rlflow.stages.impl.log_prob import rollout_temperature
+from rlflow.stages.generate import rollout_temperature
 
 
 @pytest.fixture(scope="module")

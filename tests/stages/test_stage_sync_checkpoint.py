@@ -27,7 +27,7 @@ def test_save_checkpoint_writes_this_ranks_part(engine, tmp_path):
     SaveCheckpoint().run(Batch(), context(SaveCheckpoint, engine, step=2, run_dir=str(tmp_path)))
     assert (tmp_path / "checkpoints" / "step_2" / "rank_0" / "model" / "model.safetensors").exists()
     target = tmp_path / "elsewhere"
-    SaveCheckpoint().run(Batch(), context(SaveCheckpoint, engine, step=2, state={"checkpoint_dir": str(target)}))
+    SaveCheckpoint().run(Batch(), context(SaveCheckpoint, engine, step=2, checkpoint_dir=str(target)))
     assert (target / "rank_0" / "trainer.pt").exists()
 
 

@@ -22,7 +22,7 @@ def prepared(pipeline, engine, step: int = 1):
 
 
 def test_update_reports_verls_actor_metrics_and_changes_the_policy():
-    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.local_engine import LocalEngine
 
     pipeline = make_pipeline(algorithm={"use_kl_loss": True}, with_ref=True)
     engine = LocalEngine(pipeline)
@@ -36,7 +36,7 @@ def test_update_reports_verls_actor_metrics_and_changes_the_policy():
 
 
 def test_no_update_during_critic_warmup():
-    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.local_engine import LocalEngine
 
     pipeline = make_pipeline(trainer={"critic_warmup": 2})
     engine = LocalEngine(pipeline)
@@ -48,7 +48,7 @@ def test_no_update_during_critic_warmup():
 
 
 def test_nan_advantages_fail_the_step_by_name():
-    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.local_engine import LocalEngine
 
     pipeline = make_pipeline()
     engine = LocalEngine(pipeline)
@@ -59,7 +59,7 @@ def test_nan_advantages_fail_the_step_by_name():
 
 
 def test_an_update_moves_probability_towards_positive_advantages():
-    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.local_engine import LocalEngine
 
     pipeline = make_pipeline(algorithm={"n": 4}, trainer={"optim": {"lr": 1e-2}})
     engine = LocalEngine(pipeline)

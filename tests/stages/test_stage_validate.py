@@ -7,10 +7,8 @@ import pytest
 import torch
 
 from rlflow.batch import Batch
-from rlflow.errors import StageError
 from rlflow.stages.base import StageContext
-from rlflow.stages.impl.validate import val_metrics
-from rlflow.stages.validate import Validate
+from rlflow.stages.validate import Validate, val_metrics
 
 
 def scored(scores: list[float], uids: list[str], sources: list[str], extra: list[dict] | None = None) -> Batch:
@@ -53,7 +51,9 @@ def test_group_sizes_must_match_n():
         val_metrics(scored([1.0, 0.0, 1.0], ["a", "b", "b"], ["bird"] * 3), n=2)
 
 
-def test_run_validate_says_the_runtime_orchestrates_validation():
-    ctx = StageContext(pipeline=None, config=Validate.parse_config({}), stage_name="validate")
-    with pytest.raises(StageError, match="orchestrated by the runtime"):
-        Validate().run(Batch(), ctx)
+def test_the_stage_turns_a_scored_validation_batch_into_its_metrics():
+    batch = scored([1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"], ["bird"] * 4)
+    ctx = StageContext(pipeline=None, config=Validate.parse_config({"n": 2}), stage_name="validate")
+    out = Validate().run(batch, ctx)
+    assert out.metrics == val_metrics(batch, n=2)
+    assert out.metrics["val-core/bird/reward/mean@2"] == pytest.approx(0.75)

@@ -58,7 +58,7 @@ class InProcessBackend(RemoteBackend):
     def _engine(self) -> Engine:
         with _LOCK:
             if self._id not in _ENGINES:
-                from rlflow.backends.local.engine import LocalEngine
+                from rlflow.backends.local.local_engine import LocalEngine
                 from rlflow.schemas.pipeline import Pipeline
 
                 _ENGINES[self._id] = LocalEngine(

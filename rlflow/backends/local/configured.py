@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from rlflow.backends.local.engine import ALL_ROLES, LocalEngine
-from rlflow.backends.local.engines import EngineChoice
-from rlflow.backends.local.models import BUILTIN_PREFIX, resolve_path
+from rlflow.backends.local.local_engine import ALL_ROLES, LocalEngine
+from rlflow.backends.local.factory import EngineChoice
+from rlflow.data.tokenizer import BUILTIN_PREFIX, resolve_path
 from rlflow.batch import Batch
 
 
@@ -48,7 +48,7 @@ class ConfiguredLocalEngine(LocalEngine):
         self.choice = choice
         self.deepspeed = None
         if self.actor is not None and choice.training == "deepspeed":
-            from rlflow.backends.local.deepspeed_engine import DeepSpeedActor
+            from rlflow.backends.local.deepspeed_actor import DeepSpeedActor
 
             self.actor = self.deepspeed = DeepSpeedActor(
                 copy.deepcopy(self.model), pipeline, rank=rank, world_size=world_size, device=self.device, dist=dist,

@@ -1,4 +1,4 @@
-"""Model and tokenizer loading for the local backend, and the built-in tiny model.
+"""Model loading for the local backend, and the built-in tiny model (tokenizers: ``rlflow.data.tokenizer``).
 
 ``model.path`` is either ``builtin:<name>`` or a local Hugging Face directory. Design decisions:
 
@@ -9,30 +9,21 @@
   initialised from the seed inside a forked RNG, so building it neither depends on nor
   disturbs the process's random state, and every rank (and a resumed run) gets the same
   weights. It is built on the CPU and then moved, so CPU and GPU start from equal weights.
-  Its tokenizer is the byte-level BPE shipped in ``assets/tiny_tokenizer`` (made by
-  ``scripts/make_tiny_tokenizer.py``).
-- A tokenizer without a pad token gets ``pad = eos`` (logged once per path): prompts are
-  left-padded and masked, so the pad id's identity never reaches the model.
-- ``load_tokenizer`` imports transformers inside, so the driver can call it cheaply.
+  Its tokenizer is the byte-level BPE shipped with ``rlflow.data``.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlflow.batch import Batch
+from rlflow.data.tokenizer import builtin_name, local_dir
 from rlflow.errors import BackendError
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.schemas.pipeline import ModelSpec
 
-log = logging.getLogger("rlflow.backends.local")
-
-BUILTIN_PREFIX = "builtin:"
-ASSETS = Path(__file__).parent / "assets"
 # Shapes of the built-in models (Qwen2Config keyword arguments); vocab comes from the tokenizer.
 BUILTIN_MODELS: dict[str, dict[str, Any]] = {
     "tiny-qwen2": dict(
@@ -41,87 +32,6 @@ BUILTIN_MODELS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=True, rms_norm_eps=1e-6,
     ),
 }
-BUILTIN_TOKENIZERS = {"tiny-qwen2": ASSETS / "tiny_tokenizer"}
-# tokenizer_config.json classes that mean "tokenizer.json as it is" (the second is its transformers 5 name)
-PLAIN_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
-_warned_pad: set[str] = set()
-
-
-def resolve_path(path: str, root: Path | None) -> Path:
-    """A pipeline path, relative paths resolved against the project root (else the cwd)."""
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else (root or Path.cwd()) / p
-
-
-def _builtin_name(path: str) -> str | None:
-    if not path.startswith(BUILTIN_PREFIX):
-        return None
-    name = path[len(BUILTIN_PREFIX):]
-    if name not in BUILTIN_MODELS:
-        raise BackendError(
-            f"model.path: unknown built-in model {path!r}; built-ins are "
-            f"{', '.join(BUILTIN_PREFIX + n for n in sorted(BUILTIN_MODELS))}, or give a local Hugging Face directory"
-        )
-    return name
-
-
-def _local_dir(path: str, root: Path | None, what: str) -> Path:
-    directory = resolve_path(path, root)
-    if not directory.exists():
-        raise BackendError(
-            f"{what}: {directory} does not exist; give a local Hugging Face directory "
-            f"(rlflow never downloads) or builtin:tiny-qwen2"
-        )
-    if not directory.is_dir():
-        raise BackendError(f"{what}: {directory} is a file; give the Hugging Face model directory that holds it")
-    return directory
-
-
-def load_tokenizer(model_spec: "ModelSpec", root: Path | None = None):
-    """The tokenizer of ``model_spec`` (``model.tokenizer`` if set, else ``model.path``), pad id set."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    source = model_spec.tokenizer or model_spec.path
-    name = _builtin_name(source)
-    if name is not None:
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(BUILTIN_TOKENIZERS[name]), local_files_only=True)
-    else:
-        directory = _local_dir(source, root, "model.tokenizer" if model_spec.tokenizer else "model.path")
-        # AutoTokenizer goes by config.json's model_type: a qwen2 model dir gets Qwen2Tokenizer, which
-        # rebuilds Qwen's own pre-tokenizer and ignores the one in tokenizer.json. A directory whose
-        # tokenizer_config.json says it is a plain tokenizers file (as the built-in tokenizer and
-        # every model fine-tuned from it are) is loaded as exactly that file.
-        loader = PreTrainedTokenizerFast if _plain_tokenizers_file(directory) else AutoTokenizer
-        try:
-            tokenizer = loader.from_pretrained(str(directory), local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise BackendError(f"model.path: no usable tokenizer in {directory}: {exc}") from exc
-    _ensure_pad(tokenizer, source)
-    tokenizer.padding_side = "left"
-    return tokenizer
-
-
-def _plain_tokenizers_file(directory: Path) -> bool:
-    """Whether ``directory`` holds a tokenizer.json declared as a plain tokenizers file, no model class."""
-    config = directory / "tokenizer_config.json"
-    if not (directory / "tokenizer.json").is_file() or not config.is_file():
-        return False
-    try:
-        declared = json.loads(config.read_text()).get("tokenizer_class")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return declared in PLAIN_TOKENIZER_CLASSES
-
-
-def _ensure_pad(tokenizer, source: str) -> None:
-    if tokenizer.pad_token_id is not None:
-        return
-    if tokenizer.eos_token_id is None:
-        raise BackendError(f"tokenizer of {source!r} has neither a pad nor an eos token; add one to its tokenizer_config.json")
-    tokenizer.pad_token = tokenizer.eos_token
-    if source not in _warned_pad:
-        _warned_pad.add(source)
-        log.warning("tokenizer of %r has no pad token: using its eos token %r as pad", source, tokenizer.eos_token)
 
 
 def load_model(model_spec: "ModelSpec", tokenizer, *, seed: int, root: Path | None = None, device: str = "cpu"):
@@ -129,7 +39,7 @@ def load_model(model_spec: "ModelSpec", tokenizer, *, seed: int, root: Path | No
     import torch
 
     dtype = getattr(torch, model_spec.dtype)
-    name = _builtin_name(model_spec.path)
+    name = builtin_name(model_spec.path)
     model = _build_builtin(name, tokenizer, seed) if name is not None else _load_dir(model_spec.path, root, dtype)
     model.to(device=device, dtype=dtype)
     if model_spec.gradient_checkpointing:
@@ -155,7 +65,7 @@ def _build_builtin(name: str, tokenizer, seed: int):
 def _load_dir(path: str, root: Path | None, dtype):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    directory = _local_dir(path, root, "model.path")
+    directory = local_dir(path, root, "model.path")
     try:
         config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
     except (OSError, ValueError) as exc:

@@ -30,7 +30,6 @@ from pydantic import ValidationError
 
 from rlflow.backends.remote.base import RemoteBackend, check_main_config
 from rlflow.backends.remote.config import ReferenceConfig, ServeConfig
-from rlflow.backends.remote.registry import register
 from rlflow.errors import BackendError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +39,6 @@ if TYPE_CHECKING:  # pragma: no cover
 NAME = "reference"
 
 
-@register(NAME)
 class ReferenceBackend(RemoteBackend):
     """Client of a reference server; starts that server when it is the driver's instance."""
 

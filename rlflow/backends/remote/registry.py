@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from rlflow.backends.remote import reference
 from rlflow.backends.remote.base import RemoteBackend, check_main_config
 from rlflow.errors import BackendError, RegistryError
 from rlflow.registry import Registry
@@ -52,6 +53,13 @@ def get(name: str) -> type[RemoteBackend]:
 
 def list_backends() -> list[str]:
     return REMOTE_BACKENDS.names()
+
+
+def forwarder_problem(name: str, single_forwarder: bool, forwarders: int) -> str | None:
+    """Why ``forwarders`` cannot relay to backend ``name``, or None. The validator and the runtime both ask."""
+    if single_forwarder and forwarders != 1:
+        return f"remote backend {name!r} takes a single forwarder; got forwarders: {forwarders} (set forwarders: 1)"
+    return None
 
 
 def create_backend(name: str, main_config: dict[str, Any]) -> RemoteBackend:
@@ -159,5 +167,4 @@ def _stop_new_processes(before: set[int]) -> list[str]:
     return names
 
 
-# Built-in backends register on import; this sits last because they import ``register`` from here.
-from rlflow.backends.remote import reference as _reference  # noqa: E402,F401
+register(reference.NAME)(reference.ReferenceBackend)

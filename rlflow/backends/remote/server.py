@@ -329,7 +329,7 @@ def build_engine(main_config: dict[str, Any], engine: str | None, device: str) -
     if engine:
         built = _load_factory(engine)(main_config)
     else:
-        from rlflow.backends.local.engine import LocalEngine
+        from rlflow.backends.local.local_engine import LocalEngine
         from rlflow.schemas.pipeline import Pipeline
 
         if device == "auto":

@@ -25,7 +25,7 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from rlflow.backends.local.models import load_tokenizer
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.schemas.pipeline import ModelSpec
 
     return load_tokenizer(ModelSpec())

@@ -107,7 +107,8 @@ def train(engine, rank: int, world: int, steps: int, checkpoint: str | None, reo
 def run(engine_name: str, zero_stages: list[int], rank: int, world: int, port: int | None, steps: int,
         checkpoint: str | None, reorder_for: int = 1) -> dict[str, dict]:
     """One engine per ZeRO stage in turn, in one process group; results keyed by stage."""
-    from rlflow.backends.local.engines import create_local_engine
+    from rlflow.backends.local.factory import create_local_engine
+    from rlflow.check.engines import engine_choice
 
     torch.set_num_threads(1)
     dist = {"master_addr": "127.0.0.1", "master_port": port} if world > 1 else None
@@ -115,7 +116,8 @@ def run(engine_name: str, zero_stages: list[int], rank: int, world: int, port: i
     try:
         for stage in zero_stages:
             start = time.perf_counter()
-            engines.append(create_local_engine(make_pipeline(engine_name, stage), device="cpu", rank=rank,
+            pipeline = make_pipeline(engine_name, stage)
+            engines.append(create_local_engine(pipeline, engine_choice(pipeline), device="cpu", rank=rank,
                                                world_size=world, dist=dist))
             setup = time.perf_counter() - start
             where = f"{checkpoint}/zero{stage}" if checkpoint else None

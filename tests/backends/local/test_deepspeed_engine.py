@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rlflow.backends.local import engines
+from rlflow.backends.local import factory
+from rlflow.check.engines import engine_choice
 from rlflow.errors import BackendError
 
 HERE = Path(__file__).parent
@@ -36,27 +37,27 @@ FINGERPRINT_RTOL = 1e-5
 
 # ---- factory (pure) ------------------------------------------------------------------------
 def test_missing_extra_names_the_extra(monkeypatch):
-    assert engines.missing_extra("torch") is None
-    assert engines.missing_extra("hf") is None
-    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
-    assert engines.missing_extra("deepspeed") == "engine 'deepspeed' needs the deepspeed extra: pip install 'rlflow[deepspeed]'"
-    assert engines.missing_extra("vllm") == "engine 'vllm' needs the vllm extra: pip install 'rlflow[vllm]'"
+    assert factory.missing_extra("torch") is None
+    assert factory.missing_extra("hf") is None
+    monkeypatch.setattr(factory.importlib.util, "find_spec", lambda name: None)
+    assert factory.missing_extra("deepspeed") == "engine 'deepspeed' needs the deepspeed extra: pip install 'rlflow[deepspeed]'"
+    assert factory.missing_extra("vllm") == "engine 'vllm' needs the vllm extra: pip install 'rlflow[vllm]'"
     with pytest.raises(BackendError, match=r"generate.with.engine: engine 'vllm' needs the vllm extra"):
-        engines.require("vllm", "generate.with.engine")
+        factory.require("vllm", "generate.with.engine")
 
 
 def test_missing_extra_imports_nothing():
-    code = ("import sys, rlflow.backends.local.engines as e; e.missing_extra('deepspeed'); e.missing_extra('vllm'); "
+    code = ("import sys, rlflow.backends.local.factory as e; e.missing_extra('deepspeed'); e.missing_extra('vllm'); "
             "print(sorted(m for m in ('torch', 'deepspeed', 'vllm', 'verl', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_engine_choice_reads_the_stages():
-    choice = engines.engine_choice(deepspeed_worker.make_pipeline("deepspeed", 3))
+    choice = engine_choice(deepspeed_worker.make_pipeline("deepspeed", 3))
     assert (choice.training, choice.zero_stage, choice.log_prob, choice.rollout) == ("deepspeed", 3, "deepspeed", "torch")
     assert not choice.default
-    assert engines.engine_choice(deepspeed_worker.make_pipeline("torch", 0)).default
+    assert engine_choice(deepspeed_worker.make_pipeline("torch", 0)).default
 
 
 def test_log_prob_on_deepspeed_needs_update_on_deepspeed():
@@ -64,12 +65,13 @@ def test_log_prob_on_deepspeed_needs_update_on_deepspeed():
     stages = [s.model_dump(by_alias=True) for s in pipeline.stages]
     stages[1]["with"] = {"engine": "deepspeed"}
     broken = pipeline.model_validate({**pipeline.model_dump(by_alias=True), "stages": stages})
-    with pytest.raises(BackendError, match="old_log_prob.with.engine is deepspeed but update_actor.with.engine is torch"):
-        engines.engine_choice(broken)
+    assert "old_log_prob runs on deepspeed but update_actor on torch" in engine_choice(broken).problem()
+    with pytest.raises(BackendError, match="old_log_prob runs on deepspeed but update_actor on torch"):
+        factory.create_local_engine(broken, engine_choice(broken))
 
 
 def test_ds_config_follows_the_pipeline():
-    from rlflow.backends.local.deepspeed_engine import ds_config
+    from rlflow.backends.local.deepspeed_actor import ds_config
 
     pipeline = deepspeed_worker.make_pipeline("deepspeed", 2)
     cfg = ds_config(pipeline, world_size=2, zero_stage=2, num_params=1000)

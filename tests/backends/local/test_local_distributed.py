@@ -18,7 +18,7 @@ TRAINER = {"train_batch_size": 4, "ppo_mini_batch_size": 4, "optim": {"name": "s
 
 
 def _rank(rank: int, port: int, folder: str) -> None:
-    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.local_engine import LocalEngine
 
     torch.set_num_threads(1)
     batch = Batch(torch.load(f"{folder}/batch.pt"))
@@ -41,7 +41,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow  # two spawned processes each import torch, transformers and verl
 def test_two_ranks_stay_identical_and_match_one_rank(tmp_path):
-    from rlflow.backends.local.engine import LocalEngine
+    from rlflow.backends.local.local_engine import LocalEngine
     from rlflow.backends.local.models import build_prompt_batch
 
     single = LocalEngine(make_pipeline(trainer=TRAINER))

@@ -10,7 +10,7 @@ import torch
 from local_helpers import make_pipeline
 
 from rlflow.backends.engine import Engine
-from rlflow.backends.local.engine import LocalEngine
+from rlflow.backends.local.local_engine import LocalEngine
 from rlflow.backends.local.models import build_prompt_batch
 from rlflow.batch import Batch
 from rlflow.errors import BackendError

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from rlflow.backends.local import models
+from rlflow.data import tokenizer as tokenizers
 from rlflow.errors import BackendError
 from rlflow.schemas.pipeline import ModelSpec
 
@@ -42,7 +43,7 @@ def test_tokenizer_script_is_deterministic_and_reproduces_the_shipped_asset(tmp_
     first, second = script.train(corpus, 3072), script.train(corpus, 3072)
     assert first.to_str() == second.to_str()
     script.write(first, tmp_path)
-    shipped = models.BUILTIN_TOKENIZERS["tiny-qwen2"]
+    shipped = tokenizers.BUILTIN_TOKENIZERS["tiny-qwen2"]
     assert json.loads((tmp_path / "tokenizer.json").read_text()) == json.loads((shipped / "tokenizer.json").read_text()), (
         "the shipped tokenizer is stale: re-run scripts/make_tiny_tokenizer.py"
     )
@@ -78,7 +79,7 @@ def test_local_hf_directory_loads_relative_to_the_project_root(tmp_path, tokeniz
     source.save_pretrained(tmp_path / "ckpt" / "m")
     tokenizer.save_pretrained(tmp_path / "ckpt" / "m")
     spec = ModelSpec(path="ckpt/m")
-    loaded = models.load_model(spec, models.load_tokenizer(spec, tmp_path), seed=0, root=tmp_path)
+    loaded = models.load_model(spec, tokenizers.load_tokenizer(spec, tmp_path), seed=0, root=tmp_path)
     assert all(torch.equal(x, y) for x, y in zip(source.state_dict().values(), loaded.state_dict().values()))
 
 
@@ -87,7 +88,7 @@ def test_missing_model_path_names_it(tmp_path, tokenizer):
         models.load_model(ModelSpec(path="nowhere/model"), tokenizer, seed=0, root=tmp_path)
     assert str(tmp_path / "nowhere" / "model") in str(err.value)
     with pytest.raises(BackendError, match="does not exist"):
-        models.load_tokenizer(ModelSpec(path="nowhere/model"), tmp_path)
+        tokenizers.load_tokenizer(ModelSpec(path="nowhere/model"), tmp_path)
 
 
 def test_non_causal_lm_directory_is_refused_by_name(tmp_path, tokenizer):
@@ -112,9 +113,9 @@ def test_tokenizer_without_pad_uses_eos_and_says_so_once(tmp_path, tokenizer, ca
     config["pad_token"] = None
     config_path.write_text(json.dumps(config))
     spec = ModelSpec(path=str(tmp_path))
-    with caplog.at_level(logging.WARNING, logger="rlflow.backends.local"):
-        first = models.load_tokenizer(spec)
-        models.load_tokenizer(spec)
+    with caplog.at_level(logging.WARNING, logger="rlflow.data"):
+        first = tokenizers.load_tokenizer(spec)
+        tokenizers.load_tokenizer(spec)
     assert first.pad_token_id == first.eos_token_id == tokenizer.eos_token_id
     assert sum("no pad token" in r.message for r in caplog.records) == 1
 
@@ -136,7 +137,7 @@ def test_build_prompt_batch_refuses_a_too_long_prompt(tokenizer):
 
 
 def test_load_tokenizer_does_not_import_torch_models_eagerly():
-    code = ("import sys; from rlflow.backends.local import models; "
+    code = ("import sys; from rlflow.data import tokenizer; "
             "assert 'transformers' not in sys.modules, 'transformers imported at module level'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -145,6 +146,6 @@ def test_a_model_saved_from_the_builtin_keeps_its_tokenization(tmp_path, tokeniz
     # config.json says qwen2, and AutoTokenizer alone would rebuild Qwen's pre-tokenizer
     models.load_model(ModelSpec(), tokenizer, seed=0).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    loaded = models.load_tokenizer(ModelSpec(path=str(tmp_path)))
+    loaded = tokenizers.load_tokenizer(ModelSpec(path=str(tmp_path)))
     text = "How many singers are from France?\nSELECT COUNT(*) FROM singer WHERE country = 'France' AND age > 68"
     assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]

@@ -37,10 +37,11 @@ GREEDY = {"do_sample": False, "temperature": 0.0, "max_response_length": 8}
 @pytest.fixture(scope="module")
 def engine():
     pytest.importorskip("vllm")
-    from rlflow.backends.local.engines import create_local_engine
+    from rlflow.backends.local.factory import create_local_engine
+    from rlflow.check.engines import engine_choice
 
     pipeline = make_pipeline(generate={"engine": "vllm"})
-    eng = create_local_engine(pipeline, device="cpu", roles=frozenset({"rollout"}))
+    eng = create_local_engine(pipeline, engine_choice(pipeline), device="cpu", roles=frozenset({"rollout"}))
     yield eng
     eng.close()
 

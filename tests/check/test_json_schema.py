@@ -7,8 +7,8 @@ import copy
 import jsonschema
 import pytest
 
-from rlflow.schemas.json_schema import pipeline_json_schema
-from rlflow.schemas.loader import load_pipeline
+from rlflow.check.json_schema import pipeline_json_schema
+from rlflow.check import load_pipeline
 from rlflow.schemas.project import load_project_config
 from schema_helpers import BIRD, REPO
 

@@ -14,7 +14,7 @@ Design decisions:
 
 from __future__ import annotations
 
-from rlflow.schemas.checks import Reporter, Subject
+from rlflow.schemas.subject import Reporter, Subject
 
 
 def check_inventory(subject: Subject, inventory, report: Reporter) -> None:

@@ -15,13 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from rlflow.schemas.pipeline import Pipeline
+from rlflow.stages import STAGE_KINDS
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def pipeline_json_schema() -> dict[str, Any]:
-    from rlflow.stages import STAGE_KINDS
-
     schema = Pipeline.model_json_schema(by_alias=True)
     defs = schema.setdefault("$defs", {})
     stage = defs["StageSpec"]

@@ -117,6 +117,7 @@ def test_plugin_stage_kinds_from_rlflow_yaml(tmp_path, monkeypatch):
         "@register_stage\n"
         "class Judge(StageKind):\n"
         "    name = 'test_judge_reward'\n"
+        "    role = 'reward'\n"
         "    verl_timer = 'reward'\n"
         "    reads_fields = ('response_text',)\n"
         "    writes_fields = ('token_level_scores', 'scores')\n"

@@ -1,69 +1,41 @@
-"""Semantic checks: the rules a pipeline must follow beyond its schema, all collected at once.
+"""Semantic rules: what a pipeline must follow beyond its schema, all collected at once.
 
-Each check looks at a ``Subject`` (the parts of the pipeline that parsed) and reports
-through a ``Reporter``, which positions every problem in the file. Checks are written so
-that a part that failed to parse silences the rules that depend on it instead of causing
-false alarms, which lets one run report schema errors and rule errors together.
+Each rule looks at a ``Subject`` (the parts of the pipeline that parsed) and reports through
+a ``Reporter``, which positions every problem in the file. Rules are written so that a part
+that failed to parse silences the rules that depend on it instead of causing false alarms,
+which lets one run report schema errors and rule errors together.
 
 Rules: stages name declared resources and registered kinds; each ``with:`` fits its kind's
-config model; a kind runs only on resource types it allows; stage names are unique; the
-GRPO stages are all there (a reward stage is any kind timed as verl's ``reward``);
-``ref_log_prob`` is present exactly when the algorithm needs a reference policy; batch
-sizes divide the way verl needs; new weights can reach the rollout; remote backends are
-registered; resources fit the inventory (``fit.py``).
+config model; a kind runs only on resource types it allows; stage names are unique; a GRPO
+step has a stage of every required role (any kind of the role counts: a plugin reward is a
+reward); a ``reference`` stage is present exactly when the algorithm needs a reference
+policy; batch sizes divide the way verl needs; new weights can reach the rollout; the engines
+chosen work together; remote backends are registered and take the forwarders given;
+resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``).
+Stages are found by role, never by kind name; the rules that the runtime applies too
+(engines, forwarders) are the same functions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from pydantic import ValidationError
 
-from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
-from rlflow.schemas.pipeline import DRIVER, AlgorithmSpec, Pipeline, StageSpec, TrainerSpec
+from rlflow.backends.local.factory import missing_extra
+from rlflow.backends.remote.registry import REMOTE_BACKENDS, forwarder_problem
+from rlflow.check.engines import engine_choice_of
+from rlflow.check.fit import check_inventory
+from rlflow.plan.compile import dataflow_problems
+from rlflow.schemas.diagnostics import parse_path, suggestion
+from rlflow.schemas.pipeline import DRIVER, Pipeline, StageSpec
+from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.validation import validation_diagnostics
-from rlflow.schemas.yaml_loader import Positions
+from rlflow.stages import STAGE_KINDS, StageKind, builtin_kind
 
-REQUIRED_KINDS = ("generate", "old_log_prob", "grpo_advantage", "update_actor", "sync_weights")
-REWARD_TIMER = "reward"
-
-
-@dataclass
-class Subject:
-    """The parts of a pipeline that parsed; ``spec`` is set only when all of it did."""
-
-    stages: list[tuple[int, StageSpec]]
-    resources: dict[str, Any]
-    resource_names: set[str] | None  # every declared name, parsed or not; None when `resources` is broken
-    algorithm: AlgorithmSpec | None
-    trainer: TrainerSpec | None
-    stages_complete: bool
-    spec: Pipeline | None = None
-    configs: dict[int, Any] = field(default_factory=dict)  # stage index -> parsed `with:` config
-
-    def kind_of(self, stage: StageSpec):
-        from rlflow.stages import STAGE_KINDS
-
-        return STAGE_KINDS.get(stage.uses) if stage.uses in STAGE_KINDS else None
-
-    def resource_type(self, name: str) -> str | None:
-        if name == DRIVER:
-            return DRIVER
-        res = self.resources.get(name)
-        return res.type if res is not None else None
+REQUIRED_ROLES = ("rollout", "reward", "log_prob", "advantage", "update", "weight_sync")
 
 
-class Reporter:
-    """Builds positioned diagnostics for one file."""
-
-    def __init__(self, file: str, positions: Positions) -> None:
-        self.file, self.positions = file, positions
-        self.diagnostics: list[Diagnostic] = []
-
-    def __call__(self, path: tuple, message: str, fix: str = "", at: str = "value") -> None:
-        line, col = self.positions.locate(path, at)
-        self.diagnostics.append(Diagnostic(self.file, line, col, format_path(path), message, fix))
+def kind_of(stage: StageSpec) -> type[StageKind] | None:
+    return STAGE_KINDS.get(stage.uses) if stage.uses in STAGE_KINDS else None
 
 
 def run_checks(subject: Subject, report: Reporter, project=None) -> None:
@@ -77,16 +49,12 @@ def run_checks(subject: Subject, report: Reporter, project=None) -> None:
     check_training_engines(subject, report)
     check_remote_backends(subject, report)
     if project is not None and project.inventory is not None:
-        from rlflow.schemas.fit import check_inventory
-
         check_inventory(subject, project.inventory, report)
     if subject.spec is not None:
         check_dataflow(subject.spec, report)
 
 
 def check_stages(subject: Subject, report: Reporter) -> None:
-    from rlflow.stages import STAGE_KINDS
-
     names: dict[str, int] = {}
     for i, stage in subject.stages:
         where = ("stages", i)
@@ -98,7 +66,7 @@ def check_stages(subject: Subject, report: Reporter) -> None:
             declared = sorted(subject.resource_names)
             report(where + ("on",), f"unknown resource {stage.on!r}",
                    suggestion(stage.on, declared + [DRIVER]) or f"declared: {', '.join(declared) or 'none'}, or driver")
-        kind = subject.kind_of(stage)
+        kind = kind_of(stage)
         if kind is None:
             known = STAGE_KINDS.names()
             report(where + ("uses",), f"unknown stage kind {stage.uses!r}; known kinds: {', '.join(known)}",
@@ -125,43 +93,37 @@ def _check_stage_config(subject: Subject, i: int, stage: StageSpec, kind, report
         return
     engine = getattr(subject.configs[i], "engine", None)  # only some kinds choose an engine
     if engine and subject.resource_type(stage.on) == "local":  # a remote backend brings its own engines
-        from rlflow.backends.local.engines import missing_extra  # pure: finds packages without importing them
-
         missing = missing_extra(engine)
         if missing:
             report(("stages", i, "with", "engine"), missing, "or pick engine: torch")
 
 
-def _kinds_present(subject: Subject) -> dict[str, list[tuple[int, StageSpec]]]:
-    present: dict[str, list] = {}
-    for i, stage in subject.stages:
-        present.setdefault(stage.uses, []).append((i, stage))
-    return present
+def with_role(subject: Subject, role: str) -> list[tuple[int, StageSpec]]:
+    """The (index, stage) pairs whose kind has ``role``."""
+    return [(i, stage) for i, stage in subject.stages if (kind := kind_of(stage)) is not None and kind.role == role]
 
 
 def check_required_kinds(subject: Subject, report: Reporter) -> None:
-    present = _kinds_present(subject)
-    unknown = [s.uses for _, s in subject.stages if subject.kind_of(s) is None]
-    for kind in REQUIRED_KINDS:
-        if kind not in present and not any(suggestion(u, [kind]) for u in unknown):
-            report(("stages",), f"no {kind!r} stage; a GRPO step needs one",
-                   f"add - {{name: {kind}, uses: {kind}, on: <resource>}}", at="key")
-    rewards = [s for _, s in subject.stages if (k := subject.kind_of(s)) is not None and k.verl_timer == REWARD_TIMER]
-    if not rewards and not unknown:
-        report(("stages",), "no reward stage (a stage kind timed as verl's 'reward', such as text2sql_reward)",
-               "add - {name: reward, uses: text2sql_reward, on: <cpu pool or driver>}", at="key")
+    unknown = [s.uses for _, s in subject.stages if kind_of(s) is None]
+    for role in REQUIRED_ROLES:
+        builtin = builtin_kind(role).name
+        if not with_role(subject, role) and not any(suggestion(u, [builtin]) for u in unknown) and (
+                role != "reward" or not unknown):
+            report(("stages",), f"no {role} stage (a stage kind whose role is {role!r}, such as {builtin}); "
+                   "a GRPO step needs one", f"add - {{name: {builtin}, uses: {builtin}, on: <resource>}}", at="key")
 
 
 def check_reference(subject: Subject, report: Reporter) -> None:
     algo = subject.algorithm
     if algo is None:
         return
-    refs = _kinds_present(subject).get("ref_log_prob", [])
+    refs = with_role(subject, "reference")
     flags = [f for f in ("use_kl_loss", "use_kl_in_reward") if getattr(algo, f)]
     if flags and not refs:
         report(("algorithm", flags[0]), f"{' and '.join(flags)} {'is' if len(flags) == 1 else 'are'} true, "
                "but no stage computes reference log-probs",
-               f"add - {{name: ref_log_prob, uses: ref_log_prob, on: <actor pool>}}, or set {flags[0]}: false")
+               f"add - {{name: ref_log_prob, uses: {builtin_kind('reference').name}, on: <actor pool>}}, "
+               f"or set {flags[0]}: false")
     if refs and not flags:
         for i, stage in refs:
             report(("stages", i, "uses"), f"stage {stage.name!r} computes reference log-probs, but "
@@ -175,10 +137,10 @@ def data_parallel_size(resource) -> int:
 
 
 def _samples_per_prompt(subject: Subject) -> int | None:
-    for i, stage in subject.stages:
+    for i, _ in with_role(subject, "rollout"):
         config = subject.configs.get(i)
-        if stage.uses == "generate" and config is not None and config.n:
-            return config.n  # the generate stage's own n overrides algorithm.n
+        if config is not None and getattr(config, "n", None):
+            return config.n  # the rollout stage's own n overrides algorithm.n
     return subject.algorithm.n if subject.algorithm is not None else None
 
 
@@ -192,7 +154,7 @@ def check_batch_sizes(subject: Subject, report: Reporter) -> None:
                f"ppo_mini_batch_size {t.ppo_mini_batch_size}", f"use a divisor of {t.train_batch_size}, such as {fit}")
     if n is None:
         return
-    for _, stage in _kinds_present(subject).get("update_actor", []):
+    for _, stage in with_role(subject, "update"):
         res = subject.resources.get(stage.on)
         if res is None or res.type not in ("local", "remote"):
             continue
@@ -211,38 +173,39 @@ def check_batch_sizes(subject: Subject, report: Reporter) -> None:
 
 
 def check_weight_path(subject: Subject, report: Reporter) -> None:
-    """sync_weights runs where the actor trains; every rollout can receive those weights."""
-    updates = _kinds_present(subject).get("update_actor", [])
+    """The weight sync runs where the actor trains; every rollout can receive those weights."""
+    updates = with_role(subject, "update")
     if len(updates) != 1 or subject.resource_type(updates[0][1].on) is None:
         return
-    actor = updates[0][1].on
+    update, actor = updates[0][1].uses, updates[0][1].on
     actor_type = subject.resource_type(actor)
     for i, stage in subject.stages:
-        kind = subject.kind_of(stage)
+        kind = kind_of(stage)
         if kind is None:
             continue
-        if stage.uses == "sync_weights" and stage.on != actor:
-            report(("stages", i, "on"), f"sync_weights runs on {stage.on!r} but update_actor trains on {actor!r}; "
+        if kind.role == "weight_sync" and stage.on != actor:
+            report(("stages", i, "on"), f"{stage.uses} runs on {stage.on!r} but {update} trains on {actor!r}; "
                    "weights are synced from where the actor trains", f"set on: {actor}")
         elif "rollout_weights" in kind.reads_fields and stage.on != actor:
             rtype = subject.resource_type(stage.on)
             if rtype is None or (rtype == "local" and actor_type == "local"):
                 continue  # two local pools: the runtime syncs across pools
             report(("stages", i, "on"),
-                   f"{stage.uses} runs on {_describe(stage.on, rtype)} but update_actor trains on "
+                   f"{stage.uses} runs on {_describe(stage.on, rtype)} but {update} trains on "
                    f"{_describe(actor, actor_type)}, so the new weights cannot reach this rollout: "
                    "a remote backend syncs weights only within itself",
                    f"run {stage.uses} on {actor!r}" + (", or both on local pools" if actor_type == "local" else ""))
 
 
 def check_training_engines(subject: Subject, report: Reporter) -> None:
-    """The actor's log-probs run in its training engine: a DeepSpeed old_log_prob needs a DeepSpeed update."""
-    engines = {stage.uses: (i, subject.configs.get(i)) for i, stage in subject.stages
-               if stage.uses in ("old_log_prob", "update_actor")}
-    (i, log_prob), (_, update) = engines.get("old_log_prob", (0, None)), engines.get("update_actor", (0, None))
-    if log_prob is not None and update is not None and log_prob.engine == "deepspeed" != update.engine:
-        report(("stages", i, "with", "engine"), f"old_log_prob runs on deepspeed but update_actor on {update.engine}",
-               "the actor's log-probs run in its training engine: set both to deepspeed, or both to torch")
+    """The engines chosen work together (``EngineChoice.problem``, which the runtime applies too)."""
+    configs = {role: [(i, subject.configs.get(i)) for i, _ in with_role(subject, role)] for role in ("update", "log_prob")}
+    if any(config is None for found in configs.values() for _, config in found):
+        return  # a config that did not parse is reported already
+    problem = engine_choice_of({role: [c for _, c in found] for role, found in configs.items()}).problem()
+    if problem and configs["log_prob"]:
+        message, _, fix = problem.partition(": ")
+        report(("stages", configs["log_prob"][0][0], "with", "engine"), message, fix)
 
 
 def _describe(name: str, rtype: str | None) -> str:
@@ -253,21 +216,17 @@ def check_remote_backends(subject: Subject, report: Reporter) -> None:
     remotes = {name: res for name, res in subject.resources.items() if res.type == "remote"}
     if not remotes:
         return
-    from rlflow.backends.remote.registry import REMOTE_BACKENDS
     for name, res in remotes.items():
         if res.backend not in REMOTE_BACKENDS:
             known = REMOTE_BACKENDS.names()
             report(("resources", name, "backend"),
                    f"unknown remote backend {res.backend!r}; registered: {', '.join(known) or 'none'}",
                    suggestion(res.backend, known) or "load a backend plugin through plugins: in rlflow.yaml")
-        elif REMOTE_BACKENDS.get(res.backend).single_forwarder and res.forwarders != 1:
-            report(("resources", name, "forwarders"),
-                   f"remote backend {res.backend!r} takes a single forwarder; got forwarders: {res.forwarders}",
-                   "set forwarders: 1")
+        elif problem := forwarder_problem(res.backend, REMOTE_BACKENDS.get(res.backend).single_forwarder, res.forwarders):
+            message, _, fix = problem.rpartition(" (")
+            report(("resources", name, "forwarders"), message, fix.rstrip(")"))
 
 
 def check_dataflow(spec: Pipeline, report: Reporter) -> None:
-    from rlflow.plan.compile import dataflow_problems
-
     for dotted, message in dataflow_problems(spec):
         report(parse_path(dotted), message)

@@ -7,8 +7,10 @@ A pipeline picks its engines per stage: ``update_actor.with.engine`` (``torch`` 
 - Pure at import: this module imports neither torch nor deepspeed nor vllm, so validation can
   ask ``missing_extra`` whether an engine is installed (``importlib.util.find_spec``, which
   finds a package without importing it) in a fraction of a second.
-- One place decides: ``engine_choice`` reads the stage configs, ``create_local_engine`` builds
-  a plain ``LocalEngine`` when every choice is torch/hf and the ``ConfiguredLocalEngine``
+- The caller reads the choices off the pipeline's stages (``rlflow.check.engines``: a backend
+  knows no stage kinds) and hands them over as an ``EngineChoice``; ``EngineChoice.problem``
+  is the one rule the validator and the factory both apply. ``create_local_engine`` builds a
+  plain ``LocalEngine`` when every choice is torch/hf and the ``ConfiguredLocalEngine``
   otherwise; engine classes are imported only when chosen, so the CPU default never imports
   DeepSpeed or vLLM.
 - A missing engine is a ``BackendError`` naming the extra that installs it.
@@ -63,39 +65,25 @@ class EngineChoice:
         """True when plain ``LocalEngine`` does everything (no DeepSpeed, no vLLM)."""
         return self.training == "torch" and self.rollout in ("torch", "hf")
 
-
-def _stage_config(pipeline, kind: str):
-    from rlflow.stages import get_stage_kind
-
-    stages = pipeline.stages_using(kind)
-    return get_stage_kind(kind).parse_config(stages[0].with_) if stages else None
-
-
-def engine_choice(pipeline) -> EngineChoice:
-    """The engines of ``pipeline``; a log-prob stage on DeepSpeed needs update_actor on DeepSpeed."""
-    update = _stage_config(pipeline, "update_actor")
-    generate = _stage_config(pipeline, "generate")
-    log_prob = _stage_config(pipeline, "old_log_prob")
-    choice = EngineChoice(
-        training=update.engine if update else "torch", zero_stage=update.zero_stage if update else 0,
-        log_prob=log_prob.engine if log_prob else "torch", rollout=generate.engine if generate else "torch",
-    )
-    if choice.log_prob == "deepspeed" and choice.training != "deepspeed":
-        raise BackendError("old_log_prob.with.engine is deepspeed but update_actor.with.engine is "
-                           f"{choice.training}: the actor's log-probs run in its training engine; set both to deepspeed")
-    return choice
+    def problem(self) -> str | None:
+        """Why these engines cannot work together, or None: the actor's log-probs run in its training engine."""
+        if self.log_prob == "deepspeed" and self.training != "deepspeed":
+            return (f"old_log_prob runs on deepspeed but update_actor on {self.training}: the actor's log-probs run "
+                    "in its training engine; set both to deepspeed, or both to torch")
+        return None
 
 
-def create_local_engine(pipeline, **kwargs: Any):
-    """The local engine for ``pipeline`` (same keyword arguments as ``LocalEngine``)."""
-    choice = engine_choice(pipeline)
+def create_local_engine(pipeline, choice: EngineChoice, **kwargs: Any):
+    """The local engine for ``pipeline`` with the engines of ``choice`` (keyword arguments as ``LocalEngine``)."""
+    if choice.problem():
+        raise BackendError(choice.problem())
     roles = kwargs.get("roles")
     if choice.training == "deepspeed" and (roles is None or "actor" in roles):
         require("deepspeed", "update_actor.with.engine")
     if choice.rollout == "vllm" and (roles is None or "rollout" in roles):
         require("vllm", "generate.with.engine")
     if choice.default:
-        from rlflow.backends.local.engine import LocalEngine
+        from rlflow.backends.local.local_engine import LocalEngine
 
         return LocalEngine(pipeline, **kwargs)
     from rlflow.backends.local.configured import ConfiguredLocalEngine

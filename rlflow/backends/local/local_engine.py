@@ -32,7 +32,8 @@ import torch
 from rlflow.backends.engine import Engine
 from rlflow.backends.local import checkpoint, distributed, generation
 from rlflow.backends.local.logprob import batch_log_probs
-from rlflow.backends.local.models import load_model, load_tokenizer
+from rlflow.backends.local.models import load_model
+from rlflow.data.tokenizer import load_tokenizer
 from rlflow.batch import Batch
 from rlflow.errors import BackendError
 

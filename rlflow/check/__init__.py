@@ -1,0 +1,39 @@
+"""The validator: every rule a pipeline must follow, checked at once, one layer above schemas, stages and plan.
+
+``load_pipeline`` is what ``rlflow validate``, ``graph`` and ``run`` call: the schemas layer
+reads, renders, parses and positions the file (``rlflow.schemas.loader.parse_pipeline``), then
+the rules here that need the stage registry, the plan and the backend registries run over what
+parsed (``rules``, ``fit``, ``engines``). Every problem of both layers is raised together in
+one ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from rlflow.check.rules import run_checks
+from rlflow.errors import ConfigError
+from rlflow.schemas.diagnostics import sort_unique
+from rlflow.schemas.loader import LoadedPipeline, parse_pipeline
+from rlflow.schemas.project import ProjectConfig
+from rlflow.stages import STAGE_KINDS
+
+
+def config_model_of(kind: str):
+    """The ``with:`` model of stage kind ``kind``, or None when no such kind is registered."""
+    return STAGE_KINDS.get(kind).config_model if kind in STAGE_KINDS else None
+
+
+def load_pipeline(path: str | os.PathLike, sets: Sequence[str] = (), project: ProjectConfig | None = None
+                  ) -> LoadedPipeline:
+    """Load and validate a pipeline file; raises ConfigError holding every problem found."""
+    parsed = parse_pipeline(path, sets, project, config_model_of)
+    run_checks(parsed.subject, parsed.report, parsed.project)
+    problems = parsed.problems + parsed.report.diagnostics
+    if problems or parsed.spec is None:
+        raise ConfigError(sort_unique(problems))
+    return parsed.loaded()
+
+
+__all__ = ["load_pipeline"]

@@ -1,0 +1,134 @@
+"""The step loop's executor interface: where plan stages run, and the rules every executor shares.
+
+The step loop (``rlflow.runtime.trainer``) only ever asks an executor to run a plan stage on a
+batch, to restore or move weights, or how many data-parallel workers a resource has. Two
+executors implement it: ``RayExecutor`` (pools of Ray actors, under a watchdog) and
+``InProcessExecutor`` (one worker per resource in this process, no Ray: tests and
+benchmarks). Both run the same stage code through the same ``StageWorker``.
+
+What lives here, once, for both:
+- dispatch: ``shard`` splits the batch into one contiguous shard per worker (a prompt's group
+  stays whole because generate expands on the worker), sending only the fields the stage
+  reads unless the stage changes rows; ``all`` runs on every primary worker of the resource
+  with an empty batch; ``driver`` runs whole, here or (bound to a pool) on its first worker;
+- the merge rule: a stage that changes rows replaces the batch (metrics kept), any other adds
+  its fields and metrics;
+- trace records: one per worker call (``step``, ``stage``, ``resource``, ``pid``, ``start``,
+  ``end``, ``attempt``).
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rlflow.batch import Batch
+from rlflow.plan.model import PlanStage
+from rlflow.runtime.worker import StageCall, WorkerResult
+from rlflow.schemas.pipeline import DRIVER, Pipeline
+from rlflow.stages import STATE_FIELDS, StageContext, get_stage_kind
+
+TraceFn = Callable[[list[dict[str, Any]]], None]
+
+
+class Executor(abc.ABC):
+    """Runs plan stages on the resources they are bound to, and records the trace."""
+
+    def __init__(self, pipeline: Pipeline, trace: TraceFn, run_dir: str | None = None, attempt: int = 0) -> None:
+        self.pipeline = pipeline
+        self.run_dir = run_dir
+        self.attempt = attempt  # which start of the workers this is (0, then 1.. after restarts)
+        self._trace = trace
+        self.driver_state: dict[str, Any] = {}
+
+    # ---- what each executor provides --------------------------------------------------------
+    @abc.abstractmethod
+    def _run_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> list[WorkerResult]:
+        """Run ``call`` on the workers of ``stage.resource`` picked by ``which`` (``primary``: every
+        worker that holds state, ``first``, ``every``); ``shards`` holds one batch per worker, or None
+        for an empty batch each. Results in worker order."""
+
+    @abc.abstractmethod
+    def workers(self, resource: str, which: str = "every") -> int:
+        """How many workers of ``resource`` ``which`` picks."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, stage: PlanStage, path: str) -> None:
+        """Restore the model state of ``stage.resource`` from ``path`` (the resume phase)."""
+
+    @abc.abstractmethod
+    def transfer_weights(self, stage: PlanStage, source: str, target: str, step: int) -> dict[str, float]:
+        """Carry the actor's weights from ``source`` to the rollout workers of ``target``; ``sync/*`` metrics."""
+
+    @abc.abstractmethod
+    def set_global_steps(self, stage: PlanStage, step: int) -> None:
+        """Tell every worker of ``stage.resource`` which policy version its rollout now serves."""
+
+    def close(self) -> None:
+        """Release what the executor holds. Default: nothing."""
+
+    # ---- shared by every executor -----------------------------------------------------------
+    def data_parallel_size(self, resource: str) -> int:
+        """Workers a stage on ``resource`` is split over (1 on the driver), verl's per-GPU divisor."""
+        return 1 if resource == DRIVER else self.workers(resource)
+
+    def run_stage(self, stage: PlanStage, batch: Batch, step: int, *, config: Mapping[str, Any] | None = None,
+                  trace_as: str | None = None, checkpoint_dir: str | None = None) -> Batch:
+        """Run ``stage`` on ``batch``; returns the updated batch (metrics included).
+
+        ``config`` overrides the stage's own (validation reuses the rollout with its sampling);
+        ``trace_as`` names the trace records (validation's rollout and reward are traced as
+        ``validate``); ``checkpoint_dir`` is where a checkpoint stage writes.
+        """
+        call = StageCall(stage.name, stage.kind, dict(stage.config if config is None else config), step,
+                         stage.reads, checkpoint_dir)
+        label = trace_as or stage.name
+        if stage.resource_type == DRIVER:
+            return self.run_here(stage, batch, step, call=call, label=label)
+        if stage.dispatch == "all":
+            results = self._run_on(stage, "primary", call, None)
+        else:
+            # a whole-batch kind (GRPO groups, filters) bound to a pool runs on its first worker
+            which = "first" if stage.dispatch == "driver" else "every"
+            payload = batch if stage.changes_rows else batch.select(f for f in stage.reads if f not in STATE_FIELDS)
+            results = self._run_on(stage, which, call, payload.split(self.workers(stage.resource, which)))
+        self.trace([self.record(step, label, stage.resource, r) for r in results])
+        merged = Batch.concat([r.batch for r in results])
+        if stage.dispatch == "all":
+            batch.metrics.update(merged.metrics)
+            return batch
+        return merge(batch, merged, stage.changes_rows)
+
+    def run_here(self, stage: PlanStage, batch: Batch, step: int, *, call: StageCall | None = None,
+                 label: str | None = None) -> Batch:
+        """Run ``stage`` in this process on the whole batch (driver stages, validation metrics)."""
+        call = call or StageCall(stage.name, stage.kind, dict(stage.config), step, stage.reads)
+        kind = get_stage_kind(call.kind)
+        ctx = StageContext(pipeline=self.pipeline, config=kind.parse_config(call.config), stage_name=call.stage,
+                           step=step, run_dir=self.run_dir, reads=call.reads, state=self.driver_state)
+        start = time.time()
+        out = kind().run(batch, ctx)
+        self.trace([{"step": step, "stage": label or stage.name, "resource": DRIVER, "pid": os.getpid(),
+                     "start": start, "end": time.time()}])
+        return merge(batch, out, stage.changes_rows)
+
+    def trace(self, records: list[dict[str, Any]]) -> None:
+        self._trace([{**r, "attempt": self.attempt} for r in records])
+
+    @staticmethod
+    def record(step: int, stage: str, resource: str, result: WorkerResult) -> dict[str, Any]:
+        return {"step": step, "stage": stage, "resource": resource, "pid": result.pid, "start": result.start,
+                "end": result.end}
+
+
+def merge(batch: Batch, out: Batch, changes_rows: bool) -> Batch:
+    """A stage's output into the step's batch: taken whole when it changed rows, else its fields added."""
+    if changes_rows:
+        out.metrics = {**batch.metrics, **out.metrics}
+        return out
+    if out is batch:
+        return batch
+    return batch.update(out)

@@ -1,0 +1,80 @@
+"""``InProcessExecutor``: every resource as one ``StageWorker`` in this process, no Ray.
+
+The same stage code and the same dispatch, merge and trace rules as under Ray
+(``rlflow.runtime.executor``), with each resource reduced to a single worker (rank 0 of 1):
+a local pool's worker builds its fused engine on the pool's device, a CPU pool's worker holds
+no engine, a remote resource starts its backend and connects one forwarder to it. It is what
+tests of the step loop and ``benchmarks/bench_step.py`` run on: the measured time is the
+stages' own, without Ray's scheduling and serialisation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlflow.batch import Batch
+from rlflow.plan.model import Placement, Plan, PlanStage
+from rlflow.runtime.executor import Executor, TraceFn
+from rlflow.runtime.worker import StageCall, StageWorker, WorkerResult
+from rlflow.schemas.pipeline import Pipeline
+
+
+class InProcessExecutor(Executor):
+    """Runs a plan's stages sequentially in this process."""
+
+    def __init__(self, plan: Plan, pipeline: Pipeline, project_root: str, trace: TraceFn = lambda records: None,
+                 run_dir: str | None = None, device: str = "cpu", main_config_for=None) -> None:
+        super().__init__(pipeline, trace, run_dir)
+        self.backends: list[Any] = []
+        self.workers_of: dict[str, StageWorker] = {}
+        pipeline_dict = pipeline.model_dump(by_alias=True, mode="json")
+        try:
+            for placement in plan.resources.values():
+                if placement.type != "driver":
+                    worker = StageWorker(pipeline_dict, placement.name, 0, 1, project_root, (), run_dir)
+                    self.workers_of[placement.name] = worker
+                    self._set_up(worker, placement, plan, device, main_config_for)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self, worker: StageWorker, placement: Placement, plan: Plan, device: str, main_config_for) -> None:
+        if placement.type == "local":
+            worker.setup_local(device if placement.device == "auto" else placement.device,
+                               sorted(plan.engine_roles(placement.name)), None, None)
+        elif placement.type == "remote":
+            from rlflow.backends.remote.registry import create_backend
+
+            main_config = main_config_for(placement)
+            backend = create_backend(placement.backend, main_config)
+            self.backends.append(backend)
+            worker.setup_remote(placement.backend, main_config, backend.reconnect_handle())
+
+    def workers(self, resource: str, which: str = "every") -> int:
+        return 1
+
+    def _run_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> list[WorkerResult]:
+        return [self.workers_of[stage.resource].run_stage(call, shards[0] if shards else None)]
+
+    def load_checkpoint(self, stage: PlanStage, path: str) -> None:
+        self.trace([self.record(0, stage.name, stage.resource, self.workers_of[stage.resource].load_checkpoint(path))])
+
+    def set_global_steps(self, stage: PlanStage, step: int) -> None:
+        self.workers_of[stage.resource].set_global_steps(step)
+
+    def transfer_weights(self, stage: PlanStage, source: str, target: str, step: int) -> dict[str, float]:
+        exported = self.workers_of[source].export_weights()
+        self.trace([self.record(step, "export_weights", source, exported)])
+        loaded = self.workers_of[target].load_weights(exported.value)
+        self.trace([self.record(step, stage.name, target, loaded)])
+        return dict(loaded.value)
+
+    def close(self) -> None:
+        from rlflow.backends.remote.base import destroy_backend
+
+        for worker in self.workers_of.values():
+            worker.shutdown()
+        for backend in self.backends:
+            destroy_backend(backend)
+        self.workers_of.clear()
+        self.backends.clear()

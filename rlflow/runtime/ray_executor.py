@@ -1,0 +1,120 @@
+"""``RayExecutor``: plan stages on started Ray pools, every call under a watchdog.
+
+The dispatch and merge rules are the executor's (``rlflow.runtime.executor``); this module
+sends the calls to Ray actors and waits for them. Every call is bounded by the stage's
+watchdog: a hung worker ends the run with a ``StageTimeout`` naming the stage, the resource
+and the worker (the hung actor is killed: Ray refuses to force-cancel actor tasks); a dead one
+with a ``WorkerDied`` the launcher may restart from; a failure inside the stage with a
+``StageError`` carrying the cause.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlflow.batch import Batch
+from rlflow.errors import BackendError, StageError, StageTimeout
+from rlflow.plan.model import PlanStage
+from rlflow.runtime.executor import Executor, TraceFn
+from rlflow.runtime.pools import Pool
+from rlflow.runtime.worker import StageCall, WorkerResult
+from rlflow.schemas.pipeline import Pipeline
+
+
+class RayExecutor(Executor):
+    """Runs plan stages on started pools (``rlflow.runtime.pools``)."""
+
+    def __init__(self, pools: dict[str, Pool], pipeline: Pipeline, trace: TraceFn, run_dir: str | None = None,
+                 attempt: int = 0) -> None:
+        super().__init__(pipeline, trace, run_dir, attempt)
+        self.pools = pools
+
+    def _pick(self, resource: str, which: str) -> list:
+        pool = self.pools[resource]
+        if which == "primary":
+            return pool.primary_workers()
+        return pool.workers[:1] if which == "first" else pool.workers
+
+    def workers(self, resource: str, which: str = "every") -> int:
+        return len(self._pick(resource, which))
+
+    def _run_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> list[WorkerResult]:
+        workers = self._pick(stage.resource, which)
+        shards = shards if shards is not None else [None] * len(workers)
+        refs = [w.run_stage.remote(call, shard) for w, shard in zip(workers, shards)]
+        return self.wait(refs, stage, self.pools[stage.resource], workers)
+
+    def load_checkpoint(self, stage: PlanStage, path: str) -> None:
+        pool = self.pools[stage.resource]
+        workers = pool.primary_workers()
+        results = self.wait([w.load_checkpoint.remote(path) for w in workers], stage, pool, workers)
+        self.trace([self.record(0, stage.name, pool.name, r) for r in results])
+
+    def set_global_steps(self, stage: PlanStage, step: int) -> None:
+        pool = self.pools[stage.resource]
+        self.wait([w.set_global_steps.remote(step) for w in pool.workers], stage, pool, pool.workers)
+
+    def transfer_weights(self, stage: PlanStage, source: str, target: str, step: int) -> dict[str, float]:
+        src, dst = self.pools[source], self.pools[target]
+        exported = self.wait([src.workers[0].export_weights_ref.remote()], stage, src, src.workers[:1])[0]
+        self.trace([self.record(step, "export_weights", src.name, exported)])
+        results = self.wait([w.load_weights_from.remote(exported.value) for w in dst.workers], stage, dst, dst.workers)
+        self.trace([self.record(step, stage.name, dst.name, r) for r in results])
+        return Batch.concat([Batch(metrics=r.value) for r in results]).metrics
+
+    # ---- watchdog -------------------------------------------------------------------------
+    def wait(self, refs: list, stage: PlanStage, pool: Pool, workers: list) -> list[WorkerResult]:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        name, limit = stage.name, stage.timeout_s
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=limit)
+        if pending:
+            late = [i for i, ref in enumerate(refs) if ref in pending]
+            who = ", ".join(self._worker_name(pool, i) for i in late)
+            for i in late:  # a hung actor cannot be interrupted (Ray refuses force-cancel of actor tasks): end it
+                ray.kill(workers[i], no_restart=True)
+            raise StageTimeout(
+                f"stage {name!r} on resource {pool.name!r} did not finish within {limit:g} s on {who}; "
+                f"the worker is hung or far too slow (raise `timeout_s` on the stage or trainer.stage_timeout_s if it is just slow)"
+            )
+        results = []
+        for i, ref in enumerate(refs):
+            try:
+                results.append(ray.get(ref))
+            except RayTaskError as exc:
+                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                if pool.type == "remote" and isinstance(cause, BackendError):
+                    raise BackendLost(
+                        f"stage {name!r}: the remote backend of resource {pool.name!r} is gone "
+                        f"(via {self._worker_name(pool, i)}): {cause}"
+                    ) from exc
+                raise StageError(
+                    f"stage {name!r} failed on resource {pool.name!r}, {self._worker_name(pool, i)}: "
+                    f"{type(cause).__name__}: {cause}"
+                ) from exc
+            except RayActorError as exc:
+                raise WorkerDied(
+                    f"stage {name!r}: worker {self._worker_name(pool, i)} of resource {pool.name!r} died: {_first_line(exc)}"
+                ) from exc
+            except GetTimeoutError as exc:  # pragma: no cover - ray.wait said it was ready
+                raise StageTimeout(f"stage {name!r} on {pool.name!r}: result not retrievable") from exc
+        return results
+
+    @staticmethod
+    def _worker_name(pool: Pool, index: int) -> str:
+        info = pool.info[index] if index < len(pool.info) else {}
+        return f"worker {index} (pid {info.get('pid', '?')} on {info.get('host', '?')})"
+
+
+class WorkerDied(StageError):
+    """A worker process died mid-stage (the runtime may restart the pools and resume)."""
+
+
+class BackendLost(WorkerDied):
+    """A remote backend stopped answering (its process died); restartable like a dead worker."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,48 @@
+"""What the rules look at and how they report: the parts of a pipeline that parsed, positioned.
+
+``Subject`` holds every section of a pipeline that parsed (all of it, or what survived a schema
+error), so that rules that depend on a broken section stay silent instead of raising false
+alarms; ``Reporter`` turns (path, message, fix) into a ``Diagnostic`` positioned in the file.
+The loader builds both; the validator (``rlflow.check``) runs its rules over them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlflow.schemas.diagnostics import Diagnostic, format_path
+from rlflow.schemas.pipeline import DRIVER, AlgorithmSpec, Pipeline, StageSpec, TrainerSpec
+from rlflow.schemas.yaml_loader import Positions
+
+
+@dataclass
+class Subject:
+    """The parts of a pipeline that parsed; ``spec`` is set only when all of it did."""
+
+    stages: list[tuple[int, StageSpec]]
+    resources: dict[str, Any]
+    resource_names: set[str] | None  # every declared name, parsed or not; None when `resources` is broken
+    algorithm: AlgorithmSpec | None
+    trainer: TrainerSpec | None
+    stages_complete: bool
+    spec: Pipeline | None = None
+    configs: dict[int, Any] = field(default_factory=dict)  # stage index -> parsed `with:` config
+
+    def resource_type(self, name: str) -> str | None:
+        if name == DRIVER:
+            return DRIVER
+        res = self.resources.get(name)
+        return res.type if res is not None else None
+
+
+class Reporter:
+    """Builds positioned diagnostics for one file."""
+
+    def __init__(self, file: str, positions: Positions) -> None:
+        self.file, self.positions = file, positions
+        self.diagnostics: list[Diagnostic] = []
+
+    def __call__(self, path: tuple, message: str, fix: str = "", at: str = "value") -> None:
+        line, col = self.positions.locate(path, at)
+        self.diagnostics.append(Diagnostic(self.file, line, col, format_path(path), message, fix))

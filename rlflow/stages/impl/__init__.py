@@ -1,1 +1,0 @@
-"""stages/impl"""
