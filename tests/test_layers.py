@@ -1,0 +1,56 @@
+"""The package's layering holds, and cannot rot silently.
+
+The contracts live in pyproject.toml (``[tool.importlinter]``) and are checked with
+import-linter over every import, including those inside functions. A copy of the package
+with one forbidden import added must fail the same check, so the check is known to bite.
+Stages are found by role: no stage kind's name appears in the runtime or the plan.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rlflow.stages import STAGE_KINDS
+
+REPO = Path(__file__).resolve().parents[1]
+LINT = shutil.which("lint-imports", path=str(Path(os.sys.executable).parent))
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([LINT, "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_layers_hold():
+    result = lint(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("module", "forbidden"), [
+    ("schemas/pipeline.py", "from rlflow.runtime import trainer"),  # a pure layer reaching up
+    ("backends/local/models.py", "from rlflow.stages import generate"),  # a backend knowing stage kinds
+    ("plan/model.py", "import torch"),  # the plan importing torch
+])
+def test_a_forbidden_import_breaks_the_check(tmp_path, module, forbidden):
+    shutil.copytree(REPO / "rlflow", tmp_path / "rlflow", ignore=shutil.ignore_patterns("__pycache__", "assets"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    target = tmp_path / "rlflow" / module
+    target.write_text(target.read_text() + f"\n\ndef _reach():\n    {forbidden}\n")
+    result = lint(tmp_path)
+    assert result.returncode != 0 and "BROKEN" in result.stdout, result.stdout + result.stderr
+
+
+def test_no_stage_kind_name_in_the_runtime_or_the_plan():
+    names = STAGE_KINDS.names()
+    pattern = re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, names)))
+    found = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+             for package in ("runtime", "plan") for path in sorted((REPO / "rlflow" / package).rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "stages are found by role, not by kind name:\n" + "\n".join(found)
