@@ -134,6 +134,11 @@ def git(*args: str) -> str:
         return ""
 
 
+def shown(path: Path) -> Path:
+    """``path`` relative to the repository when it lies inside it."""
+    return path.relative_to(common.ROOT) if path.is_relative_to(common.ROOT) else path
+
+
 @dataclass(frozen=True)
 class Source:
     """One result file: its report, the commit its figures were measured on, and when."""
@@ -216,7 +221,7 @@ def sources_table(sources: dict[str, Source | None]) -> str:
 
     return common.markdown_table(
         ["file", "commit", "date", "CPUs", "load average (1 min)"],
-        [[f"`{s.path.relative_to(common.ROOT)}`", s.commit, s.when, common.fmt(s.report.get("machine", {}).get("cpus")),
+        [[f"`{shown(s.path)}`", s.commit, s.when, common.fmt(s.report.get("machine", {}).get("cpus")),
           load(s.report.get("machine", {}))] for s in sources.values() if s is not None])
 
 
@@ -284,8 +289,8 @@ def write_summary(quick: bool, outcomes: dict[str, dict]) -> Path:
         README.write_text(replace_block(README.read_text(), TABLE_MARKERS, readme_block(rows), README))
         path = PAGE
         path.write_text(benchmarks_page(sources, rows, kept_notes(path), failed))
-        print(f"wrote {README.relative_to(common.ROOT)}'s results table")
-    print(f"\n{results_table(rows)}\nwrote {path}")
+        print(f"wrote the results table of {shown(README)}")
+    print(f"\n{results_table(rows)}\nwrote {shown(path)}")
     return path
 
 
