@@ -65,7 +65,8 @@ MARK = {True: "yes", False: "**no**", None: "n/a"}
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke sizes; results to *_quick.json and results/SUMMARY_quick.md")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke sizes; results to *_quick.json and results/SUMMARY_quick.md")
     p.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these")
     p.add_argument("--skip", nargs="+", choices=list(BENCHMARKS), default=[], help="leave these out")
     p.add_argument("--no-setup", action="store_true", help="do not create .venv-trl when it is missing")
@@ -129,7 +130,8 @@ def learning_rows(report: dict) -> list[dict]:
 
 def git(*args: str) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=common.ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        done = subprocess.run(["git", *args], cwd=common.ROOT, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
 

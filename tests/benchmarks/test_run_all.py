@@ -72,7 +72,7 @@ def test_a_result_without_a_commit_gets_its_files_last_commit_marked():
 
 def test_a_readme_without_markers_is_refused_by_name(pages):
     run_all.README.write_text("# project\n")
-    with pytest.raises(SystemExit, match=r"README\.md: needs the lines <!-- results:start --> and <!-- results:end -->"):
+    with pytest.raises(SystemExit, match=r"README\.md: needs the lines <!-- results:start --> and <!-- results:end"):
         run_all.write_summary(quick=False, outcomes={})
 
 
