@@ -33,7 +33,7 @@ test: install
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -q
 
 bench: install
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python -m benchmarks.run_all
 
 clean:
 	rm -rf $(VENV) .pytest_cache runs

@@ -1,7 +1,7 @@
 """Does validation and compilation stay linear in the number of stages? 10, 100 and 1000 stages.
 
-    python benchmarks/bench_compile.py            # 10 / 100 / 1000 stages, 7 reps each
-    python benchmarks/bench_compile.py --quick    # 10 / 100 stages, 2 reps
+    python -m benchmarks.bench_compile            # 10 / 100 / 1000 stages, 7 reps each
+    python -m benchmarks.bench_compile --quick    # 10 / 100 stages, 2 reps
 
 Each size is a generated pipeline file: bird_grpo's seven stages plus a chain of ``bench_relay``
 stages (a stage kind this script registers, as a plugin would: it reads the field its
@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from benchmarks import common
 
 NAME = "compile"
 GOAL_EXPONENT = 1.1

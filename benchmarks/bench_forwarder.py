@@ -1,7 +1,7 @@
 """The price of a remote backend: step time through a CPU forwarder, and the bytes it relays.
 
-    python benchmarks/bench_forwarder.py            # 2 interleaved rounds of 5 steps per arm
-    python benchmarks/bench_forwarder.py --quick    # tiny sizes, 1 round
+    python -m benchmarks.bench_forwarder            # 2 interleaved rounds of 5 steps per arm
+    python -m benchmarks.bench_forwarder --quick    # tiny sizes, 1 round
 
 Two arms, ``rlflow run`` as a user runs it, same model, data and sizes (16 prompts x 8
 samples x 48 tokens):
@@ -26,11 +26,9 @@ the weight sync happens inside the backend).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from benchmarks import common
 
 NAME = "forwarder"
 PIPELINES = {"local": "pipelines/bird_grpo.yaml", "remote": "pipelines/bird_grpo_remote.yaml"}

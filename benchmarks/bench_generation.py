@@ -1,7 +1,7 @@
 """Rollout speed: rlflow's KV-cached sampling loop next to HF ``generate``, and vLLM where installed.
 
-    python benchmarks/bench_generation.py            # 128 sequences (16 prompts x 8), 48 new tokens, 5 reps
-    python benchmarks/bench_generation.py --quick    # 4 sequences, 4 tokens, 1 rep
+    python -m benchmarks.bench_generation            # 128 sequences (16 prompts x 8), 48 new tokens, 5 reps
+    python -m benchmarks.bench_generation --quick    # 4 sequences, 4 tokens, 1 rep
 
 Both in-process arms run on one model object (the benchmark model, float32, one thread as in a
 pool worker), the same left-padded batch (16 train prompts, each repeated 8 times, as the
@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-import gen_common  # noqa: E402
+from benchmarks import common, gen_common
 
 NAME = "generation"
 GOAL = 1.5
@@ -97,7 +94,7 @@ def measure_vllm(model_dir: Path, rows: list[list[int]], max_new: int, rounds: i
     (work / "prompts.json").write_text(json.dumps(rows))
     out = work / "vllm.json"
     out.unlink(missing_ok=True)
-    cmd = [str(common.VLLM_PYTHON), str(common.BENCH / "vllm_generate_run.py"), "--model-dir", str(model_dir),
+    cmd = [str(common.VLLM_PYTHON), "-m", "benchmarks.vllm_generate_run", "--model-dir", str(model_dir),
            "--prompts", str(work / "prompts.json"), "--max-new-tokens", str(max_new), "--rounds", str(rounds),
            "--threads", str(threads), "--out", str(out)]
     # vLLM's CPU worker pins its OpenMP threads (all cores by default) and then refuses

@@ -1,8 +1,8 @@
 """Learning you can see: does the default BIRD pipeline raise validation execution accuracy?
 
-    python benchmarks/bench_learning.py                 # seeds 1, 2, 3; the real check (minutes per seed)
-    python benchmarks/bench_learning.py --quick         # a 2-step smoke of the same path, seed 1
-    python benchmarks/bench_learning.py --seeds 2 --set trainer.total_steps=10
+    python -m benchmarks.bench_learning                 # seeds 1, 2, 3; the real check (minutes per seed)
+    python -m benchmarks.bench_learning --quick         # a 2-step smoke of the same path, seed 1
+    python -m benchmarks.bench_learning --seeds 2 --set trainer.total_steps=10
 
 For each seed it runs ``rlflow run pipelines/bird_grpo.yaml --set trainer.seed=S --run-dir DIR``
 as a subprocess (exactly what a user types), times it, and reads ``DIR/metrics.jsonl``:
@@ -33,8 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from benchmarks import common
 
 ROOT, RESULTS = common.ROOT, common.RESULTS
 PIPELINE = "pipelines/bird_grpo.yaml"
@@ -120,13 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     sets = (list(QUICK_SETS) if args.quick else []) + args.sets
     runs_root = Path(args.runs_root) / time.strftime("%Y%m%d-%H%M%S")
+    commit_at_start = common.commit_id()  # the code the runs use, before anything else changes the tree
     runs = [run_seed(seed, sets, runs_root) for seed in seeds]
     passed = all(r["delta"] >= args.min_delta and r["wall_minutes"] <= args.max_minutes for r in runs)
     print()
     print(table(runs))
     result = {"pipeline": PIPELINE, "quick": args.quick, "extra_sets": sets,
               "goal": {"min_delta": args.min_delta, "max_minutes": args.max_minutes}, "passed": passed,
-              "machine": machine(), "runs": runs}
+              "commit": commit_at_start, "machine": machine(), "runs": runs}
     out = Path(args.out) if args.out else RESULTS / ("learning_quick.json" if args.quick else "learning.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

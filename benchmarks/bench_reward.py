@@ -1,7 +1,7 @@
 """SQL reward throughput: rewards per second with a reward pool of 1 and of 2 CPU workers.
 
-    python benchmarks/bench_reward.py            # every sample question x 8 responses per call, 5 reps per pool
-    python benchmarks/bench_reward.py --quick    # 4 questions x 8 responses, 1 rep
+    python -m benchmarks.bench_reward            # every sample question x 8 responses per call, 5 reps per pool
+    python -m benchmarks.bench_reward --quick    # 4 questions x 8 responses, 1 rep
 
 The pools are rlflow's own: both are started with the runtime's ``start_pools`` from the
 bird_grpo pipeline (``reward_pool`` with ``workers: 1`` and ``workers: 2``, Ray actors of one
@@ -26,13 +26,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from benchmarks import common
 
 NAME = "reward"
 GOAL = 1.5

@@ -1,7 +1,7 @@
 """Start-up and memory: from ``rlflow run`` to its first finished step, next to TRL; peak RSS of the run.
 
-    python benchmarks/bench_startup.py            # 2 interleaved rounds, the pipeline's default sizes (16 x 8 x 48)
-    python benchmarks/bench_startup.py --quick    # tiny sizes, 1 round
+    python -m benchmarks.bench_startup            # 2 interleaved rounds, the pipeline's default sizes (16 x 8 x 48)
+    python -m benchmarks.bench_startup --quick    # tiny sizes, 1 round
 
 rlflow arm: ``rlflow run pipelines/bird_grpo.yaml`` (2 steps, no validation or checkpoints)
 in a fresh process; the clock starts just before the process is spawned. From trace.jsonl
@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from benchmarks import common
 
 NAME = "startup"
 PIPELINE = "pipelines/bird_grpo.yaml"
@@ -60,7 +58,7 @@ def trl_arm(sets: list[str], model_dir: Path, work: Path, timeout: float) -> dic
         return {"skipped": "TRL is not installed (bash scripts/setup_trl_venv.sh creates .venv-trl)"}
     out = work / "trl.json"
     out.unlink(missing_ok=True)
-    cmd = [str(common.TRL_PYTHON), str(common.BENCH / "trl_grpo_run.py"), "--model-dir", str(model_dir), "--steps", "1",
+    cmd = [str(common.TRL_PYTHON), "-m", "benchmarks.trl_grpo_run", "--model-dir", str(model_dir), "--steps", "1",
            "--out", str(out), *[f"--set={s}" for s in sets if not s.startswith("model_path=")]]
     result = common.run_process(cmd, log=work / "trl.log", timeout=timeout, sample_memory=True)
     result.pop("cpu_samples")

@@ -1,8 +1,8 @@
 """Step time: ``rlflow run`` next to the same stages in a plain loop, and next to TRL's GRPOTrainer.
 
-    python benchmarks/bench_step.py                  # 2 interleaved rounds of 5 steps per arm
-    python benchmarks/bench_step.py --quick          # tiny sizes, 1 round: proves the path
-    python benchmarks/bench_step.py --arms rlflow loop
+    python -m benchmarks.bench_step                  # 2 interleaved rounds of 5 steps per arm
+    python -m benchmarks.bench_step --quick          # tiny sizes, 1 round: proves the path
+    python -m benchmarks.bench_step --arms rlflow loop
 
 Three arms, each in a fresh process, on the same model, data and sizes (16 prompts x 8
 samples x 48 tokens, one optimizer step per step, micro-batches of 8):
@@ -32,8 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from benchmarks import common
 
 NAME = "step"
 PIPELINE = "pipelines/bird_grpo.yaml"
@@ -113,7 +112,8 @@ def run_arm(arm: str, sets: list[str], steps: int, work: Path, timeout: float) -
         result.pop("trace")
     elif arm == "loop":
         out = work / "loop.json"
-        cmd = [sys.executable, __file__, "--loop-run", str(out), "--steps", str(steps), *[f"--set={s}" for s in sets]]
+        cmd = [sys.executable, "-m", "benchmarks.bench_step", "--loop-run", str(out), "--steps", str(steps),
+               *[f"--set={s}" for s in sets]]
         result = common.run_process(cmd, log=log, timeout=timeout)
         records = json.loads(out.read_text())["steps"] if result["exit_code"] == 0 else []
     else:
@@ -121,7 +121,7 @@ def run_arm(arm: str, sets: list[str], steps: int, work: Path, timeout: float) -
             return {"skipped": "TRL is not installed (bash scripts/setup_trl_venv.sh creates .venv-trl)", "records": []}
         out = work / "trl.json"
         model = next(s.split("=", 1)[1] for s in sets if s.startswith("model_path="))
-        cmd = [str(common.TRL_PYTHON), str(common.BENCH / "trl_grpo_run.py"), "--model-dir", model, "--steps", str(steps),
+        cmd = [str(common.TRL_PYTHON), "-m", "benchmarks.trl_grpo_run", "--model-dir", model, "--steps", str(steps),
                "--out", str(out), *[f"--set={s}" for s in sets if not s.startswith("model_path=")]]
         result = common.run_process(cmd, log=log, timeout=timeout)
         records = _trl_records(json.loads(out.read_text())) if result["exit_code"] == 0 else []

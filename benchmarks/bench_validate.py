@@ -15,7 +15,7 @@ compiled from source on every run).
 Prints a table and writes benchmarks/results/validate.json. CPU time is reported beside
 wall time because on a shared machine wall time mostly measures the neighbours.
 
-    python benchmarks/bench_validate.py [--runs 10] [--verl-runs 3] [--skip-verl]
+    python -m benchmarks.bench_validate [--runs 10] [--verl-runs 3] [--skip-verl]
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import common
+
+REPO = common.ROOT
 HEAVY = ("torch", "ray", "verl", "transformers", "vllm", "deepspeed")
 VERL_ARGS = ["-m", "verl.trainer.main_ppo", "data.train_batch_size=-1"]
 PROBE = """
@@ -111,6 +113,7 @@ def main() -> None:
     rlflow.update(modules_imported=count, heavy_modules_imported=heavy)
     rows = [(f"rlflow validate {args.pipeline}", rlflow), ("  same, PYTHONDONTWRITEBYTECODE=1", uncached)]
     report = {
+        "commit": common.commit_id(),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_1m": load_before},
         "rlflow_validate": rlflow,
         "rlflow_validate_dont_write_bytecode": uncached,

@@ -2,9 +2,10 @@
 sampling, medians and ratios, goals, tables and the JSON result files.
 
 Design decisions:
-- Each benchmark is a plain script (``python benchmarks/bench_x.py``) that imports this module
-  from its own folder; nothing here imports torch, ray or transformers at module level, so a
-  script's ``--help`` and the summary writer stay instant.
+- Each benchmark is a module of the ``benchmarks`` package, run from the repository root as
+  ``python -m benchmarks.bench_x``, and imports this module as ``from benchmarks import common``;
+  nothing here imports torch, ray or transformers at module level, so a script's ``--help`` and
+  the summary writer stay instant.
 - The machine is shared and noisy: every comparison runs its arms side by side in one
   invocation, interleaved (``rotations``), and reports medians and ratios of medians. The load
   average before and after is written beside every figure so a reader can judge the noise.
@@ -13,7 +14,8 @@ Design decisions:
   the plain loop, HF generate, TRL and vLLM all load the very same weights and tokenizer).
 - Results go to ``benchmarks/results/<name>.json``; ``--quick`` runs go to ``<name>_quick.json``
   so that a smoke run never overwrites a real figure. Every result carries a ``summary`` list
-  of rows (figure, measured, goal, met) that ``run_all.py`` turns into ``SUMMARY.md``.
+  of rows (figure, measured, goal, met) that ``run_all.py`` turns into the README's results table
+  and docs/benchmarks.md, and the ``commit`` the figures were measured on (``commit_id``).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ def rotations(arms: Sequence[str], rounds: int) -> list[list[str]]:
 
 def goal_row(benchmark: str, figure: str, measured: float | None, goal: str, met: bool | None,
              shown: str | None = None, note: str = "") -> dict[str, Any]:
-    """One line of SUMMARY.md: ``met`` is None when the figure could not be measured."""
+    """One row of the results table: ``met`` is None when the figure could not be measured."""
     return {"benchmark": benchmark, "figure": figure, "measured": measured,
             "measured_text": shown if shown is not None else fmt(measured), "goal": goal, "met": met, "note": note}
 
@@ -140,10 +142,29 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
 
 
+# Changes to these paths do not make the measured code "dirty": results and pages only.
+NOT_CODE = (":(exclude)benchmarks/results", ":(exclude)*.md", ":(exclude)docs")
+
+
+def commit_id() -> str:
+    """The short commit of the checkout, with ``-dirty`` when code (anything but results and
+    Markdown) has uncommitted changes; ``unknown`` outside a git checkout."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", *NOT_CODE)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty else "")
+
+
 def write_result(name: str, report: dict[str, Any], quick: bool, out: Path | None = None) -> Path:
     path = out or RESULTS / (f"{name}_quick.json" if quick else f"{name}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    report = {"benchmark": name, "quick": quick, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **report}
+    report = {"benchmark": name, "quick": quick, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "commit": commit_id(), **report}
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path

@@ -1,10 +1,11 @@
-"""Run every benchmark, then write benchmarks/results/SUMMARY.md (figure, goal, met or not).
+"""Run every benchmark, then write the results table (figure, goal, met or not, commit) into the
+README and docs/benchmarks.md.
 
-    python benchmarks/run_all.py                      # everything (what `make bench` runs)
-    python benchmarks/run_all.py --quick              # every benchmark at smoke sizes (minutes)
-    python benchmarks/run_all.py --only step startup  # some of them
-    python benchmarks/run_all.py --skip learning
-    python benchmarks/run_all.py --summary-only       # rewrite SUMMARY.md from the JSON already there
+    python -m benchmarks.run_all                      # everything (what `make bench` runs)
+    python -m benchmarks.run_all --quick              # every benchmark at smoke sizes (minutes)
+    python -m benchmarks.run_all --only step startup  # some of them
+    python -m benchmarks.run_all --skip learning
+    python -m benchmarks.run_all --summary-only       # rewrite the README table and docs/benchmarks.md from the JSON
 
 Each benchmark runs as its own process, one after another (never two at once: they would
 measure each other), with its output both shown and kept in runs/bench-logs/<name>.log. A
@@ -12,10 +13,19 @@ benchmark that fails is reported in the summary and the others still run. TRL ru
 venv: when ``.venv-trl`` is missing it is created first with scripts/setup_trl_venv.sh
 (``--no-setup`` skips that; the TRL comparisons then say "not installed").
 
-The summary is written from whatever result files exist, so figures of a benchmark run
-separately (or by another command, such as bench_learning.py) appear in it as well; every row
-names the JSON file it comes from. ``--quick`` results go to ``*_quick.json`` and
-``SUMMARY_quick.md``, never over the real ones.
+Design decisions for the summary:
+- It is written from whatever result files exist, so figures of a benchmark run separately (or
+  by another command, such as bench_learning) appear in it as well. Every row names the commit
+  it was measured on: the result's ``commit`` field, or, for a file written before benchmarks
+  recorded it, the commit that last changed that file (``git log -1``), marked ``*``.
+- One table, generated, in two places: the README between ``<!-- results:start -->`` and
+  ``<!-- results:end -->`` and docs/benchmarks.md, which adds the result files, the learning
+  curves and any ``notes`` of the JSON files. Prose that no JSON holds lives in docs/benchmarks.md
+  between ``<!-- notes:start -->`` and ``<!-- notes:end -->``; the generator keeps it as it is.
+- Nothing generated depends on the time of generation, so regenerating from the same files
+  gives the same pages (tests/test_readme.py checks that the README's table is current).
+- ``--quick`` results go to ``*_quick.json`` and their table to ``results/SUMMARY_quick.md``,
+  never into the README or docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -26,34 +36,42 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import mean
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+from benchmarks import bench_learning, common
 
-# name -> (script, extra arguments for a full run, extra arguments for --quick)
+# name -> (module, extra arguments for a full run, extra arguments for --quick)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
-    "validate": ("bench_validate.py", [], ["--runs", "3", "--verl-runs", "1",
-                                           "--output", str(common.RESULTS / "validate_quick.json")]),
-    "compile": ("bench_compile.py", [], ["--quick"]),
-    "reward": ("bench_reward.py", [], ["--quick"]),
-    "generation": ("bench_generation.py", [], ["--quick"]),
-    "step": ("bench_step.py", [], ["--quick"]),
-    "forwarder": ("bench_forwarder.py", [], ["--quick"]),
-    "startup": ("bench_startup.py", [], ["--quick"]),
-    "learning": ("bench_learning.py", [], ["--quick"]),
+    "validate": ("benchmarks.bench_validate", [], ["--runs", "3", "--verl-runs", "1",
+                                                    "--output", str(common.RESULTS / "validate_quick.json")]),
+    "compile": ("benchmarks.bench_compile", [], ["--quick"]),
+    "reward": ("benchmarks.bench_reward", [], ["--quick"]),
+    "generation": ("benchmarks.bench_generation", [], ["--quick"]),
+    "step": ("benchmarks.bench_step", [], ["--quick"]),
+    "forwarder": ("benchmarks.bench_forwarder", [], ["--quick"]),
+    "startup": ("benchmarks.bench_startup", [], ["--quick"]),
+    "learning": ("benchmarks.bench_learning", [], ["--quick"]),
 }
 NEEDS_TRL = ("step", "startup")
 VALIDATE_WALL_GOAL_S, VALIDATE_SPEEDUP_GOAL = 0.3, 20.0
+README = common.ROOT / "README.md"
+PAGE = common.ROOT / "docs" / "benchmarks.md"
+TABLE_MARKERS = ("<!-- results:start -->", "<!-- results:end -->")
+NOTES_MARKERS = ("<!-- notes:start -->", "<!-- notes:end -->")
+MARK = {True: "yes", False: "**no**", None: "n/a"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke sizes; results to *_quick.json and SUMMARY_quick.md")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke sizes; results to *_quick.json and results/SUMMARY_quick.md")
     p.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these")
     p.add_argument("--skip", nargs="+", choices=list(BENCHMARKS), default=[], help="leave these out")
     p.add_argument("--no-setup", action="store_true", help="do not create .venv-trl when it is missing")
-    p.add_argument("--summary-only", action="store_true", help="only rewrite the summary from existing results")
+    p.add_argument("--summary-only", action="store_true",
+                   help="only rewrite the README table and docs/benchmarks.md from existing results")
     return p.parse_args(argv)
 
 
@@ -68,8 +86,8 @@ def ensure_trl(log_dir: Path) -> str:
 
 
 def run_one(name: str, quick: bool, log_dir: Path) -> dict:
-    script, full, smoke = BENCHMARKS[name]
-    cmd = [sys.executable, str(common.BENCH / script), *(smoke if quick else full)]
+    module, full, smoke = BENCHMARKS[name]
+    cmd = [sys.executable, "-m", module, *(smoke if quick else full)]
     print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
     start = time.perf_counter()
     with (log_dir / f"{name}{'_quick' if quick else ''}.log").open("w") as log:
@@ -86,7 +104,7 @@ def run_one(name: str, quick: bool, log_dir: Path) -> dict:
 
 # ---- the summary ------------------------------------------------------------------------------
 def validate_rows(report: dict) -> list[dict]:
-    """bench_validate.py's figures as summary rows (its JSON predates the summary convention)."""
+    """bench_validate's figures as summary rows (its JSON predates the summary convention)."""
     rl = report.get("rlflow_validate", {})
     wall, cpu = rl.get("wall_median_s"), rl.get("cpu_median_s")
     rows = [common.goal_row("validate", "rlflow validate, cold process (wall median)", wall, f"< {VALIDATE_WALL_GOAL_S} s",
@@ -110,46 +128,171 @@ def learning_rows(report: dict) -> list[dict]:
                             report.get("passed"), shown or "n/a")]
 
 
-def summary_rows(quick: bool) -> list[tuple[str, dict]]:
-    suffix = "_quick" if quick else ""
-    rows = []
-    for name in BENCHMARKS:
-        path = common.RESULTS / f"{name}{suffix}.json"
-        if not path.exists():
-            rows.append((path.name, common.goal_row(name, "(not run)", None, "", None, "no result file")))
-            continue
+def git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=common.ROOT, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def shown(path: Path) -> Path:
+    """``path`` relative to the repository when it lies inside it."""
+    return path.relative_to(common.ROOT) if path.is_relative_to(common.ROOT) else path
+
+
+@dataclass(frozen=True)
+class Source:
+    """One result file: its report, the commit its figures were measured on, and when."""
+
+    path: Path
+    report: dict
+    commit: str  # ends in "*" when taken from the file's git history (the file has no commit field)
+    when: str
+
+    @classmethod
+    def read(cls, path: Path) -> Source:
         report = json.loads(path.read_text())
+        last_commit, _, last_date = git("log", "-1", "--format=%h %as", "--", str(path)).partition(" ")
+        commit = report.get("commit") or f"{last_commit or 'unknown'}*"
+        return cls(path, report, commit, str(report.get("finished") or last_date or "n/a")[:10])
+
+
+def load_sources(quick: bool) -> dict[str, Source | None]:
+    suffix = "_quick" if quick else ""
+    return {name: Source.read(path) if (path := common.RESULTS / f"{name}{suffix}.json").exists() else None
+            for name in BENCHMARKS}
+
+
+def summary_rows(sources: dict[str, Source | None]) -> list[dict]:
+    """Every figure of every result file (with its ``commit``), in BENCHMARKS order."""
+    rows = []
+    for name, source in sources.items():
+        if source is None:
+            rows.append({**common.goal_row(name, "(not run)", None, "", None, "no result file"), "commit": ""})
+            continue
+        report = source.report
         found = report.get("summary") or (validate_rows(report) if name == "validate" else
                                           learning_rows(report) if name == "learning" else [])
-        rows += [(path.name, row) for row in found]
+        rows += [{**row, "commit": source.commit} for row in found]
     return rows
 
 
-def write_summary(quick: bool, outcomes: dict[str, dict]) -> Path:
-    rows = summary_rows(quick)
-    mark = {True: "yes", False: "**no**", None: "n/a"}
-    table = common.markdown_table(
-        ["benchmark", "figure", "measured", "goal", "met"],
-        [[row["benchmark"], row["figure"], row["measured_text"].replace("|", "/"), row["goal"], mark[row["met"]]]
-         for _, row in rows])
-    notes = [f"- {row['benchmark']}: {row['note']}" for _, row in rows if row.get("note")]
-    failed = [f"- {name}: exited with {o['exit_code']} (log: runs/bench-logs/{name}.log)" for name, o in outcomes.items()
-              if o.get("exit_code")]
-    machine = common.machine()
-    text = "\n".join([
-        f"# Benchmark summary{' (quick: smoke sizes, figures mean nothing)' if quick else ''}", "",
-        f"Reproduce: `python benchmarks/run_all.py{' --quick' if quick else ''}` (or `make bench`). "
-        f"Written {time.strftime('%Y-%m-%d %H:%M')} on {machine['cpus']} CPUs, load average {machine['load_avg_1m']} "
-        "(a shared machine: ratios measured side by side in one run, medians of interleaved repetitions).",
-        "", table, "",
-        *(["Notes:", *notes, ""] if notes else []),
-        *(["Failed in this run:", *failed, ""] if failed else []),
-        "Sources: " + ", ".join(sorted({f"`results/{src}`" for src, _ in rows if not src.startswith("(")})), "",
+def results_table(rows: list[dict]) -> str:
+    return common.markdown_table(
+        ["benchmark", "figure", "measured", "goal", "met", "commit"],
+        [[row["benchmark"], row["figure"], row["measured_text"].replace("|", "/"), row["goal"], MARK[row["met"]],
+          row["commit"]] for row in rows])
+
+
+COMMIT_NOTE = ("`commit`: the commit the figures were measured on; `*`: the result file predates that record, so "
+               "this is the commit that last changed the file (`git log -1 -- FILE`), which can be later than the "
+               "code measured.")
+
+
+def readme_block(rows: list[dict]) -> str:
+    """What the README holds between its results markers."""
+    return "\n".join([
+        TABLE_MARKERS[0], "", results_table(rows), "",
+        f"{COMMIT_NOTE} Result files, learning curves and notes: [docs/benchmarks.md](docs/benchmarks.md).", "",
+        TABLE_MARKERS[1]])
+
+
+def replace_block(text: str, markers: tuple[str, str], block: str, where: Path) -> str:
+    start, end = text.find(markers[0]), text.find(markers[1])
+    if start < 0 or end < start:
+        raise SystemExit(f"{where}: needs the lines {markers[0]} and {markers[1]} (in that order) around the "
+                         "generated part; put them back where it should go")
+    return text[:start] + block + text[end + len(markers[1]):]
+
+
+def kept_notes(page: Path) -> str:
+    """The hand-written notes of the current page, markers included (empty ones for a new page)."""
+    text = page.read_text() if page.exists() else ""
+    start, end = text.find(NOTES_MARKERS[0]), text.find(NOTES_MARKERS[1])
+    if start < 0 or end < start:
+        return f"{NOTES_MARKERS[0]}\n{NOTES_MARKERS[1]}"
+    return text[start:end + len(NOTES_MARKERS[1])]
+
+
+def sources_table(sources: dict[str, Source | None]) -> str:
+    def load(machine: dict) -> str:
+        if "load_average_at_end" in machine:
+            return f"at end {common.fmt((machine['load_average_at_end'] or [None])[0])}"
+        return f"{common.fmt(machine.get('load_avg_1m'))} -> {common.fmt(machine.get('load_avg_1m_after'))}"
+
+    return common.markdown_table(
+        ["file", "commit", "date", "CPUs", "load average (1 min)"],
+        [[f"`{shown(s.path)}`", s.commit, s.when, common.fmt(s.report.get("machine", {}).get("cpus")),
+          load(s.report.get("machine", {}))] for s in sources.values() if s is not None])
+
+
+def learning_section(report: dict) -> list[str]:
+    """The learning runs from learning.json: per seed, the table, the validation curve, the train reward."""
+    runs = report.get("runs", [])
+    if not runs:
+        return []
+    steps = sorted({int(k) for r in runs for k in r.get("val_exec_acc_by_step", {})})
+    curve = common.markdown_table(
+        ["seed", *[str(s) for s in steps]],
+        [[str(r["seed"]), *[_acc(r["val_exec_acc_by_step"].get(str(s))) for s in steps]] for r in runs])
+    reward = [f"seed {r['seed']} {mean(r['train_score_by_step'][:5]):.2f} -> {mean(r['train_score_by_step'][-5:]):.2f}"
+              for r in runs if len(r.get("train_score_by_step") or []) >= 10]
+    return [
+        "## Learning on the shipped sample", "",
+        "`python -m benchmarks.bench_learning` runs `rlflow run pipelines/bird_grpo.yaml` once per seed and reads the "
+        "validation execution accuracy (`val-core/bird/exec_acc/mean@1`, greedy, the 100 dev questions of "
+        "`data/bird_sample`) before training and at every `test_freq` step.", "",
+        bench_learning.table(runs), "",
+        "Validation execution accuracy by step:", "", curve, "",
+        *([f"Training reward (`critic/score/mean`), mean of the first five steps -> mean of the last five: "
+           f"{'; '.join(reward)}.", ""] if reward else []),
+        "`rlflow plot RUN_DIR -o curve.png` draws such a run: [seed 1](learning_seed1.png).", "",
+    ]
+
+
+def _acc(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def benchmarks_page(sources: dict[str, Source | None], rows: list[dict], notes: str, failed: list[str]) -> str:
+    file_notes = [f"- `{s.path.name}`: {s.report['notes']}" for s in sources.values() if s and s.report.get("notes")]
+    file_notes += [f"- {row['benchmark']}: {row['note']}" for row in rows if row.get("note")]
+    learning = sources.get("learning")
+    return "\n".join([
+        "# Benchmarks", "",
+        "<!-- generated by `python -m benchmarks.run_all --summary-only` from benchmarks/results/*.json; "
+        "edit only between the notes markers -->", "",
+        "Every figure here comes from a result file in `benchmarks/results/`, written by the benchmark named in its "
+        "row. How to run them and how to read the figures (side by side, interleaved, medians): "
+        "[benchmarks/README.md](../benchmarks/README.md).", "",
+        "## Results", "", results_table(rows), "", COMMIT_NOTE, "",
+        *(["Failed in the last run:", *failed, ""] if failed else []),
+        "## Result files", "", sources_table(sources), "",
+        *(learning_section(learning.report) if learning else []),
+        *(["## Notes from the result files", "", *file_notes, ""] if file_notes else []),
+        "## Notes", "", notes, "",
     ])
-    path = common.RESULTS / f"SUMMARY{'_quick' if quick else ''}.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    print(f"\n{text}\nwrote {path}")
+
+
+def write_summary(quick: bool, outcomes: dict[str, dict]) -> Path:
+    """Full results: the README's table and docs/benchmarks.md; ``--quick``: results/SUMMARY_quick.md."""
+    sources = load_sources(quick)
+    rows = summary_rows(sources)
+    failed = [f"- {name}: exited with {o['exit_code']} (log: runs/bench-logs/{name}{'_quick' if quick else ''}.log)"
+              for name, o in outcomes.items() if o.get("exit_code")]
+    if quick:
+        path = common.RESULTS / "SUMMARY_quick.md"
+        path.write_text("\n".join([
+            "# Benchmark summary (quick: smoke sizes, figures mean nothing)", "",
+            "Reproduce: `python -m benchmarks.run_all --quick`.", "", results_table(rows), "", COMMIT_NOTE, "",
+            *(["Failed in this run:", *failed, ""] if failed else [])]))
+    else:
+        README.write_text(replace_block(README.read_text(), TABLE_MARKERS, readme_block(rows), README))
+        path = PAGE
+        path.write_text(benchmarks_page(sources, rows, kept_notes(path), failed))
+        print(f"wrote the results table of {shown(README)}")
+    print(f"\n{results_table(rows)}\nwrote {shown(path)}")
     return path
 
 

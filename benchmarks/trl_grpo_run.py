@@ -2,7 +2,7 @@
 
 Runs in the TRL virtual environment (scripts/setup_trl_venv.sh), never in rlflow's:
 
-    .venv-trl/bin/python benchmarks/trl_grpo_run.py --model-dir DIR --steps 5 --out times.json
+    .venv-trl/bin/python -m benchmarks.trl_grpo_run --model-dir DIR --steps 5 --out times.json
 
 Equal work, decided once here:
 - the same model directory and tokenizer as the rlflow arms, in float32;

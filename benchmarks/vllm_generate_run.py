@@ -1,6 +1,6 @@
 """vLLM (CPU) next to rlflow's KV-cached sampling loop, in the vLLM venv, for bench_generation.py.
 
-    .venv-vllm/bin/python benchmarks/vllm_generate_run.py --model-dir DIR --prompts ids.json --out out.json
+    .venv-vllm/bin/python -m benchmarks.vllm_generate_run --model-dir DIR --prompts ids.json --out out.json
 
 Both arms run in this one process on the same token ids and sampling settings, alternating
 rep by rep, so their ratio is as fair as the in-process comparison in bench_generation.py.
@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
-import gen_common  # noqa: E402
+from benchmarks import common, gen_common
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Build .venv-trl: a separate virtual environment holding TRL, for benchmarks/bench_step.py and
-# benchmarks/bench_startup.py (rlflow's step next to TRL's GRPOTrainer doing the same work).
+# Build .venv-trl: a separate virtual environment holding TRL, for python -m benchmarks.bench_step and
+# python -m benchmarks.bench_startup (rlflow's step next to TRL's GRPOTrainer doing the same work).
 #
 # Why a separate venv: TRL pulls accelerate, datasets and pandas, which rlflow does not need, and
 # may ask for other versions of what rlflow's venv pins. torch stays on the CPU build 2.13.0 and

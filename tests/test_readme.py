@@ -1,17 +1,23 @@
-"""The README's pipeline listing is the shipped default pipeline, not a copy that drifts from it."""
+"""The README is the front door: its set-up and three commands are there, and its results table is
+the one ``python -m benchmarks.run_all --summary-only`` generates from benchmarks/results/*.json."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
+from benchmarks import common, run_all
 
-ROOT = Path(__file__).resolve().parents[1]
+README = (common.ROOT / "README.md").read_text()
 
 
-def test_the_readme_shows_the_shipped_bird_pipeline():
-    readme = (ROOT / "README.md").read_text()
-    listing = re.search(r"```yaml\n(name: bird-grpo\n.*?)```", readme, re.S)
-    assert listing, "README.md has no ```yaml block starting with 'name: bird-grpo'"
-    shipped = (ROOT / "pipelines" / "bird_grpo.yaml").read_text()
-    assert listing.group(1) == shipped[shipped.index("name: bird-grpo"):], \
-        "README.md's pipeline listing differs from pipelines/bird_grpo.yaml (below its header comment): copy it over"
+def test_the_readme_gives_the_set_up_and_the_three_commands():
+    for command in ("make run", "make test", "rlflow validate pipelines/bird_grpo.yaml",
+                    "rlflow graph pipelines/bird_grpo.yaml --render", "rlflow run pipelines/bird_grpo.yaml"):
+        assert command in README, f"README.md no longer shows `{command}`"
+
+
+def test_the_readme_results_table_is_generated_from_the_result_files():
+    start, end = (README.index(marker) for marker in run_all.TABLE_MARKERS)
+    shown = README[start:end + len(run_all.TABLE_MARKERS[1])]
+    generated = run_all.readme_block(run_all.summary_rows(run_all.load_sources(quick=False)))
+    assert shown == generated, \
+        "README.md's results table differs from benchmarks/results/*.json: " \
+        "run python -m benchmarks.run_all --summary-only"

@@ -1,16 +1,16 @@
 """Smoke tests of the benchmark scripts at ``--quick`` sizes.
 
-Two benchmarks run for real, as a user runs them (a subprocess per script): compile/validate
+Two benchmarks run for real, as a user runs them (``python -m benchmarks.bench_x`` in a
+subprocess, from the repository root): compile/validate
 scaling (pure Python) and rollout speed (the tiny model, both in-process engines, vLLM left
 out). Each must exit 0, print its table and write a JSON result whose figures are real
-measurements; ``run_all``'s summary must then turn those files into a Markdown table with a
-verdict per goal. The slow benchmarks (Ray runs, TRL) are not run here: ``run_all.py --quick``
-is their smoke test.
+measurements; ``run_all``'s quick summary must then turn those files into a Markdown table with a
+verdict per goal and the commit measured. The slow benchmarks (Ray runs, TRL) are not run here:
+``python -m benchmarks.run_all --quick`` is their smoke test.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks"
+from benchmarks import common, run_all
 
 
-def _run(script: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+def _run(module: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, str(BENCH / script), "--quick", "--out", str(out), *extra], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--quick", "--out", str(out), *extra],
+                          cwd=common.ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -34,20 +33,13 @@ def results(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, di
     """compile_quick.json and generation_quick.json, written by the real scripts into one folder."""
     folder = tmp_path_factory.mktemp("bench-results")
     out = {}
-    for name, script, extra in (("compile", "bench_compile.py", ()), ("generation", "bench_generation.py", ("--skip-vllm",))):
+    for name, extra in (("compile", ()), ("generation", ("--skip-vllm",))):
         path = folder / f"{name}_quick.json"
-        done = _run(script, path, *extra)
-        assert done.returncode == 0, f"{script} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        done = _run(f"bench_{name}", path, *extra)
+        assert done.returncode == 0, f"bench_{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         out[name] = (done, json.loads(path.read_text()))
     out["folder"] = folder
     return out
-
-
-def _load_run_all():
-    spec = importlib.util.spec_from_file_location("bench_run_all", BENCH / "run_all.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_compile_benchmark_times_every_size(results):
@@ -75,23 +67,26 @@ def test_generation_benchmark_compares_both_engines(results):
     assert report["vllm"]["status"] == "skipped"
 
 
+def test_results_record_the_commit_they_were_measured_on(results):
+    head = common.commit_id().removesuffix("-dirty")
+    assert all(results[name][1]["commit"].removesuffix("-dirty") == head for name in ("compile", "generation"))
+
+
 def test_summary_turns_results_into_a_verdict_table(results, monkeypatch):
-    run_all = _load_run_all()
-    monkeypatch.setattr(run_all.common, "RESULTS", results["folder"])
+    monkeypatch.setattr(common, "RESULTS", results["folder"])
     path = run_all.write_summary(quick=True, outcomes={"compile": {"exit_code": 0}, "step": {"exit_code": 1}})
     text = path.read_text()
     assert path == results["folder"] / "SUMMARY_quick.md"
-    assert "| benchmark " in text and "python benchmarks/run_all.py --quick" in text
-    compile_rows = [line for line in text.splitlines() if line.startswith("| compile")]
-    assert len(compile_rows) == 2 and all(line.rstrip(" |").endswith(("yes", "**no**")) for line in compile_rows)
+    assert "| benchmark " in text and "python -m benchmarks.run_all --quick" in text
+    compile_rows = [[cell.strip() for cell in line.strip("| ").split("|")] for line in text.splitlines()
+                    if line.startswith("| compile")]
+    assert len(compile_rows) == 2
+    assert all(row[4] in ("yes", "**no**") and row[5] == results["compile"][1]["commit"] for row in compile_rows)
     assert any(line.startswith("| step") and "(not run)" in line for line in text.splitlines())
-    assert "- step: exited with 1" in text
+    assert "- step: exited with 1 (log: runs/bench-logs/step_quick.log)" in text
 
 
 def test_rotations_put_every_arm_first_once():
-    sys.path.insert(0, str(BENCH))
-    import common
-
     orders = common.rotations(["a", "b", "c"], 3)
     assert [o[0] for o in orders] == ["a", "b", "c"]
     assert all(sorted(o) == ["a", "b", "c"] for o in orders)
