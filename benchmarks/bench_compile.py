@@ -59,7 +59,7 @@ def register_relay_kind() -> None:
     """``bench_relay``: a driver stage kind whose read and written fields come from its config."""
     from rlflow.stages import STAGE_KINDS, StageConfig, StageKind, register_stage
 
-    if "bench_relay" in STAGE_KINDS.list():
+    if "bench_relay" in STAGE_KINDS.names():
         return
 
     class RelayConfig(StageConfig):

@@ -5,7 +5,7 @@
 
 The pools are rlflow's own: both are started with the runtime's ``start_pools`` from the
 bird_grpo pipeline (``reward_pool`` with ``workers: 1`` and ``workers: 2``, Ray actors of one
-CPU each) and called through the runtime's ``Dispatcher``, so a call is what a training step
+CPU each) and called through the runtime's ``RayExecutor``, so a call is what a training step
 pays: shard the batch, ship it, score on the workers, gather. Both pools live side by side and
 calls alternate between them.
 
@@ -91,13 +91,13 @@ def start_reward_pools(workers: tuple[int, ...]):
 
 
 def call(pool_entry, batch, step: int) -> dict:
-    from rlflow.runtime.dispatch import Dispatcher
+    from rlflow.runtime.ray_executor import RayExecutor
 
     started, stage, spec = pool_entry
     records: list[dict] = []
-    dispatcher = Dispatcher(started, spec, trace=records.extend)
+    executor = RayExecutor(started, spec, trace=records.extend)
     start = time.perf_counter()
-    out = dispatcher.run_stage(stage, batch.select(batch.keys()), step)
+    out = executor.run_stage(stage, batch.select(batch.keys()), step)
     seconds = time.perf_counter() - start
     # the slowest worker's own scoring time; the rest of the call is the driver's split, shipping and merge
     worker = max(r["end"] - r["start"] for r in records)

@@ -1,4 +1,4 @@
-"""Step time: ``rlflow run`` next to the same stages in a plain loop, and next to TRL's GRPOTrainer.
+"""Step time: ``rlflow run`` next to the same step loop in-process, and next to TRL's GRPOTrainer.
 
     python -m benchmarks.bench_step                  # 2 interleaved rounds of 5 steps per arm
     python -m benchmarks.bench_step --quick          # tiny sizes, 1 round: proves the path
@@ -9,10 +9,10 @@ samples x 48 tokens, one optimizer step per step, micro-batches of 8):
 
 - ``rlflow``: ``rlflow run pipelines/bird_grpo.yaml`` exactly as a user runs it (Ray, a local
   actor pool and a 2-worker reward pool); its ``timing_s/step`` from metrics.jsonl;
-- ``loop``: the very same stage kinds called in a plain in-process loop with no Ray: a
-  ``LocalEngine`` holding actor, rollout and reference, the reward in-process, the stages
-  in the compiled plan's order (verl's), each ``run(batch, StageContext)``; this is the
-  floor the runtime is measured against (goal: rlflow / loop <= 1.05);
+- ``loop``: the runtime's own step loop (``StepLoop``) over the in-process executor: every
+  resource as one worker in this process, no Ray, the same stage code in the compiled plan's
+  order (verl's); this is the floor the Ray runtime is measured against (goal:
+  rlflow / loop <= 1.05);
 - ``trl``: TRL's GRPOTrainer doing the same work in its own venv (see trl_grpo_run.py;
   rlflow should be faster despite Ray and its extra old-log-prob pass).
 
@@ -54,50 +54,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-# ---- the plain loop (runs in its own process) -------------------------------------------------
+# ---- the in-process loop (runs in its own process) ---------------------------------------------
 def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None:
-    """The stages of PIPELINE, in the plan's order, in this process: no Ray, no dispatch."""
+    """The runtime's own step loop over the in-process executor: the same stages and order, no Ray."""
+    import tempfile
+
     import torch
 
     torch.set_num_threads(threads)
-    from rlflow.backends.local.local_engine import LocalEngine
-    from rlflow.data.tokenizer import load_tokenizer
-    from rlflow.data import StepSampler, load_split
-    from rlflow.plan.compile import compile_plan
     from rlflow.check import load_pipeline
-    from rlflow.stages import StageContext, get_stage_kind
+    from rlflow.plan.compile import compile_plan
+    from rlflow.runtime.inprocess import InProcessExecutor
+    from rlflow.runtime.run_dir import RunDir
+    from rlflow.runtime.trainer import StepLoop, load_data
 
-    spec = load_pipeline(common.ROOT / PIPELINE, sets).spec
-    tokenizer = load_tokenizer(spec.model, common.ROOT)
-    train = load_split(spec, "train", common.ROOT, tokenizer)
-    sampler = StepSampler(len(train), spec.trainer.train_batch_size, spec.trainer.seed, spec.data.shuffle)
-    engine = LocalEngine(spec, device="cpu", roles=frozenset({"actor", "rollout", "ref"}), project_root=common.ROOT,
-                         total_training_steps=steps)
-    plan = compile_plan(spec)
-    engine.update_weights(0)  # verl syncs before the first generation
-    states: dict[str, dict] = {}
+    loaded = load_pipeline(common.ROOT / PIPELINE, [*sets, f"trainer.total_steps={steps}"])
+    spec, plan = loaded.spec, compile_plan(loaded.spec)
     record: dict = {"steps": []}
-    for step in range(1, steps + 1):
-        batch = train.to_batch(sampler.next_indices(), tokenizer.pad_token_id, step=step)
-        timing: dict[str, float] = {}
-        wall_start, start = time.time(), time.perf_counter()
-        for stage in plan.step:
-            kind = get_stage_kind(stage.kind)
-            ctx = StageContext(pipeline=spec, config=kind.parse_config(dict(stage.config)), stage_name=stage.name,
-                               step=step, engine=engine, state=states.setdefault(stage.resource, {}))
-            began = time.perf_counter()
-            produced = kind().run(batch, ctx)
-            timing[stage.verl_timer or stage.name] = time.perf_counter() - began
-            if kind.changes_rows:  # merged as the runtime merges (rlflow.runtime.dispatch._merge)
-                produced.metrics = {**batch.metrics, **produced.metrics}
-                batch = produced
-            elif produced is not batch:
-                batch.update(produced)
-        timing["step"] = time.perf_counter() - start
-        record["steps"].append({"step": step, "start": wall_start, "end": time.time(),
-                                **{f"timing_s/{k}": v for k, v in timing.items()},
-                                "response_length/mean": float(batch["response_mask"].sum(-1).float().mean())})
-    engine.close()
+    with tempfile.TemporaryDirectory() as work:
+        run_dir = RunDir(Path(work))
+        executor = InProcessExecutor(plan, spec, str(common.ROOT), run_dir.append_trace, str(run_dir.path))
+        try:
+            loop = StepLoop(spec, plan, executor, run_dir, load_data(spec, common.ROOT), loaded.resolved_yaml(), [])
+            first = loop.init(None)
+            for step in range(first, loop.total + 1):
+                wall_start = time.time()
+                metrics = loop.run_step(step)
+                record["steps"].append({"step": step, "start": wall_start, "end": time.time(),
+                                        **{k: v for k, v in metrics.items() if k.startswith("timing_s/")},
+                                        "response_length/mean": metrics["response_length/mean"]})
+        finally:
+            executor.close()
     out.write_text(json.dumps(record, indent=2) + "\n")
 
 

@@ -6,6 +6,32 @@ The CLI turns these into one-line messages and an exit code, with no traceback u
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, order=True)
+class Diagnostic:
+    """One configuration problem: where it is (file, line, col, dotted path), what is wrong, how to fix it.
+
+    A problem found after loading (in the plan, or while starting a resource) has no file: it prints
+    from its dotted path on.
+    """
+
+    file: str
+    line: int
+    col: int
+    path: str
+    message: str
+    fix: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.col}: " if self.file else ""
+        what = f"{self.path}: {self.message}" if self.path else self.message
+        return where + what + (f" ({self.fix})" if self.fix else "")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
 
 class RlflowError(Exception):
     """Base of every error rlflow reports to a user; ``exit_code`` is what the CLI exits with."""
@@ -18,8 +44,11 @@ class ConfigError(RlflowError):
 
     exit_code = 2
 
-    def __init__(self, diagnostics: list) -> None:  # list[rlflow.schemas.diagnostics.Diagnostic]
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
         self.diagnostics = list(diagnostics)
+        wrong = [d for d in self.diagnostics if not isinstance(d, Diagnostic)]
+        if wrong:
+            raise TypeError(f"ConfigError takes Diagnostic objects, got {type(wrong[0]).__name__}: {wrong[0]!r}")
         super().__init__("\n".join(str(d) for d in self.diagnostics))
 
 

@@ -57,12 +57,14 @@ class Registry(Generic[T]):
         try:
             return self._items[name]
         except KeyError:
-            known = ", ".join(sorted(self._items)) or "none"
-            broken = "".join(f"; plugin {k!r} failed to load: {v}" for k, v in self._broken_plugins.items())
-            raise RegistryError(
-                f"unknown {self.what} {name!r}{did_you_mean(name, self._items)}; known: {known}. "
-                f"{self.plugin_hint}{broken}"
-            ) from None
+            raise RegistryError(self.unknown(name)) from None
+
+    def unknown(self, name: str) -> str:
+        """What to say of a name this registry lacks: the close match, the known names, how to add plugins."""
+        self.load_entry_points()
+        known = ", ".join(sorted(self._items)) or "none"
+        broken = "".join(f"; plugin {k!r} failed to load: {v}" for k, v in self._broken_plugins.items())
+        return f"unknown {self.what} {name!r}{did_you_mean(name, self._items)}; known: {known}. {self.plugin_hint}{broken}"
 
     def __contains__(self, name: object) -> bool:
         if name not in self._items:
@@ -72,9 +74,6 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         self.load_entry_points()
         return sorted(self._items)
-
-    def list(self) -> list[str]:
-        return self.names()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())

@@ -25,7 +25,7 @@ from typing import List, Optional
 
 import typer
 
-from rlflow.errors import BackendError, ConfigError
+from rlflow.errors import BackendError, ConfigError, Diagnostic
 
 backend_app = typer.Typer(help="Remote backends: serve the reference backend, list what is registered.", no_args_is_help=True)
 
@@ -107,14 +107,17 @@ def _pick_resource(spec, resource: str | None, file: str) -> str:
     if resource is None:
         if len(served) != 1:
             found = ", ".join(served) or "none"
-            raise ConfigError([f"{file}: pick the resource to serve with --resource (remote resources on backend 'reference': {found})"])
+            raise ConfigError([Diagnostic(file, 1, 1, "resources", "pick the resource to serve with --resource",
+                                          f"remote resources on backend 'reference': {found}")])
         return served[0]
     res = spec.resources.get(resource)
     if res is None or res.type != "remote":
-        raise ConfigError([f"{file}: resources.{resource}: no remote resource of that name (reference ones: {', '.join(served) or 'none'})"])
+        raise ConfigError([Diagnostic(file, 1, 1, f"resources.{resource}", "no remote resource of that name",
+                                      f"reference ones: {', '.join(served) or 'none'}")])
     if res.backend != "reference":
-        raise ConfigError([f"{file}: resources.{resource}.backend is {res.backend!r}; `rlflow backend serve` runs the "
-                           "'reference' backend (start other backends with their own tooling)"])
+        raise ConfigError([Diagnostic(file, 1, 1, f"resources.{resource}.backend", f"is {res.backend!r}; `rlflow "
+                                      "backend serve` runs the 'reference' backend",
+                                      "start other backends with their own tooling")])
     return resource
 
 

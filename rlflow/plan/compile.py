@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from rlflow.errors import ConfigError, RegistryError
+from rlflow.errors import ConfigError, Diagnostic
 from rlflow.plan.dataflow import Flow, FlowNode, Problem, analyse, data_edges
 from rlflow.plan.model import DRIVER, RESUME, Plan, PlanStage, frozen_mapping
 from rlflow.plan.placement import build_placements
@@ -60,11 +60,11 @@ def dataflow_problems(spec: Pipeline) -> list[Problem]:
 
 def compile_plan(spec: Pipeline) -> Plan:
     """The Plan of a valid pipeline; ``ConfigError`` listing every data-flow problem otherwise."""
-    unknown = [f"stages[{i}].uses: {_unknown_kind(s.uses)}" for i, s in enumerate(spec.stages)
-               if s.uses not in STAGE_KINDS]  # fmt: skip
+    unknown = [Diagnostic("", 0, 0, f"stages[{i}].uses", STAGE_KINDS.unknown(s.uses))
+               for i, s in enumerate(spec.stages) if s.uses not in STAGE_KINDS]
     candidates, stages, flow = _analyse(spec)
     if unknown or flow.problems:
-        raise ConfigError(unknown + [f"{path}: {message}" for path, message in flow.problems])
+        raise ConfigError(unknown + [Diagnostic("", 0, 0, path, message) for path, message in flow.problems])
     ordered = [stages[i] for i in flow.order]
     step = tuple(_entry(spec, s, s.kind.cadence) for s in ordered)
     init = tuple(_init_phase(spec, ordered, candidates))
@@ -75,14 +75,6 @@ def compile_plan(spec: Pipeline) -> Plan:
         resources=build_placements(spec, (*step, *init)),
         edges=data_edges([s.node for s in stages], flow.order, flow.producer),
     )
-
-
-def _unknown_kind(name: str) -> str:
-    try:
-        STAGE_KINDS.get(name)
-    except RegistryError as exc:
-        return str(exc)  # names the known kinds, a close match and how to load plugins
-    return f"stage kind {name!r} is not registered"
 
 
 def _analyse(spec: Pipeline) -> tuple[list[_Stage], list[_Stage], Flow]:
@@ -207,7 +199,8 @@ def _resource_type(spec: Pipeline, name: str) -> str:
     resource = spec.resources.get(name)
     if resource is None:
         known = ", ".join([*spec.resources, DRIVER])
-        raise ConfigError([f"stages: unknown resource {name!r}; declare it under `resources:` or use one of: {known}"])
+        raise ConfigError([Diagnostic("", 0, 0, "stages", f"unknown resource {name!r}",
+                                      f"declare it under `resources:` or use one of: {known}")])
     return resource.type
 
 

@@ -87,7 +87,7 @@ class Executor(abc.ABC):
                          stage.reads, checkpoint_dir)
         label = trace_as or stage.name
         if stage.resource_type == DRIVER:
-            return self.run_here(stage, batch, step, call=call, label=label)
+            return merge(batch, self.run_here(stage, batch, step, call=call, label=label), stage.changes_rows)
         if stage.dispatch == "all":
             results = self._run_on(stage, "primary", call, None)
         else:
@@ -104,7 +104,7 @@ class Executor(abc.ABC):
 
     def run_here(self, stage: PlanStage, batch: Batch, step: int, *, call: StageCall | None = None,
                  label: str | None = None) -> Batch:
-        """Run ``stage`` in this process on the whole batch (driver stages, validation metrics)."""
+        """Run ``stage`` in this process on the whole batch (driver stages, validation metrics); its output."""
         call = call or StageCall(stage.name, stage.kind, dict(stage.config), step, stage.reads)
         kind = get_stage_kind(call.kind)
         ctx = StageContext(pipeline=self.pipeline, config=kind.parse_config(call.config), stage_name=call.stage,
@@ -113,7 +113,7 @@ class Executor(abc.ABC):
         out = kind().run(batch, ctx)
         self.trace([{"step": step, "stage": label or stage.name, "resource": DRIVER, "pid": os.getpid(),
                      "start": start, "end": time.time()}])
-        return merge(batch, out, stage.changes_rows)
+        return out
 
     def trace(self, records: list[dict[str, Any]]) -> None:
         self._trace([{**r, "attempt": self.attempt} for r in records])

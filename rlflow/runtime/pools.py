@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlflow.backends.remote.registry import forwarder_problem
-from rlflow.errors import ConfigError, ResourceError
+from rlflow.errors import ConfigError, Diagnostic, ResourceError
 from rlflow.runtime.cluster import Demand
 
 log = logging.getLogger("rlflow.runtime")
@@ -197,7 +197,8 @@ def _start_remote(placement, worker_args: tuple, main_config: dict) -> Pool:
     try:
         problem = forwarder_problem(placement.backend, backend.requires_single_forwarder(), placement.forwarders)
         if problem:
-            raise ConfigError([f"resources.{placement.name}.forwarders: {problem}"])
+            message, _, fix = problem.rpartition(" (")
+            raise ConfigError([Diagnostic("", 0, 0, f"resources.{placement.name}.forwarders", message, fix.rstrip(")"))])
         handle = backend.reconnect_handle()
         pool.workers = _new_workers(lambda i: _actor_class(placement.cpus_per_worker, 0), placement,
                                     placement.forwarders, worker_args)

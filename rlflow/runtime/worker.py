@@ -147,19 +147,24 @@ class StageWorker:
         return WorkerResult(Batch(), start, time.time(), os.getpid(), value)
 
 
-def _node_id() -> str:
-    try:
-        import ray
+def _in_ray() -> bool:
+    """Whether this process is a Ray worker (asking Ray anything else outside one would start Ray)."""
+    import sys
 
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # outside Ray (tests)
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+
+def _node_id() -> str:
+    if not _in_ray():  # the in-process executor
         return "local"
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
 
 
 def _node_ip() -> str:
-    try:
-        import ray
-
-        return ray.util.get_node_ip_address()
-    except Exception:  # outside Ray (tests): the hostname is good enough
+    if not _in_ray():  # the in-process executor: the hostname is good enough
         return socket.gethostname()
+    import ray
+
+    return ray.util.get_node_ip_address()

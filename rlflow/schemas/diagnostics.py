@@ -1,7 +1,8 @@
 """Diagnostics: one problem in a file the user wrote, positioned at a line and column.
 
-Every error that validation finds becomes a ``Diagnostic``; ``ConfigError`` carries all of
-them at once. The text form is ``file:line:col: dotted.path: problem (fix)``, which editors
+Every error that validation finds becomes a ``Diagnostic`` (defined with ``ConfigError`` in
+``rlflow.errors``, the one type every layer reports configuration problems with); ``ConfigError``
+carries all of them at once. The text form is ``file:line:col: dotted.path: problem (fix)``, which editors
 and terminals turn into clickable links.
 
 Design decisions:
@@ -17,30 +18,12 @@ Design decisions:
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
+from rlflow.errors import Diagnostic
 from rlflow.registry import did_you_mean
 
-@dataclass(frozen=True, order=True)
-class Diagnostic:
-    """One problem: where it is (file, line, col, dotted path), what is wrong, how to fix it."""
-
-    file: str
-    line: int
-    col: int
-    path: str
-    message: str
-    fix: str = ""
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}:{self.col}: "
-        what = f"{self.path}: {self.message}" if self.path else self.message
-        return where + what + (f" ({self.fix})" if self.fix else "")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
+__all__ = ["Diagnostic", "format_path", "parse_path", "short_repr", "sort_unique", "suggestion"]
 
 def format_path(path: Sequence) -> str:
     """``("stages", 2, "on")`` -> ``stages[2].on``."""

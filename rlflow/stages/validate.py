@@ -102,6 +102,7 @@ class Validate(StageKind):
     description = "Greedy (or sampled) decoding of the validation set, scored by the reward."
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
-        """``batch`` is the scored validation set; returns it with the validation metrics."""
-        batch.metrics.update(val_metrics(batch, ctx.config.n))
-        return batch
+        """``batch`` is the scored validation set; the output holds only the validation metrics."""
+        from rlflow.batch import Batch
+
+        return Batch(metrics=val_metrics(batch, ctx.config.n))

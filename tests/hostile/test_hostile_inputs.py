@@ -118,11 +118,10 @@ def test_hostile_sql_is_refused_and_the_database_is_untouched(sandbox):
     import time
 
     from rlflow.batch import Batch
-    from rlflow.reward.stage import run_text2sql_reward
     from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
     from rlflow.stages.base import StageContext
-    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig
+    from rlflow.stages.text2sql_reward import Text2SqlReward, Text2SqlRewardConfig
 
     import torch
 
@@ -140,7 +139,7 @@ def test_hostile_sql_is_refused_and_the_database_is_untouched(sandbox):
     config = Text2SqlRewardConfig(timeout_s=1.0)
     ctx = StageContext(pipeline=spec, config=config, stage_name="reward")
     start = time.time()
-    out = run_text2sql_reward(batch, ctx)
+    out = Text2SqlReward().run(batch, ctx)
     assert time.time() - start < rows * (config.timeout_s + 1.0)
     assert out["scores"].tolist() == [0.0] * rows
     assert snapshot(db_dir) == before, "the database folder changed"
