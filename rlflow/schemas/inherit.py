@@ -67,13 +67,13 @@ def load_document(path: Path, source: str, variables: Mapping[str, Any], file: s
     """Render and parse ``source`` (the text of ``path``), then merge it over its bases."""
     document, parsed = _parse(source, variables, file)
     if document.rendered is not None and document.data is None and not document.problems:
-        document.problems.append(not_a_mapping(parsed, file, document.positions.locate(())))
+        document.problems.append(_not_a_mapping(parsed, file, document.positions.locate(())))
     if document.data is not None:
         _merge_over_base(document, path, variables, file, [path.resolve()])
     return document
 
 
-def not_a_mapping(data: Any, file: str, where: tuple[int, int]) -> Diagnostic:
+def _not_a_mapping(data: Any, file: str, where: tuple[int, int]) -> Diagnostic:
     return Diagnostic(file, *where, "", f"the top level must be a mapping (name:, data:, stages:, ...), "
                       f"got {_kind(data)}")
 
