@@ -13,8 +13,6 @@ import os
 from collections.abc import Sequence
 
 from rlflow.check.rules import run_checks
-from rlflow.errors import ConfigError
-from rlflow.schemas.diagnostics import sort_unique
 from rlflow.schemas.loader import LoadedPipeline, parse_pipeline
 from rlflow.schemas.project import ProjectConfig
 from rlflow.stages import STAGE_KINDS
@@ -32,7 +30,7 @@ def load_pipeline(path: str | os.PathLike, sets: Sequence[str] = (), project: Pr
     run_checks(parsed.subject, parsed.report, parsed.project)
     problems = parsed.problems + parsed.report.diagnostics
     if problems or parsed.spec is None:
-        raise ConfigError(sort_unique(problems))
+        raise parsed.errors(problems)
     return parsed.loaded()
 
 

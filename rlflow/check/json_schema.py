@@ -8,6 +8,10 @@ Design decisions:
   ``uses`` suggests the registered kinds (as examples: plugin kinds stay allowed).
 - Values in a pipeline may be Jinja2 expressions (``"{{ n }}"``), which a schema cannot
   see through; such fields may show a warning in an editor but validate fine with rlflow.
+- ``base:`` (a file built on another, inherit.py) is a top-level key here although no model has
+  it: a file with a base requires nothing (the base has the rest) and may patch ``stages`` by
+  name with a mapping. What a merge with the base makes valid (a null that removes a resource,
+  a partial resource) an editor cannot see.
 """
 
 from __future__ import annotations
@@ -35,4 +39,19 @@ def pipeline_json_schema() -> dict[str, Any]:
         rules.append({"if": {"properties": {"uses": {"const": name}}, "required": ["uses"]},
                       "then": {"properties": {"with": config}}})
     stage["allOf"] = rules
+    _allow_base(schema)
     return {"$schema": SCHEMA_DIALECT, **schema}
+
+
+def _allow_base(schema: dict[str, Any]) -> None:
+    from rlflow.schemas.inherit import BASE_KEY
+
+    properties = schema["properties"]
+    properties["stages"].update(  # items apply to a list only, additionalProperties to a mapping only
+        type=["array", "object"], additionalProperties={"type": ["object", "null"]},
+        description="The stages of one step; in a file with base:, a mapping patches the base's stages by name.")
+    base = {"type": "string", "title": "Base", "description": "A pipeline file this one builds on (relative to this "
+            "file): its mapping is merged under this one's."}
+    schema["properties"] = {BASE_KEY: base, **properties}
+    schema["if"] = {"required": [BASE_KEY]}
+    schema["else"] = {"required": schema.pop("required")}

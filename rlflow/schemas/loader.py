@@ -1,6 +1,7 @@
 """Parse a pipeline file: read, render, parse, override, validate its schema; keep every problem.
 
-    text --render (Jinja2 sandbox)--> YAML --parse (positions kept)--> dict --apply --set paths-->
+    text --render (Jinja2 sandbox)--> YAML --parse (positions kept)--> dict --merge over its base, if it
+    names one (inherit.py)--> dict --apply --set paths-->
     dict --pydantic--> Pipeline   (plus a Subject for the semantic rules of ``rlflow.check``)
 
 Design decisions:
@@ -8,7 +9,7 @@ Design decisions:
   when the whole pipeline does not parse, the sections that do parse are still checked
   (``_partial_subject``), and rules that depend on a broken section stay silent.
 - Template variables come from rlflow.yaml ``vars``, then ``--set name=value``. A ``--set``
-  name that the template does not use and that names a top-level field overrides that
+  name that no template (the file's or a base's) uses and that names a top-level field overrides that
   field; any other unused name is an error (a misspelt variable would otherwise be ignored).
 - Plugins listed in rlflow.yaml are imported first, so their stage kinds and backends are
   known to the checks.
@@ -28,13 +29,14 @@ from pydantic import BaseModel, ValidationError
 
 from rlflow.errors import ConfigError
 from rlflow.schemas.diagnostics import Diagnostic, sort_unique, suggestion
+from rlflow.schemas.inherit import Document, load_document
 from rlflow.schemas.overrides import ConfigModelOf, Setting, apply_overrides, parse_settings
 from rlflow.schemas.pipeline import AlgorithmSpec, CpuPool, LocalPool, Pipeline, RemotePool, StageSpec, TrainerSpec
 from rlflow.schemas.project import ProjectConfig, import_project_plugins, load_project_config
 from rlflow.schemas.subject import Reporter, Subject
-from rlflow.schemas.templating import line_mapper, render, template_variables
+from rlflow.schemas.templating import template_variables
 from rlflow.schemas.validation import clean_loc, validation_diagnostics
-from rlflow.schemas.yaml_loader import decode_text, parse_yaml
+from rlflow.schemas.yaml_loader import decode_text
 
 _POOLS: dict[str, type[BaseModel]] = {"local": LocalPool, "cpu": CpuPool, "remote": RemotePool}
 
@@ -47,11 +49,11 @@ class LoadedPipeline:
     path: Path
     source: str  # the file as written
     rendered: str  # after templating
-    data: dict  # parsed from ``rendered``, after ``--set`` paths
+    data: dict  # parsed from ``rendered``, merged over its ``base:`` chain, after ``--set`` paths
     project: ProjectConfig
 
     def resolved_yaml(self) -> str:
-        """The fully rendered, validated pipeline as YAML (every default spelled out)."""
+        """The fully rendered, merged, validated pipeline as YAML (every default spelled out; no ``base``)."""
         import yaml
 
         return yaml.safe_dump(self.spec.model_dump(by_alias=True, mode="json"), sort_keys=False, allow_unicode=True)
@@ -70,6 +72,11 @@ class ParsedPipeline:
     rendered: str
     data: dict
     project: ProjectConfig
+    document: Document  # the file and its bases, which know where each value was written
+
+    def errors(self, problems: list[Diagnostic]) -> ConfigError:
+        """Every problem, each placed in the file (this one or a base) where its value was written."""
+        return ConfigError(sort_unique(self.document.relocate(problems, str(self.path))))
 
     def loaded(self) -> LoadedPipeline:
         assert self.spec is not None, "only a pipeline that parsed is loaded"
@@ -87,16 +94,12 @@ def parse_pipeline(
     settings, problems = parse_settings(tuple(sets or ()), file)
     problems += import_project_plugins(project)
     source = _read(path, file)
-    variables, paths, unused = _variables(source, settings, project, file)
-    problems += unused
-    rendered, diagnostics = render(source, variables, file)
-    if rendered is None:
-        raise ConfigError(sort_unique(problems + diagnostics))
-    data, positions, diagnostics = parse_yaml(rendered, file, line_mapper(source, rendered))
-    problems += diagnostics
-    if not diagnostics and not isinstance(data, dict):
-        problems.append(_not_a_mapping(data, file, positions.locate(())))
-    if not isinstance(data, dict):
+    variables = {**project.vars, **{s.path[0]: s.value for s in settings if s.is_variable}}
+    document = load_document(path, source, variables, file)
+    data, positions, diagnostics = document.data, document.positions, document.problems
+    paths, unused = _overrides(document.sources, settings, project, file)
+    problems += unused + diagnostics
+    if data is None:
         raise ConfigError(sort_unique(problems))
     problems += apply_overrides(data, positions, paths, Pipeline, file, config_model_of)
     report = Reporter(file, positions)
@@ -107,7 +110,7 @@ def parse_pipeline(
     except ValidationError as exc:
         report.diagnostics += _not_follow_ons(validation_diagnostics(exc, Pipeline, data, positions, file), diagnostics)
         subject = _subject_despite(data, exc)
-    return ParsedPipeline(spec, subject, report, problems, path, source, rendered, data, project)
+    return ParsedPipeline(spec, subject, report, problems, path, source, document.rendered, data, project, document)
 
 
 def _read(path: Path, file: str) -> str:
@@ -124,31 +127,26 @@ def _read(path: Path, file: str) -> str:
     return text
 
 
-def _variables(
-    source: str, settings: list[Setting], project: ProjectConfig, file: str
-) -> tuple[dict[str, Any], list[Setting], list[Diagnostic]]:
-    """Split ``--set``s into template variables and path overrides; a problem for a name that is neither."""
-    variables = dict(project.vars)
-    used = template_variables(source) or set()
+def _overrides(
+    sources: list[str], settings: list[Setting], project: ProjectConfig, file: str
+) -> tuple[list[Setting], list[Diagnostic]]:
+    """The ``--set``s that are path overrides; a problem for a name that no template (of the file or its bases)
+    uses and that is no top-level field either."""
+    used = set().union(*(template_variables(source) or set() for source in sources))
     paths = [s for s in settings if not s.is_variable]
     problems = []
     for setting in (s for s in settings if s.is_variable):
         name = setting.path[0]
         if name in used or name in project.vars:
-            variables[name] = setting.value
-        elif name in Pipeline.model_fields:
+            continue
+        if name in Pipeline.model_fields:
             paths.append(setting)  # not a variable of this template, but a top-level field
         else:
             known = sorted(used | set(project.vars))
             fix = suggestion(name, known) or f"its variables: {', '.join(known) or 'none'}"
             problems.append(Diagnostic(file, 1, 1, "", f"--set {setting.text}: the pipeline has no template variable "
                                        f"{name!r} (and no top-level field of that name)", fix))
-    return variables, paths, problems
-
-
-def _not_a_mapping(data: Any, file: str, where: tuple[int, int]) -> Diagnostic:
-    got = "nothing (only comments)" if data is None else f"a {type(data).__name__}"
-    return Diagnostic(file, *where, "", f"the top level must be a mapping (name:, data:, stages:, ...), got {got}")
+    return paths, problems
 
 
 def _not_follow_ons(found: list[Diagnostic], earlier: list[Diagnostic]) -> list[Diagnostic]:

@@ -45,3 +45,12 @@ def test_every_stage_kind_has_a_with_rule():
     stage = SCHEMA["$defs"]["StageSpec"]
     assert stage["properties"]["uses"]["examples"] == STAGE_KINDS.names()
     assert [rule["if"]["properties"]["uses"]["const"] for rule in stage["allOf"]] == STAGE_KINDS.names()
+
+
+def test_a_file_with_a_base_states_only_what_differs():
+    import yaml
+
+    derived = yaml.safe_load((REPO / "pipelines" / "bird_grpo_remote.yaml").read_text())
+    assert [e.message for e in VALIDATOR.iter_errors({k: v for k, v in derived.items() if k != "resources"})] == []
+    assert any("'name' is a required property" in e.message for e in VALIDATOR.iter_errors({"data": {}}))
+    assert any("was unexpected" in e.message for e in VALIDATOR.iter_errors({"base": "a.yaml", "bsae": 1}))

@@ -17,7 +17,7 @@ from rlflow.schemas.project import load_project_config
 NO_HEADER = {"empty.yaml": [(1, "the file is empty")]}
 CASES = sorted(BROKEN.glob("*.yaml"))
 CLI_CASES = ["python_tag_os_system", "sandbox_escape_os_system", "alias_bomb", "binary_garbage", "bad_set_path",
-             "inventory_gpu_shortfall", "empty", "template_line_shift"]
+             "inventory_gpu_shortfall", "empty", "template_line_shift", "base_unknown_stage"]
 
 
 def _expectations(path):
