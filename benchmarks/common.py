@@ -33,7 +33,7 @@ from typing import Any, Iterable, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
-WARM_START = ROOT / "models" / "tiny-sql-warm"
+WARM_START = ROOT / "rlflow" / "assets" / "models" / "tiny-sql-warm"
 BUILTIN_DIR = ROOT / "runs" / "bench-model" / "tiny-qwen2"
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
