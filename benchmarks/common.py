@@ -8,9 +8,9 @@ Design decisions:
 - The machine is shared and noisy: every comparison runs its arms side by side in one
   invocation, interleaved (``rotations``), and reports medians and ratios of medians. The load
   average before and after is written beside every figure so a reader can judge the noise.
-- One model for every arm: the warm start ``models/tiny-sql-warm`` when it exists, else the
-  built-in tiny model saved once with ``save_pretrained`` under ``runs/bench-model`` (so rlflow,
-  the plain loop, HF generate, TRL and vLLM all load the very same weights and tokenizer).
+- One model for every arm: the warm start ``rlflow/assets/models/tiny-sql-warm`` when it exists,
+  else the built-in tiny model saved once with ``save_pretrained`` under ``runs/bench-model`` (so
+  rlflow, the plain loop, HF generate, TRL and vLLM all load the very same weights and tokenizer).
 - Results go to ``benchmarks/results/<name>.json``; ``--quick`` runs go to ``<name>_quick.json``
   so that a smoke run never overwrites a real figure. Every result carries a ``summary`` list
   of rows (figure, measured, goal, met) that ``run_all.py`` turns into ``SUMMARY.md``.
