@@ -15,7 +15,7 @@ $(BIN)/activate:
 # torch first, pinned through constraints.txt: plain `torch` would pull a multi-GB CUDA build.
 $(VENV)/.installed: $(BIN)/activate pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
-	$(BIN)/pip install -q -c constraints.txt -e '.[test,deepspeed]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[train,test,deepspeed]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -36,7 +36,7 @@ GOAL_EXPONENT = 1.1
 BASE = """\
 name: bench-{size}
 model: {{path: builtin:tiny-qwen2}}
-data: {{format: bird, train: data/bird_sample/train.json, val: data/bird_sample/dev.json, databases: data/bird_sample/databases}}
+data: {{format: bird, train: rlflow/assets/data/bird_sample/train.json, val: rlflow/assets/data/bird_sample/dev.json, databases: rlflow/assets/data/bird_sample/databases}}
 algorithm: {{adv_estimator: grpo, n: 8, use_kl_loss: true}}
 trainer: {{train_batch_size: 16, ppo_mini_batch_size: 8, total_steps: 30, save_freq: 10, test_freq: 10}}
 resources:

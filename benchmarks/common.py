@@ -9,9 +9,9 @@ Design decisions:
 - The machine is shared and noisy: every comparison runs its arms side by side in one
   invocation, interleaved (``rotations``), and reports medians and ratios of medians. The load
   average before and after is written beside every figure so a reader can judge the noise.
-- One model for every arm: the warm start ``models/tiny-sql-warm`` when it exists, else the
-  built-in tiny model saved once with ``save_pretrained`` under ``runs/bench-model`` (so rlflow,
-  the plain loop, HF generate, TRL and vLLM all load the very same weights and tokenizer).
+- One model for every arm: the warm start ``rlflow/assets/models/tiny-sql-warm`` when it exists,
+  else the built-in tiny model saved once with ``save_pretrained`` under ``runs/bench-model`` (so
+  rlflow, the plain loop, HF generate, TRL and vLLM all load the very same weights and tokenizer).
 - Results go to ``benchmarks/results/<name>.json``; ``--quick`` runs go to ``<name>_quick.json``
   so that a smoke run never overwrites a real figure. Every result carries a ``summary`` list
   of rows (figure, measured, goal, met) that ``run_all.py`` turns into the README's results table
@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
-WARM_START = ROOT / "models" / "tiny-sql-warm"
+WARM_START = ROOT / "rlflow" / "assets" / "models" / "tiny-sql-warm"
 BUILTIN_DIR = ROOT / "runs" / "bench-model" / "tiny-qwen2"
 TRL_PYTHON = ROOT / ".venv-trl" / "bin" / "python"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"

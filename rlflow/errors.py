@@ -84,3 +84,15 @@ class DataError(RlflowError):
     """A data file, database or prompt template is missing or invalid (the file and field are named)."""
 
     exit_code = 2
+
+
+class ExtraMissing(RlflowError):
+    """A command needs packages of an optional extra that is not installed (the pip install is named)."""
+
+    exit_code = 2
+
+
+class TargetExists(RlflowError):
+    """A command would overwrite files that exist (they are named, with the flag that allows it)."""
+
+    exit_code = 2

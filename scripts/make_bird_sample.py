@@ -1,6 +1,6 @@
-"""Generate the BIRD-format sample shipped in data/bird_sample (deterministic, offline).
+"""Generate the BIRD-format sample shipped in rlflow/assets/data/bird_sample (deterministic, offline).
 
-    python scripts/make_bird_sample.py [--out data/bird_sample] [--seed 7]
+    python scripts/make_bird_sample.py [--out rlflow/assets/data/bird_sample] [--seed 7]
 
 Writes ``train.json``, ``dev.json`` (BIRD's layout: a JSON list of objects with
 ``question_id``, ``db_id``, ``question``, ``evidence``, ``SQL``, ``difficulty``) and
@@ -415,7 +415,8 @@ def summary(splits: dict[str, list[dict]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "data" / "bird_sample")
+    parser.add_argument("--out", type=Path,
+                        default=Path(__file__).resolve().parents[1] / "rlflow" / "assets" / "data" / "bird_sample")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     print(summary(generate(args.out, args.seed)))

@@ -1,6 +1,6 @@
 """Train the built-in tiny model's tokenizer (deterministic, offline).
 
-    python scripts/make_tiny_tokenizer.py [--bird data/bird_sample] [--vocab-size 3072]
+    python scripts/make_tiny_tokenizer.py [--bird rlflow/assets/data/bird_sample] [--vocab-size 3072]
                                           [--out rlflow/data/assets/tiny_tokenizer]
 
 Writes ``tokenizer.json`` and ``tokenizer_config.json`` (a Hugging Face tokenizer directory
@@ -142,7 +142,7 @@ def write(tok, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bird", type=Path, default=ROOT / "data" / "bird_sample")
+    parser.add_argument("--bird", type=Path, default=ROOT / "rlflow" / "assets" / "data" / "bird_sample")
     parser.add_argument("--vocab-size", type=int, default=3072)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)

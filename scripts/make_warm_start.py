@@ -1,7 +1,7 @@
 """Make the warm start of the BIRD GRPO pipeline: a short supervised fine-tune of the built-in tiny model.
 
-    python scripts/make_warm_start.py       # remakes models/tiny-sql-warm as shipped (about 8 min on 1 core)
-    python scripts/make_warm_start.py [--bird-root data/bird_sample] [--out DIR] [--seed 0]
+    python scripts/make_warm_start.py       # remakes rlflow/assets/models/tiny-sql-warm (about 8 min on 1 core)
+    python scripts/make_warm_start.py [--bird-root rlflow/assets/data/bird_sample] [--out DIR] [--seed 0]
                                       [--train-questions 0] [--steps 320] [--lr 1e-3] [--batch-size 16]
 
 A randomly initialised ``builtin:tiny-qwen2`` never writes a query that runs, so GRPO sees
@@ -50,8 +50,9 @@ log = logging.getLogger("make_warm_start")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--bird-root", default="data/bird_sample", help="BIRD-format folder (train.json, dev.json, databases/)")
-    p.add_argument("--out", default="models/tiny-sql-warm", help="output Hugging Face directory")
+    p.add_argument("--bird-root", default="rlflow/assets/data/bird_sample",
+                   help="BIRD-format folder (train.json, dev.json, databases/)")
+    p.add_argument("--out", default="rlflow/assets/models/tiny-sql-warm", help="output Hugging Face directory")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the shuffling")
     p.add_argument("--steps", type=int, default=320, help="optimizer steps (training stops here on purpose)")
     p.add_argument("--lr", type=float, default=1e-3)

@@ -1,4 +1,4 @@
-"""The shipped warm start (models/tiny-sql-warm) loads through rlflow and answers questions.
+"""The shipped warm start (rlflow/assets/models/tiny-sql-warm) loads through rlflow and answers questions.
 
 A smoke test of the artifact the default pipeline starts from: it must load with rlflow's own
 model code, greedy-decode a ```sql fenced block (the format the reward extracts), and get some
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from rlflow.assets import ASSETS, BIRD_SAMPLE, WARM_START
+
 ROOT = Path(__file__).resolve().parents[1]
-WARM = ROOT / "models" / "tiny-sql-warm"
+WARM = WARM_START
 PROMPTS = 16
 
 
@@ -35,7 +37,7 @@ def warm():
     tokenizer = load_tokenizer(spec, ROOT)
     model = load_model(spec, tokenizer, seed=1, root=ROOT).eval()
     pipeline = load_pipeline(ROOT / "pipelines" / "bird_grpo.yaml",
-                             sets=["bird_root=data/bird_sample", f"model_path={WARM}"]).spec
+                             sets=[f"bird_root={BIRD_SAMPLE}", f"model_path={WARM}"]).spec
     return tokenizer, model, load_split(pipeline, "train", ROOT, tokenizer)
 
 
@@ -50,17 +52,19 @@ def _greedy(tokenizer, model, dataset, indices: list[int]) -> list[str]:
     return tokenizer.batch_decode([r[:n] for r, n in zip(responses.tolist(), lengths)], skip_special_tokens=True)
 
 
-def test_the_default_project_starts_from_it():
+def test_the_default_projects_start_from_it():
     import yaml
 
-    assert yaml.safe_load((ROOT / "rlflow.yaml").read_text())["vars"]["model_path"] == "models/tiny-sql-warm"
+    for project in (ROOT, ASSETS):  # the repository, and the starter project `rlflow init` copies
+        model_path = yaml.safe_load((project / "rlflow.yaml").read_text())["vars"]["model_path"]
+        assert (project / model_path).resolve() == WARM
 
 
 def test_record_says_train_split_only():
     meta = json.loads((WARM / "warm_start.json").read_text())
     assert meta["base"] == "builtin:tiny-qwen2" and meta["trained_on"] == "train.json"
-    train = json.loads((ROOT / "data/bird_sample/train.json").read_text())
-    dev = json.loads((ROOT / "data/bird_sample/dev.json").read_text())
+    train = json.loads((BIRD_SAMPLE / "train.json").read_text())
+    dev = json.loads((BIRD_SAMPLE / "dev.json").read_text())
     assert set(meta["train_question_ids"]) <= {q["question_id"] for q in train}
     assert len(set(meta["train_question_ids"])) == meta["train_questions"] <= len(train)
     seen = {(q["db_id"], q["question"]) for q in train}

@@ -25,6 +25,7 @@ from typing import List, Optional
 
 import typer
 
+from rlflow.cli.extras import require_train
 from rlflow.errors import BackendError, ConfigError, Diagnostic
 
 backend_app = typer.Typer(help="Remote backends: serve the reference backend, list what is registered.", no_args_is_help=True)
@@ -42,6 +43,7 @@ def serve(
     handle_file: Optional[Path] = typer.Option(None, "--handle-file", help="Also write the handle here (mode 0600)."),
 ) -> None:
     """Serve the reference backend in the foreground; prints the handle a run joins with."""
+    require_train("backend serve")
     from rlflow.backends.remote.config import ReferenceConfig, ServeConfig
 
     main_config = _main_config(config, resource, set_ or ())

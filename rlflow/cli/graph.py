@@ -19,6 +19,7 @@ from typing import List, Optional
 
 import typer
 
+from rlflow.cli.extras import PLOT_MODULES, require_train
 from rlflow.errors import RlflowError
 
 FORMATS = ("text", "mermaid", "dot", "json")
@@ -98,6 +99,7 @@ def _timeline(run_dir: Path, fmt: str, render: bool, output: Path | None) -> Non
         raise typer.BadParameter("a timeline prints as text (or draws with --render)", param_hint="--format")
     spans = read_trace(trace_path(run_dir))
     if render:
+        require_train("graph --timeline --render", PLOT_MODULES)
         target = render_timeline(spans, output or DEFAULT_TIMELINE_PICTURE, title=f"timeline of {run_dir}")
         typer.echo(f"wrote {target}")
         return

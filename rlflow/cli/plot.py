@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 
+from rlflow.cli.extras import PLOT_MODULES, require_train
 from rlflow.errors import DataError
 
 REWARD_KEYS = ("critic/score/mean", "reward/exec_acc")
@@ -91,6 +92,7 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(Path("curve.png"), "-o", "--output", help="Image to write (.png, .svg, .pdf)."),
     ) -> None:
         """Draw a run's training reward and validation accuracy over steps."""
+        require_train("plot", PLOT_MODULES)
         path = _metrics_file(run_dir)
         reward, val = read_series(path)
         draw(reward, val, output, title=str(path.parent))

@@ -11,6 +11,8 @@ from typing import List, Optional
 
 import typer
 
+from rlflow.cli.extras import require_train
+
 
 def run(
     pipeline: Path = typer.Argument(..., help="Pipeline file (YAML, a Jinja2 template)."),
@@ -21,6 +23,7 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the runtime does."),
 ) -> None:
     """Train: run the pipeline's GRPO steps on Ray (an embedded local Ray unless rlflow.yaml names a cluster)."""
+    require_train("run")
     from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from rlflow.assets import BIRD_SAMPLE
+
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE = REPO / "data" / "bird_sample"
+SAMPLE = BIRD_SAMPLE
 
 
 def make_db(path: Path, rows: int = 3) -> Path:

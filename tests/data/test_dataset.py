@@ -18,8 +18,8 @@ from rlflow.errors import DataError
 
 
 def sample_spec(**overrides):
-    data = {"train": "data/bird_sample/train.json", "val": "data/bird_sample/dev.json",
-            "databases": "data/bird_sample/databases", **overrides}
+    data = {"train": "rlflow/assets/data/bird_sample/train.json", "val": "rlflow/assets/data/bird_sample/dev.json",
+            "databases": "rlflow/assets/data/bird_sample/databases", **overrides}
     return pipeline(**data)
 
 

@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from rlflow.assets import BIRD_SAMPLE
+
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE = REPO / "data" / "bird_sample"
+SAMPLE = BIRD_SAMPLE
 PIPELINE = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-SAMPLE_DB = Path(__file__).resolve().parents[2] / "data" / "bird_sample" / "databases" / "company" / "company.sqlite"
+from rlflow.assets import BIRD_SAMPLE
+
+SAMPLE_DB = BIRD_SAMPLE / "databases" / "company" / "company.sqlite"
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlflow.assets import BIRD_SAMPLE
 from rlflow.batch import Batch
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.stages.base import StageContext
@@ -117,7 +118,7 @@ def test_every_sample_gold_answer_scores_correct():
     import json
     from pathlib import Path
 
-    sample = Path(__file__).resolve().parents[2] / "data" / "bird_sample"
+    sample = BIRD_SAMPLE
     databases = sample / "databases"
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in databases.rglob("*") if p.is_file()}
     records = json.loads((sample / "dev.json").read_text())

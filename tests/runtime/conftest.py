@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime_helpers import REPO
+from rlflow.assets import BIRD_SAMPLE
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def project_dir(tmp_path: Path) -> Path:
     (tmp_path / "rlflow.yaml").write_text(
         "vars:\n"
         "  model_path: builtin:tiny-qwen2\n"
-        f"  bird_root: {REPO / 'data' / 'bird_sample'}\n"
+        f"  bird_root: {BIRD_SAMPLE}\n"
         "plugins: [rlflow_test_faults]\n"
         "runs_dir: runs\n"
     )

@@ -12,6 +12,8 @@ import pytest
 
 from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
 
+from rlflow.assets import BIRD_SAMPLE
+
 
 @pytest.fixture
 def two_node_cluster():
@@ -26,7 +28,7 @@ def two_node_cluster():
 
 def test_two_node_pool_gets_one_bundle_per_node_and_trains(two_node_cluster, tmp_path):
     (tmp_path / "rlflow.yaml").write_text(
-        f"vars: {{model_path: 'builtin:tiny-qwen2', bird_root: '{REPO / 'data' / 'bird_sample'}'}}\n"
+        f"vars: {{model_path: 'builtin:tiny-qwen2', bird_root: '{BIRD_SAMPLE}'}}\n"
         f"ray: {{address: '{two_node_cluster.address}'}}\n"
     )
     run_dir = tmp_path / "run"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlflow.assets import BIRD_SAMPLE
 from rlflow.backends.local import models
 from rlflow.data import tokenizer as tokenizers
 from rlflow.errors import BackendError
@@ -39,7 +40,7 @@ def test_tokenizer_script_is_deterministic_and_reproduces_the_shipped_asset(tmp_
         import make_tiny_tokenizer as script
     finally:
         sys.path.pop(0)
-    corpus = script.builtin_corpus(random.Random(0)) + script.bird_corpus(ROOT / "data" / "bird_sample")
+    corpus = script.builtin_corpus(random.Random(0)) + script.bird_corpus(BIRD_SAMPLE)
     first, second = script.train(corpus, 3072), script.train(corpus, 3072)
     assert first.to_str() == second.to_str()
     script.write(first, tmp_path)

@@ -1,0 +1,25 @@
+"""The starter project shipped inside the package: what ``rlflow init`` copies, what the repository runs.
+
+The folder is laid out as a project: ``rlflow.yaml``, ``pipelines/`` (the default pipelines),
+``data/bird_sample/`` (a small BIRD-format text-to-SQL sample, made by
+``scripts/make_bird_sample.py``) and ``models/tiny-sql-warm/`` (the warm start, made by
+``scripts/make_warm_start.py``). Design decisions:
+
+- One copy. The repository's own ``rlflow.yaml`` points its vars here and its ``pipelines``
+  is a link to ``pipelines/`` here, so a clone and an installed wheel run the same files.
+- Shipped as package data (plain files next to this module), read through ``__file__``: the
+  model and the databases must be real files on disk anyway (Hugging Face and SQLite open
+  paths), and wheels install unzipped.
+- This module holds paths only; copying them into a new project is ``rlflow.cli.init``'s job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ASSETS = Path(__file__).resolve().parent
+PIPELINES = ASSETS / "pipelines"
+BIRD_SAMPLE = ASSETS / "data" / "bird_sample"
+WARM_START = ASSETS / "models" / "tiny-sql-warm"
+# what the starter project holds, relative to ASSETS (this module and caches stay behind)
+STARTER_FILES = ("rlflow.yaml", "pipelines", "data", "models")
