@@ -55,3 +55,9 @@ class DataError(RlflowError):
     """A data file, database or prompt template is missing or invalid (the file and field are named)."""
 
     exit_code = 2
+
+
+class RunDirInUse(RlflowError):
+    """Another live run holds the run directory (its pid and host are named)."""
+
+    exit_code = 2
