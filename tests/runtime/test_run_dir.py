@@ -78,3 +78,20 @@ def test_discard_removes_only_what_the_claim_created_and_only_if_unused(tmp_path
     lock.discard(())
     lock.release()
     assert existing.is_dir(), "a directory the user made is never removed"
+
+
+def test_run_and_resume_of_a_directory_in_use_are_refused_at_once(project_dir):
+    from runtime_helpers import REPO, rlflow
+
+    (project_dir / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text())
+    run = project_dir / "runs" / "busy"
+    holder = hold_lock_in_subprocess(run)
+    try:
+        for args in (("--run-dir", str(run)), ("--resume", str(run))):
+            result = rlflow("run", "p.yaml", *args, cwd=project_dir)
+            assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+            assert f"is in use by pid {holder.pid} on host {socket.gethostname()}" in result.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.name for p in run.iterdir()) == ["run.lock"], "the refused runs wrote nothing"
