@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from rlflow.errors import ConfigError
 from rlflow.schemas.checks import Reporter, Subject, run_checks
 from rlflow.schemas.diagnostics import Diagnostic, sort_unique, suggestion
-from rlflow.schemas.overrides import Setting, apply_overrides, parse_settings
+from rlflow.schemas.overrides import Setting, apply_overrides, mark_set_origins, parse_settings
 from rlflow.schemas.pipeline import AlgorithmSpec, CpuPool, LocalPool, Pipeline, RemotePool, StageSpec, TrainerSpec
 from rlflow.schemas.project import ProjectConfig, import_project_plugins, load_project_config
 from rlflow.schemas.templating import line_mapper, render, template_variables
@@ -86,7 +86,7 @@ def load_pipeline(
         report.diagnostics += _not_follow_ons(validation_diagnostics(exc, Pipeline, data, positions, file), diagnostics)
         subject = _subject_despite(data, exc)
     run_checks(subject, report, project)
-    problems += report.diagnostics
+    problems += mark_set_origins(report.diagnostics, paths)
     if problems or spec is None:
         raise ConfigError(sort_unique(problems))
     return LoadedPipeline(spec, path, source, rendered, data, project)

@@ -10,11 +10,14 @@ Design decisions:
   did-you-mean even for a key the file does not contain yet; keys under a stage's ``with``
   are checked against that stage kind's config model. A list index must exist.
 - Problems are positioned in the pipeline file, at the deepest part of the path it holds.
+- A value that is applied but then fails validation or a check is still reported at its place
+  in the file, and named as the ``--set`` it came from (``mark_set_origins``), so nobody
+  searches the file for a value that is not in it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
@@ -74,6 +77,18 @@ def apply_overrides(
             message = f"--set {setting.text}: {message}"
             problems.append(Diagnostic(file, line, col, format_path(setting.path), message, fix))
     return problems
+
+
+def mark_set_origins(diagnostics: list[Diagnostic], settings: list[Setting]) -> list[Diagnostic]:
+    """Prefix ``--set <text>:`` to each diagnostic at or under a path that a ``--set`` replaced (the last one wins)."""
+    out = []
+    for diagnostic in diagnostics:
+        at = parse_path(diagnostic.path) if diagnostic.path else ()
+        origin = next((s for s in reversed(settings) if at[: len(s.path)] == s.path), None)
+        if origin is not None:
+            diagnostic = replace(diagnostic, message=f"--set {origin.text}: {diagnostic.message}")
+        out.append(diagnostic)
+    return out
 
 
 def _check_path(data: dict, path: tuple, root: Any) -> tuple[int, str, str] | None:
