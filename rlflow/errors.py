@@ -61,3 +61,7 @@ class RunDirInUse(RlflowError):
     """Another live run holds the run directory (its pid and host are named)."""
 
     exit_code = 2
+
+
+class ClusterUnreachable(ResourceError):
+    """The Ray cluster named in rlflow.yaml cannot be reached or refuses this driver (the address is named)."""
