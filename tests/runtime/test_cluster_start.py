@@ -37,8 +37,28 @@ def ray_head():
     subprocess.run([str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
                     "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=180)
     yield temp, f"127.0.0.1:{port}"
-    subprocess.run([str(ray_cli), "stop", "--force"], env=env, capture_output=True, timeout=120)
+    _kill_processes_under(temp)  # `ray stop` would stop every Ray on the machine, not just this head
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def _kill_processes_under(temp: Path) -> None:
+    """SIGKILL the head's processes: those started with its private temp dir in their environment or command line."""
+    import psutil
+
+    mine = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            ours = proc.environ().get("RAY_TMPDIR") == str(temp) or str(temp) in " ".join(proc.info["cmdline"] or ())
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if ours:
+            mine.append(proc)
+    for proc in mine:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(mine, timeout=30)
 
 
 def test_no_address_runs_locally_whatever_ray_address_and_a_running_head_say(project_dir, ray_head):
