@@ -56,7 +56,8 @@ def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) ->
             log.warning("ignored half-written checkpoints %s (a run died while writing them)", ", ".join(swept))
         ckpt = checkpoints.latest(rd.checkpoints)
         if ckpt is None:
-            raise ResumeError(f"{target} has no complete checkpoint to resume from (set trainer.save_freq to write them)")
+            raise ResumeError(f"{target} has no complete checkpoint to resume from "
+                              "(set trainer.save_freq to write them)")
     except BaseException:
         lock.release()
         raise

@@ -65,7 +65,8 @@ def test_no_address_runs_locally_whatever_ray_address_and_a_running_head_say(pro
     temp, _ = ray_head
     (project_dir / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text())
     env = {"RAY_ADDRESS": f"127.0.0.1:{_closed_port()}", "RAY_TMPDIR": str(temp)}
-    result = rlflow("run", "p.yaml", "--run-dir", "runs/r", *small_sets("trainer.total_steps=1"), cwd=project_dir, env=env)
+    sets = small_sets("trainer.total_steps=1")
+    result = rlflow("run", "p.yaml", "--run-dir", "runs/r", *sets, cwd=project_dir, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert read_jsonl(project_dir / "runs" / "r" / "metrics.jsonl")[-1]["step"] == 1
 
