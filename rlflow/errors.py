@@ -96,3 +96,13 @@ class TargetExists(RlflowError):
     """A command would overwrite files that exist (they are named, with the flag that allows it)."""
 
     exit_code = 2
+
+
+class RunDirInUse(RlflowError):
+    """Another live run holds the run directory (its pid and host are named)."""
+
+    exit_code = 2
+
+
+class ClusterUnreachable(ResourceError):
+    """The Ray cluster named in rlflow.yaml cannot be reached or refuses this driver (the address is named)."""

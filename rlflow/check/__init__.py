@@ -28,9 +28,8 @@ def load_pipeline(path: str | os.PathLike, sets: Sequence[str] = (), project: Pr
     """Load and validate a pipeline file; raises ConfigError holding every problem found."""
     parsed = parse_pipeline(path, sets, project, config_model_of)
     run_checks(parsed.subject, parsed.report, parsed.project)
-    problems = parsed.problems + parsed.report.diagnostics
-    if problems or parsed.spec is None:
-        raise parsed.errors(problems)
+    if parsed.all_problems() or parsed.spec is None:
+        raise parsed.errors()
     return parsed.loaded()
 
 

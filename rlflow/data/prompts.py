@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
+from rlflow.data.text import read_utf8
 from rlflow.errors import DataError
 from rlflow.reward.sql_exec import connect_readonly
 
@@ -42,7 +43,7 @@ class PromptTemplate:
                                    keep_trailing_newline=True, autoescape=False)
         self.path = path
         try:
-            source = path.read_text(encoding="utf-8")
+            source = read_utf8(path)
         except OSError as exc:
             raise DataError(f"data.prompt_template: cannot read {path} ({exc.strerror})") from None
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rlflow.data.text import read_utf8
 from rlflow.errors import DataError
 
 REQUIRED = ("db_id", "question", "SQL")
@@ -20,7 +21,7 @@ _MAX_REPORTED = 10
 
 def _read_bird(path: Path) -> list:
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
+        records = json.loads(read_utf8(path))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
     if not isinstance(records, list):
@@ -30,7 +31,7 @@ def _read_bird(path: Path) -> list:
 
 def _read_jsonl(path: Path) -> list:
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_utf8(path).splitlines(), start=1):
         if line.strip():
             try:
                 records.append(json.loads(line))

@@ -10,25 +10,33 @@ Model-written SQL is hostile input. Each layer below holds on its own:
   and denies everything else: writes, DDL, ATTACH/DETACH, every PRAGMA, transactions.
 - Extension loading is off and ``SQLITE_LIMIT_ATTACHED`` is 0; values are capped at 10 MB so
   ``zeroblob(1e9)`` cannot allocate a gigabyte.
-- A progress handler interrupts a statement once its wall-clock budget is spent (recursive-CTE
-  bombs, cross joins), and at most ``max_rows`` rows are fetched; more is an error.
+- Memory is bounded twice. SQLite's own heap has a process-wide hard limit (``PRAGMA
+  hard_heap_limit``, with a soft limit below it so page caches shrink first): a row of 200
+  ``zeroblob(9e6)`` columns fails inside SQLite with "out of memory" instead of being built. The
+  result as Python holds it is capped in total (``max_result_bytes``): rows are fetched one at a
+  time and their sizes counted as they arrive, so a result is never held past the cap plus one row.
+- One wall-clock deadline covers the statement and the fetching: a progress handler interrupts
+  SQLite once it is spent (recursive-CTE bombs, cross joins) and the fetch loop checks it per row.
+  At most ``max_rows`` rows are fetched; more is an error.
 - Only one statement runs, and only a query: the text must open with SELECT, WITH or VALUES
   (after comments and parentheses), and the sqlite3 module refuses a string holding two.
 
 The outcome is an ``ExecResult``: ``ok`` with the rows as a frozenset (BIRD compares result
-sets), or ``error`` / ``refused`` / ``timeout`` / ``too_many_rows`` with SQLite's message.
+sets), or ``error`` / ``refused`` / ``timeout`` / ``too_many_rows`` / ``too_large`` /
+``out_of_memory`` with a message; every failure of one query is a result, never an exception.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-Status = Literal["ok", "error", "refused", "timeout", "too_many_rows"]
+Status = Literal["ok", "error", "refused", "timeout", "too_many_rows", "too_large", "out_of_memory"]
 
 _ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
                               sqlite3.SQLITE_RECURSIVE})
@@ -39,6 +47,11 @@ _DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "
 _QUERY_KEYWORDS = ("select", "with", "values")
 _LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$)|\()*", re.S)
 _MAX_VALUE_BYTES = 10_000_000
+# SQLite's heap, process-wide. Legitimate queries need little (page caches, sorters that spill to temp files);
+# the soft limit makes the page caches of many open databases recycle pages before the hard limit refuses.
+_HEAP_HARD_LIMIT = 64 * 2**20
+_HEAP_SOFT_LIMIT = 32 * 2**20
+DEFAULT_MAX_RESULT_BYTES = 32 * 2**20
 _MAX_SQL_BYTES = 100_000
 _REFUSALS = ("not authorized", "readonly database")  # the authorizer's and mode=ro's messages
 _PROGRESS_EVERY = 1_000  # VM instructions between deadline checks: cheap, and well under a millisecond
@@ -78,6 +91,8 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     # Some databases hold text that is not valid UTF-8; decode it leniently, the same way for gold and prediction.
     conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
     conn.execute("PRAGMA query_only = ON")
+    conn.execute(f"PRAGMA soft_heap_limit = {_HEAP_SOFT_LIMIT}")
+    conn.execute(f"PRAGMA hard_heap_limit = {_HEAP_HARD_LIMIT}")
     conn.set_authorizer(_authorize)
     return conn
 
@@ -98,8 +113,29 @@ def is_query(sql: str) -> bool:
     return bool(word) and word.group(0).lower() in _QUERY_KEYWORDS
 
 
-def execute(conn: sqlite3.Connection, sql: str, timeout_s: float, max_rows: int) -> ExecResult:
-    """Run one query under a wall-clock deadline and a row cap."""
+def _row_bytes(row: tuple) -> int:
+    return sys.getsizeof(row) + sum(sys.getsizeof(value) for value in row)
+
+
+def _fetch(cursor: sqlite3.Cursor, deadline: float, max_rows: int, max_bytes: int) -> ExecResult:
+    """The rows one at a time, so the deadline and both caps hold while Python copies them."""
+    rows = []
+    size = 0
+    for row in cursor:
+        size += _row_bytes(row)
+        rows.append(row)
+        if size > max_bytes:
+            return ExecResult("too_large", message=f"the result passed {max_bytes} bytes")
+        if len(rows) > max_rows:
+            return ExecResult("too_many_rows", message=f"more than {max_rows} rows")
+        if time.monotonic() > deadline:
+            return ExecResult("timeout", message="the time limit passed while fetching rows")
+    return ExecResult("ok", rows=frozenset(rows))
+
+
+def execute(conn: sqlite3.Connection, sql: str, timeout_s: float, max_rows: int,
+            max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> ExecResult:
+    """Run one query under a wall-clock deadline (statement and fetching), a row cap and a size cap."""
     if not is_query(sql):
         return ExecResult("refused", message="not a query: only SELECT, WITH or VALUES statements run")
     deadline = time.monotonic() + timeout_s
@@ -114,18 +150,20 @@ def execute(conn: sqlite3.Connection, sql: str, timeout_s: float, max_rows: int)
     cursor = None
     try:
         cursor = conn.execute(sql)
-        rows = cursor.fetchmany(max_rows + 1)
+        result = _fetch(cursor, deadline, max_rows, max_result_bytes)
     except (sqlite3.Error, sqlite3.Warning) as exc:  # Python < 3.11 raises Warning for a second statement
-        return _classify(exc, timed_out)
+        result = _classify(exc, timed_out)
+    except MemoryError:  # SQLite's heap limit (SQLITE_NOMEM) or the process's address-space limit
+        result = ExecResult("out_of_memory", message="out of memory")
     except (OverflowError, ValueError) as exc:  # e.g. an embedded NUL character
-        return ExecResult("error", message=str(exc))
+        result = ExecResult("error", message=str(exc))
     finally:
         if cursor is not None:
             cursor.close()  # ends the statement, releasing its read snapshot
         conn.set_progress_handler(None, 0)
-    if len(rows) > max_rows:
-        return ExecResult("too_many_rows", message=f"more than {max_rows} rows")
-    return ExecResult("ok", rows=frozenset(rows))
+    if result.ok and time.monotonic() > deadline:  # building the set of a large result counts too
+        return ExecResult("timeout", message="the time limit passed while collecting the result")
+    return result
 
 
 def compile_error(conn: sqlite3.Connection, sql: str) -> str | None:

@@ -1,19 +1,27 @@
 """Starting or joining Ray, and checking that the cluster can hold every pool before anything starts.
 
 With no ``ray.address`` in rlflow.yaml an embedded local Ray is started (no dashboard, usage
-stats off, quiet). Its logical CPU count is raised to what the pipeline asks for when the
-laptop has fewer cores: CPU bundles are then shared, which is what a laptop user wants; GPUs
-are never invented. With an address, the existing cluster is joined and its real resources
-are checked.
+stats off, quiet), always: ``address="local"`` makes Ray ignore ``RAY_ADDRESS`` and any
+``ray start`` head on the machine, so what runs is what rlflow.yaml says. Its logical CPU count
+is raised to what the pipeline asks for when the laptop has fewer cores: CPU bundles are then
+shared, which is what a laptop user wants; GPUs are never invented.
+
+With an address, the existing cluster is joined and its real resources are checked. Ray reads
+its token-authentication settings (``RAY_AUTH_MODE=token`` and the token from
+``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) from the environment;
+rlflow passes them through untouched. A cluster that cannot be reached (probed with a plain
+TCP connection first, within ``ray.connect_timeout_s``, because Ray itself may wait minutes)
+or that refuses this driver is one line naming the address and what to check (docs/cluster.md).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass
 
-from rlflow.errors import ResourceError
+from rlflow.errors import ClusterUnreachable, ResourceError
 
 log = logging.getLogger("rlflow.runtime")
 EMBEDDED_START_ATTEMPTS = 3
@@ -46,20 +54,53 @@ def start_ray(project, cpu_demand: float) -> bool:
     if project.ray.namespace:
         kwargs.setdefault("namespace", project.ray.namespace)
     if project.ray.address:
-        ray.init(address=project.ray.address, **kwargs)
+        _join(ray, project.ray.address, project.ray.connect_timeout_s, kwargs)
         return True
     cpus = project.ray.num_cpus or max(os.cpu_count() or 1, int(-(-cpu_demand // 1)))
     for _ in range(EMBEDDED_START_ATTEMPTS - 1):
         try:
-            ray.init(num_cpus=cpus, **kwargs)
+            ray.init(address="local", num_cpus=cpus, **kwargs)
             return True
         except Exception as exc:  # Ray raises a bare Exception when its raylet misses a fixed 30 s start window
             if "timed out during startup" not in str(exc):
                 raise
             log.warning("the embedded Ray did not start in time (a busy machine?); trying again")
             ray.shutdown()
-    ray.init(num_cpus=cpus, **kwargs)  # the last attempt: its failure is the run's
+    ray.init(address="local", num_cpus=cpus, **kwargs)  # the last attempt: its failure is the run's
     return True
+
+
+def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:
+    """Join the cluster at ``address``; every way it can fail is one ``ClusterUnreachable`` line."""
+    where = f"the Ray cluster at {address!r} (ray.address in rlflow.yaml)"
+    _probe(address, timeout_s, where)
+    try:
+        ray.init(address=address, **kwargs)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError or its own errors here
+        ray.shutdown()
+        if type(exc).__name__ == "AuthenticationError":
+            raise ClusterUnreachable(
+                f"{where} refused this driver's token: set RAY_AUTH_MODE=token and the cluster's token in "
+                "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH (or ~/.ray/auth_token) before `rlflow run`") from exc
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ClusterUnreachable(
+            f"cannot join {where}: {first} (check the address and port, that the cluster runs the same Ray "
+            f"version ({ray.__version__}), or remove ray.address to run on a local Ray)") from exc
+
+
+def _probe(address: str, timeout_s: float, where: str) -> None:
+    """Fail fast when ``host:port`` takes no TCP connection ("auto" is left to Ray, which looks locally)."""
+    target = address.split("://", 1)[-1]
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ClusterUnreachable(
+            f"cannot reach {where}: {reason} within ray.connect_timeout_s={timeout_s:g}; check that `ray start "
+            "--head` runs there, the host name and port (the GCS port, 6379 by default), and firewalls") from None
 
 
 def cluster_nodes() -> list[dict[str, float]]:

@@ -1,6 +1,7 @@
 """``run_pipeline``: everything ``rlflow run`` does, from a loaded pipeline to a finished run.
 
-Order: compile the plan, load the data on the driver, start (or join) Ray, check that the
+Order: lock the run directory (one run per directory, see ``run_lock``), compile the plan,
+load the data on the driver, start (or join) Ray, check that the
 cluster can hold every pool (fail within seconds, shortfall named), start the pools, train.
 Whatever happens (an error, a dead worker, Ctrl-C) the pools are stopped and remote backends
 destroyed; the last complete checkpoint stays usable. With ``trainer.max_restarts > 0`` a
@@ -18,7 +19,8 @@ from typing import Any
 
 from rlflow.errors import ResumeError
 from rlflow.runtime import checkpoints, interrupts
-from rlflow.runtime.run_dir import RunDir, latest_run, new_run_id
+from rlflow.runtime.run_dir import RESOLVED, WORKERS, RunDir, latest_run, new_run_id
+from rlflow.runtime.run_lock import RunLock, claim_run_dir
 
 log = logging.getLogger("rlflow.runtime")
 
@@ -31,36 +33,56 @@ class RunResult:
     restarts: int
 
 
-def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) -> tuple[RunDir, Path | None]:
-    """Pick the run directory and, when resuming, the checkpoint to start from."""
+def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) -> tuple[RunDir, Path | None, RunLock]:
+    """Pick and lock the run directory and, when resuming, the checkpoint to start from. The lock comes
+    before any file is read or written; on a refusal it is released and what it created removed."""
     runs_dir = project.resolve(project.runs_dir)
     name = loaded.spec.name
     if resume is None:
         path = Path(run_dir) if run_dir else runs_dir / name / new_run_id()
+        lock = claim_run_dir(path)
         if (path / "metrics.jsonl").exists():
+            lock.release()
             raise ResumeError(f"run directory {path} already holds a run; use --resume {path} to continue it, or another --run-dir")
-        return RunDir(path), None
+        return RunDir(path), None, lock
     target = latest_run(runs_dir, name) if resume == "latest" else Path(resume)
     if target is None or not target.is_dir():
         raise ResumeError(f"nothing to resume: no run {'of ' + name + ' under ' + str(runs_dir) if resume == 'latest' else 'at ' + resume}")
-    rd = RunDir(target)
-    swept = checkpoints.sweep_partial(rd.checkpoints)
-    if swept:
-        log.warning("ignored half-written checkpoints %s (a run died while writing them)", ", ".join(swept))
-    ckpt = checkpoints.latest(rd.checkpoints)
-    if ckpt is None:
-        raise ResumeError(f"{target} has no complete checkpoint to resume from (set trainer.save_freq to write them)")
-    return rd, ckpt
+    lock = claim_run_dir(target)
+    try:
+        rd = RunDir(target)
+        swept = checkpoints.sweep_partial(rd.checkpoints)
+        if swept:
+            log.warning("ignored half-written checkpoints %s (a run died while writing them)", ", ".join(swept))
+        ckpt = checkpoints.latest(rd.checkpoints)
+        if ckpt is None:
+            raise ResumeError(f"{target} has no complete checkpoint to resume from "
+                              "(set trainer.save_freq to write them)")
+    except BaseException:
+        lock.release()
+        raise
+    return rd, ckpt, lock
 
 
 def run_pipeline(loaded, project, *, run_dir: str | None = None, resume: str | None = None, force: bool = False) -> RunResult:
+    """Run under the run directory's lock; a run that fails before writing a step leaves no directory behind."""
+    rd, ckpt, lock = prepare_run_dir(loaded, project, run_dir, resume)
+    try:
+        return _run_locked(loaded, project, rd, ckpt, force)
+    except BaseException:
+        lock.discard((RESOLVED, WORKERS))
+        raise
+    finally:
+        lock.release()
+
+
+def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool) -> RunResult:
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.trainer import load_data, total_steps
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spec = loaded.spec
     resolved = loaded.resolved_yaml()
-    rd, ckpt = prepare_run_dir(loaded, project, run_dir, resume)
     if ckpt is not None:
         checkpoints.check_resumable((ckpt / "pipeline.resolved.yaml").read_text(), resolved, force)
     plan = compile_plan(spec)

@@ -2,7 +2,8 @@
 
 ``<runs_dir>/<pipeline name>/<run id>/`` holds ``pipeline.resolved.yaml``, ``metrics.jsonl``
 (one object per step), ``trace.jsonl`` (one object per stage execution), ``workers.json``
-(where each resource's workers run) and ``checkpoints/step_<N>/``. Lines are appended and flushed one at a time so a crash loses at
+(where each resource's workers run), ``checkpoints/step_<N>/`` and ``run.lock`` (held by the
+live run, see ``run_lock``). Lines are appended and flushed one at a time so a crash loses at
 most the line being written; a resumed run truncates metrics past its checkpoint so no step
 appears twice.
 """

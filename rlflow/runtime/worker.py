@@ -24,6 +24,7 @@ from typing import Any
 
 from rlflow.batch import Batch
 from rlflow.registry import import_plugins
+from rlflow.runtime.limits import limit_address_space
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.stages import StageContext, get_stage_kind
 
@@ -59,6 +60,9 @@ class StageWorker:
         import_plugins(plugins)  # plugin stage kinds and backends must be known in this process too
         self.pipeline = Pipeline.model_validate(pipeline)
         self.resource = resource
+        spec = self.pipeline.resources.get(resource)
+        if spec is not None and spec.type == "cpu":
+            limit_address_space(spec.max_address_space_mb)
         self.rank = rank
         self.world_size = world_size
         self.project_root = Path(project_root)

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 from rlflow.errors import ConfigError
 from rlflow.schemas.diagnostics import Diagnostic, sort_unique, suggestion
 from rlflow.schemas.inherit import Document, load_document
-from rlflow.schemas.overrides import ConfigModelOf, Setting, apply_overrides, parse_settings
+from rlflow.schemas.overrides import ConfigModelOf, Setting, apply_overrides, mark_set_origins, parse_settings
 from rlflow.schemas.pipeline import AlgorithmSpec, CpuPool, LocalPool, Pipeline, RemotePool, StageSpec, TrainerSpec
 from rlflow.schemas.project import ProjectConfig, import_project_plugins, load_project_config
 from rlflow.schemas.subject import Reporter, Subject
@@ -73,10 +73,15 @@ class ParsedPipeline:
     data: dict
     project: ProjectConfig
     document: Document  # the file and its bases, which know where each value was written
+    overrides: list[Setting]  # the --set paths applied
 
-    def errors(self, problems: list[Diagnostic]) -> ConfigError:
+    def all_problems(self) -> list[Diagnostic]:
+        """The parse problems and what the report holds, a value set by ``--set`` named as such."""
+        return self.problems + mark_set_origins(self.report.diagnostics, self.overrides)
+
+    def errors(self) -> ConfigError:
         """Every problem, each placed in the file (this one or a base) where its value was written."""
-        return ConfigError(sort_unique(self.document.relocate(problems, str(self.path))))
+        return ConfigError(sort_unique(self.document.relocate(self.all_problems(), str(self.path))))
 
     def loaded(self) -> LoadedPipeline:
         assert self.spec is not None, "only a pipeline that parsed is loaded"
@@ -110,7 +115,8 @@ def parse_pipeline(
     except ValidationError as exc:
         report.diagnostics += _not_follow_ons(validation_diagnostics(exc, Pipeline, data, positions, file), diagnostics)
         subject = _subject_despite(data, exc)
-    return ParsedPipeline(spec, subject, report, problems, path, source, document.rendered, data, project, document)
+    return ParsedPipeline(spec, subject, report, problems, path, source, document.rendered, data, project, document,
+                          paths)
 
 
 def _read(path: Path, file: str) -> str:

@@ -11,12 +11,15 @@ Design decisions:
   are checked against that stage kind's config model, which the caller looks up
   (``config_model_of``: this layer knows no stage kinds). A list index must exist.
 - Problems are positioned in the pipeline file, at the deepest part of the path it holds.
+- A value that is applied but then fails validation or a check is still reported at its place
+  in the file, and named as the ``--set`` it came from (``mark_set_origins``), so nobody
+  searches the file for a value that is not in it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
@@ -80,6 +83,18 @@ def apply_overrides(
             message = f"--set {setting.text}: {message}"
             problems.append(Diagnostic(file, line, col, format_path(setting.path), message, fix))
     return problems
+
+
+def mark_set_origins(diagnostics: list[Diagnostic], settings: list[Setting]) -> list[Diagnostic]:
+    """Prefix ``--set <text>:`` to each diagnostic at or under a path that a ``--set`` replaced (the last one wins)."""
+    out = []
+    for diagnostic in diagnostics:
+        at = parse_path(diagnostic.path) if diagnostic.path else ()
+        origin = next((s for s in reversed(settings) if at[: len(s.path)] == s.path), None)
+        if origin is not None:
+            diagnostic = replace(diagnostic, message=f"--set {origin.text}: {diagnostic.message}")
+        out.append(diagnostic)
+    return out
 
 
 def _check_path(data: dict, path: tuple, root: Any, config_model_of: ConfigModelOf) -> tuple[int, str, str] | None:

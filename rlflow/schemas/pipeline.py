@@ -132,6 +132,9 @@ class CpuPool(StrictModel):
     type: Literal["cpu"]
     workers: int = Field(1, ge=1)
     cpus_per_worker: float = Field(1.0, gt=0)
+    max_address_space_mb: int | None = Field(
+        None, gt=0, description="RLIMIT_AS of each worker process in MB (a backstop for reward scoring); none by default"
+    )
 
 
 class RemotePool(StrictModel):

@@ -35,12 +35,14 @@ class _Strict(BaseModel):
 
 
 class RaySettings(_Strict):
-    """How to reach Ray: no address starts an embedded local Ray; ``auto`` joins a running cluster."""
+    """How to reach Ray: no address starts an embedded local Ray (whatever RAY_ADDRESS says); ``auto`` joins a
+    cluster running on this machine, ``host:port`` the one there (docs/cluster.md)."""
 
     address: str | None = None
     namespace: str | None = Field(None, description="Ray namespace (Ray's anonymous one when unset).")
     init: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for ray.init.")
     num_cpus: int | None = Field(None, gt=0, description="CPUs of an embedded local Ray.")
+    connect_timeout_s: float = Field(30.0, gt=0, description="How long joining `address` may take to answer.")
 
 
 class LoggingSettings(_Strict):

@@ -8,8 +8,13 @@ question's database (``rlflow.reward.sql_exec``), compare the result sets as BIR
 - ``partial_score`` when the SQL ran but gave another result;
 - ``format_score`` when an answer was extracted but SQLite reported an error in it;
 - 0 when nothing was extracted, and 0 for SQL that was refused (a write, ATTACH, a PRAGMA,
-  a second statement), ran out of time, or returned more than ``max_rows`` rows: spending a
-  reward worker's time or trying to change the data must never pay.
+  a second statement), ran out of time (executing, fetching and comparing together), returned
+  more than ``max_rows`` rows or ``max_result_mb`` of data, or ran out of memory: spending a
+  reward worker's time or memory or trying to change the data must never pay.
+
+Whatever goes wrong while scoring one row (a ``MemoryError`` under the worker's address-space
+limit included) is that row's 0 and an ``error`` count, logged once per kind of failure; it
+never ends the step.
 
 The score sits on the last valid response token (index 0 for an empty response), as verl's
 rule-based rewards do. The stage runs sharded over a ``cpu`` pool; each worker keeps its
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -40,7 +46,7 @@ log = logging.getLogger(__name__)
 
 EXTRA_KEYS = ("exec_acc", "format_ok", "timeout", "error")
 METRIC_OF_EXTRA = {"exec_acc": "exec_acc", "format_ok": "format_ok", "timeout": "timeout_rate", "error": "error_rate"}
-_LIMIT_HITS = ("refused", "timeout", "too_many_rows")
+_LIMIT_HITS = ("refused", "timeout", "too_many_rows", "too_large", "out_of_memory")
 
 
 @dataclass
@@ -66,11 +72,16 @@ def _gold(caches: _Caches, db_path: str, gold_sql: str, config) -> ExecResult:
     key = (db_path, gold_sql)
     result = caches.gold.get(key)
     if result is None:
-        result = caches.gold[key] = execute(_connection(caches, db_path), gold_sql, config.timeout_s, config.max_rows)
+        result = caches.gold[key] = execute(_connection(caches, db_path), gold_sql, config.timeout_s, config.max_rows,
+                                            _max_bytes(config))
         if not result.ok:
             log.warning("gold SQL for %s gives %s (%s); its rows cannot score as correct: %s",
                         db_path, result.status, result.message, gold_sql)
     return result
+
+
+def _max_bytes(config) -> int:
+    return int(config.max_result_mb * 2**20)
 
 
 def score_row(response: str, info: dict, config, caches: _Caches) -> tuple[float, dict]:
@@ -89,21 +100,42 @@ def score_row(response: str, info: dict, config, caches: _Caches) -> tuple[float
             log.warning("cannot open %s (%s); its rows score 0", db_path, exc)
         extra["error"] = 1
         return 0.0, extra
-    pred = execute(conn, sql, config.timeout_s, config.max_rows)
+    started = time.monotonic()
+    pred = execute(conn, sql, config.timeout_s, config.max_rows, _max_bytes(config))
+    spent = time.monotonic() - started
     if not pred.ok:
         extra["timeout" if pred.status == "timeout" else "error"] = 1
         return (0.0 if pred.status in _LIMIT_HITS else config.format_score), extra
     gold = _gold(caches, db_path, info["gold_sql"], config)
-    if gold.ok and pred.rows == gold.rows:
+    started = time.monotonic()
+    same = gold.ok and pred.rows == gold.rows
+    if spent + time.monotonic() - started > config.timeout_s:  # the gold query's own time is not the answer's
+        extra["timeout"] = 1
+        return 0.0, extra
+    if same:
         extra["exec_acc"] = 1
         return config.correct_score, extra
     return config.partial_score, extra
+
+
+def _score_safely(response: str, info: dict, config, caches: _Caches) -> tuple[float, dict]:
+    try:
+        return score_row(response, info, config, caches)
+    except Exception as exc:  # MemoryError included: one answer's failure is its own 0, not the run's end
+        kind = type(exc).__name__
+        if kind not in caches.warned:
+            caches.warned.add(kind)
+            log.warning("scoring a response failed (%s: %s); such rows score 0", kind, exc)
+        extra = dict.fromkeys(EXTRA_KEYS, 0)
+        extra["error"] = 1
+        return 0.0, extra
 
 
 class Text2SqlRewardConfig(StageConfig):
     extract: Literal["auto", "fenced", "answer_tag", "bare"] = "auto"
     timeout_s: float = Field(5.0, gt=0, description="Per-query time limit.")
     max_rows: int = Field(10000, gt=0, description="Row cap per query result.")
+    max_result_mb: float = Field(32.0, gt=0, description="Cap on one query result's total size in memory (MB).")
     correct_score: float = 1.0
     partial_score: float = Field(0.0, description="Score for SQL that runs but gives a wrong result.")
     format_score: float = Field(0.0, description="Score for a well-formed answer whose SQL fails.")
@@ -137,7 +169,7 @@ class Text2SqlReward(StageKind):
 
         config = ctx.config
         caches = _caches(ctx.state)
-        results = [score_row(text, info, config, caches)
+        results = [_score_safely(text, info, config, caches)
                    for text, info in zip(batch["response_text"], batch["reward_info"], strict=True)]
         scores = [score for score, _ in results]
         extras = [extra for _, extra in results]

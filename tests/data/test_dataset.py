@@ -170,6 +170,20 @@ def test_prompt_template_override_and_its_errors(bird_dir, tokenizer):
         load_split(spec, "train", bird_dir.parent, tokenizer)
 
 
+
+@pytest.mark.parametrize("name, spec_field", [("train.jsonl", "train"), ("mine.j2", "prompt_template")])
+def test_a_byte_that_is_not_utf8_is_named_with_its_line_and_offset(bird_dir, tokenizer, name, spec_field):
+    records = json.loads((bird_dir / "train.json").read_text())
+    (bird_dir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (bird_dir / "mine.j2").write_text("Question:\n{{ question }}\n")
+    path = bird_dir / name
+    text = path.read_bytes()
+    offset = text.index(b"\n") + 3  # on the second line
+    path.write_bytes(text[:offset] + b"\xff" + text[offset:])
+    spec = pipeline(**{"train": "bird/train.jsonl", "format": "jsonl", spec_field: f"bird/{name}"})
+    with pytest.raises(DataError, match=f"{name}:2: byte 0xff at offset {offset} is not UTF-8.*save the file as UTF-8"):
+        load_split(spec, "train", bird_dir.parent, tokenizer)
+
 def test_malformed_records_are_all_named(bird_dir, tokenizer):
     (bird_dir / "train.json").write_text(json.dumps([{"db_id": "zoo", "question": "Q"}, "text",
                                                      {"db_id": "zoo", "question": 3, "SQL": "SELECT 1"}]))

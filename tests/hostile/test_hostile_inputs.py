@@ -44,7 +44,7 @@ def sandbox(tmp_path: Path):
 
 def rlflow(project: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "HOME": str(project / "home"), "RAY_USAGE_STATS_ENABLED": "0",
-           "PYTHONPATH": str(project)}
+           "PYTHONPATH": f"{project}{os.pathsep}{REPO}"}  # this checkout, whatever is installed
     return subprocess.run([sys.executable, "-m", "rlflow.cli.main", *args], cwd=project, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -102,6 +102,19 @@ def test_a_database_id_that_escapes_is_refused(sandbox):
     assert_refused(result, "train.json", "db_id '../../home/evil' is not a plain name")
     assert {k: v for k, v in snapshot(sandbox).items() if "/runs/" not in k} == before
 
+
+
+def test_a_byte_that_is_not_utf8_in_a_data_file_is_named_and_no_run_dir_is_left(sandbox):
+    train = sandbox / "data" / "train.json"
+    raw = train.read_bytes()
+    offset = raw.index(b'"question"') + 1
+    train.write_bytes(raw[:offset] + b"\xe9" + raw[offset:])  # a Latin-1 e-acute inside a key
+    (sandbox / "p.yaml").write_text(PIPELINE)
+    before = snapshot(sandbox)
+    result = rlflow(sandbox, "run", "p.yaml")
+    assert_refused(result, "train.json:", f"byte 0xe9 at offset {offset} is not UTF-8")
+    assert len(result.stderr.strip().splitlines()) <= 3, result.stderr
+    assert snapshot(sandbox) == before and not (sandbox / "runs").exists(), "a run that failed early left files"
 
 HOSTILE_SQL = [
     "DROP TABLE product",

@@ -39,6 +39,8 @@ HOSTILE = {
     "cross_join_count": (CROSS_5, "timeout"),
     "cross_join_rows": ("SELECT * FROM emp a, emp b, emp c", "too_many_rows"),
     "huge_blob": ("SELECT zeroblob(1000000000)", "error"),
+    "wide_row": ("SELECT " + ", ".join(["zeroblob(9000000)"] * 20), "out_of_memory"),  # past SQLite's heap limit
+    "large_result": ("SELECT a.name, zeroblob(2000000) FROM emp a, emp b", "too_large"),  # 3.2 GB at 1,600 rows
 }
 
 
@@ -75,6 +77,7 @@ def test_ordinary_queries_run(company_db):
     assert execute(conn, "SELECT nope FROM emp", 1, 10).status == "error"
     assert execute(conn, "SELECT * FROM emp", 1, 40).ok
     assert execute(conn, "SELECT * FROM emp", 1, 39).status == "too_many_rows"
+    assert execute(conn, "SELECT * FROM emp", 1, 40, max_result_bytes=40 * 200).status == "too_large"
 
 
 def test_deadline_is_per_statement(company_db):

@@ -64,7 +64,18 @@ def test_bad_paths_are_reported_with_did_you_mean(setting, expected, project_dir
 
 def test_wrong_value_type_is_a_schema_error(project_dir):
     problems = problems_of(project_dir, MINIMAL, ["trainer.train_batch_size=many"])
-    assert "4:29: trainer.train_batch_size: expected an integer, got string 'many'" in problems
+    assert ("4:29: trainer.train_batch_size: --set trainer.train_batch_size=many: expected an integer, "
+            "got string 'many'") in problems
+
+
+def test_values_set_on_the_command_line_are_named_as_such_in_every_error(project_dir):
+    sets = ["trainer.seed=x", "model.dtype=float12", "trainer={train_batch_size: 0}"]
+    problems = "\n".join(problems_of(project_dir, MINIMAL, sets))
+    assert "4:29: trainer.train_batch_size: --set trainer={train_batch_size: 0}: " in problems
+    assert "--set model.dtype=float12: " in problems
+    assert "--set trainer.seed=x" not in problems, "the later --set of trainer replaced it"
+    untouched = problems_of(project_dir, MINIMAL.replace("train_batch_size: 8", "train_batch_size: 0"), [])
+    assert untouched and "--set" not in "\n".join(untouched), "an error in the file itself names no --set"
 
 
 def test_every_bad_setting_is_reported_at_once(project_dir):

@@ -11,9 +11,14 @@ Design decisions:
 - One thread per connection (a forwarder keeps one connection open), one lock around the
   engine: the model is not thread-safe and calls from several forwarders must not interleave.
 - Each connection must first say ``hello`` with the token of the handle (compared in constant
-  time). Until it has, frames are capped at 64 KiB, so an unauthenticated peer cannot make the
-  server allocate a large buffer; a refusal is logged, answered, and the connection closed
-  before anything runs.
+  time), all of it within ``handshake_timeout_s`` (one deadline for the whole hello, so a peer
+  trickling a byte a second is cut off too). Until it has, frames are capped at 64 KiB, so an
+  unauthenticated peer cannot make the server allocate a large buffer; a refusal is logged,
+  answered, and the connection closed before anything runs.
+- At most ``max_connections`` connections are served at once; one more is answered with an
+  error naming the cap (on a small, bounded set of short-lived threads) and closed, so a crowd
+  of slow or idle peers holds a bounded number of threads. An authenticated connection silent
+  for ``idle_timeout_s`` is closed (a forwarder reconnects on its next call).
 - A frame that cannot be decoded (bad magic, other protocol version, oversized, malformed
   header) is answered with an error and closes that connection only; the server keeps
   serving every other connection.
@@ -52,6 +57,11 @@ log = logging.getLogger("rlflow.backends.remote.server")
 HELLO_MAX_BYTES = 64 * 1024
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_MAX_BYTES = 4 << 20
+MAX_REFUSING = 8  # threads answering connections over the cap at once; past that they are closed unanswered
+
+
+class ServerBusy(wire.WireError):
+    """The server already serves ``max_connections`` connections."""
 
 
 def _arg(args: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
@@ -106,6 +116,8 @@ class BackendServer:
         remember_calls: int = 64,
         backend: str = "reference",
         handshake_timeout_s: float = 10.0,
+        max_connections: int = 64,
+        idle_timeout_s: float | None = 3600.0,
         advertise_host: str | None = None,
     ) -> None:
         if not token:
@@ -116,6 +128,10 @@ class BackendServer:
         self.max_message_bytes = max_message_bytes
         self.remember_calls = remember_calls
         self.handshake_timeout_s = handshake_timeout_s
+        self.max_connections = max_connections
+        self.idle_timeout_s = idle_timeout_s
+        self._admitted = 0
+        self._refusing = threading.BoundedSemaphore(MAX_REFUSING)
         self.executed: Counter[str] = Counter()  # engine calls actually run, per method
         self.refused = 0
         self._engine_lock = threading.Lock()
@@ -172,6 +188,35 @@ class BackendServer:
                 self._connections[sock] = threading.current_thread()
             else:
                 self._connections.pop(sock, None)
+
+    def _admit(self) -> bool:
+        with self._connections_lock:
+            if self._admitted >= self.max_connections:
+                return False
+            self._admitted += 1
+            return True
+
+    def _leave(self) -> None:
+        with self._connections_lock:
+            self._admitted -= 1
+
+    def _turn_away(self, sock: socket.socket, peer: str) -> None:
+        """Answer a connection over the cap with the reason, off the accept thread, or close it unanswered."""
+        self.refused += 1
+        if not self._refusing.acquire(blocking=False):
+            self._tcp.shutdown_request(sock)
+            return
+        busy = ServerBusy(f"the backend server already serves max_connections={self.max_connections} connections; "
+                          "stop idle clients or raise max_connections in the resource config")
+
+        def answer() -> None:
+            try:
+                _Handler._refuse(sock, peer, busy)
+            finally:
+                self._tcp.shutdown_request(sock)
+                self._refusing.release()
+
+        threading.Thread(target=answer, name="rlflow-backend-busy", daemon=True).start()
 
     def start_in_thread(self) -> "BackendServer":
         self._thread = threading.Thread(target=self.serve_forever, name="rlflow-backend-server", daemon=True)
@@ -254,6 +299,18 @@ class _TCPServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     owner: BackendServer
 
+    def process_request(self, request, client_address) -> None:
+        if not self.owner._admit():
+            self.owner._turn_away(request, "%s:%s" % client_address[:2])
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.owner._leave()
+
 
 class _TCPServer6(_TCPServer):
     address_family = socket.AF_INET6
@@ -272,19 +329,20 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _handle(self, owner: BackendServer, sock: socket.socket) -> None:
         peer = "%s:%s" % self.client_address[:2]
-        sock.settimeout(owner.handshake_timeout_s)
+        deadline = time.monotonic() + owner.handshake_timeout_s
         try:
-            header, _, _ = wire.recv_frame(sock, HELLO_MAX_BYTES)
+            header, _, _ = wire.recv_frame(sock, HELLO_MAX_BYTES, deadline)
             owner.check_hello(header)
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
             wire.send_frame(sock, wire.encode({"kind": "welcome", **owner._admin("ping")}), HELLO_MAX_BYTES)
         except wire.WireError as exc:
             owner.refused += 1
             self._refuse(sock, peer, exc)
             return
-        except OSError as exc:  # closed or silent before saying hello
-            log.info("connection from %s ended before its hello: %s", peer, exc)
+        except OSError as exc:  # closed, or no complete hello within handshake_timeout_s
+            log.info("connection from %s ended before its hello: %s", peer, exc or "handshake timed out")
             return
-        sock.settimeout(None)  # an authenticated forwarder may stay idle between steps
+        sock.settimeout(owner.idle_timeout_s)  # a forwarder idles between steps, but not for ever
         self._serve_calls(owner, sock, peer)
 
     def _serve_calls(self, owner: BackendServer, sock: socket.socket, peer: str) -> None:
@@ -293,6 +351,9 @@ class _Handler(socketserver.BaseRequestHandler):
                 header, tensors, _ = wire.recv_frame(sock, owner.max_message_bytes)
             except wire.WireError as exc:
                 self._refuse(sock, peer, exc)
+                return
+            except TimeoutError:
+                log.info("closing the connection from %s: silent for idle_timeout_s=%s", peer, owner.idle_timeout_s)
                 return
             except OSError:  # includes ConnectionClosed: the client went away between calls
                 return
@@ -309,13 +370,19 @@ class _Handler(socketserver.BaseRequestHandler):
         """Log, answer with the reason (best effort), and let the handler close the connection."""
         log.warning("refused a frame from %s: %s", peer, exc)
         try:
+            sock.settimeout(DRAIN_TIMEOUT_S)
             wire.send_frame(sock, wire.encode(error_header(exc)), HELLO_MAX_BYTES)
             # Closing with unread bytes would reset the connection and could destroy the answer
-            # before the peer reads it: half-close, then drain a bounded amount first.
+            # before the peer reads it: half-close, then drain a bounded amount, within one deadline
+            # (a peer trickling bytes cannot hold the drain open).
             sock.shutdown(socket.SHUT_WR)
-            sock.settimeout(DRAIN_TIMEOUT_S)
+            deadline = time.monotonic() + DRAIN_TIMEOUT_S
             drained = 0
-            while drained < DRAIN_MAX_BYTES and (chunk := sock.recv(65536)):
+            while drained < DRAIN_MAX_BYTES and (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
                 drained += len(chunk)
         except OSError:
             pass
@@ -390,6 +457,9 @@ def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | Non
         port=config.port,
         max_message_bytes=config.max_message_bytes,
         remember_calls=config.remember_calls,
+        handshake_timeout_s=config.handshake_timeout_s,
+        max_connections=config.max_connections,
+        idle_timeout_s=config.idle_timeout_s,
         backend=config.backend,
         advertise_host=config.advertise_host,
     )

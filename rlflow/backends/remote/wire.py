@@ -15,13 +15,18 @@ No pickle anywhere: a frame can only ever decode into dicts, lists, scalars, str
 and tensors, so a hostile peer cannot make the receiver run code. Tuples survive as tuples
 (a msgpack extension type), so ``Batch.non_tensors`` round-trips exactly. Every frame is
 checked against a size cap *before* its body is read; an oversized or malformed frame raises
-a ``WireError`` that the server answers and then closes only that connection.
+a ``WireError`` that the server answers and then closes only that connection. A large body's
+buffer grows with the bytes that actually arrive, never from the length the prefix claims, so
+a peer that announces 900 MB and sends ten bytes costs ten bytes (plus one chunk). A receive
+may carry a ``deadline`` (``time.monotonic()``): it then ends in ``TimeoutError`` once the
+deadline passes, however the peer trickles its bytes.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import time
 from typing import Any
 
 import msgpack
@@ -35,6 +40,7 @@ PROTOCOL_VERSION = 1
 MAGIC = b"RLFW"
 PREFIX = struct.Struct(">4sHHIQ")
 ALIGN = 16
+RECV_CHUNK = 1 << 20  # bodies larger than this are received chunk by chunk into a growing buffer
 _TUPLE_EXT = 1
 
 # Only plain numeric dtypes travel; names are torch's own (str(torch.float32) minus "torch.").
@@ -149,22 +155,44 @@ def send_frame(sock: socket.socket, buffers: list[bytes | memoryview], max_bytes
     return size
 
 
-def _recv_exactly(sock: socket.socket, n: int, *, at_start: bool = False) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        count = sock.recv_into(view[got:], n - got)
+def _recv_into(sock: socket.socket, view: memoryview, deadline: float | None) -> int:
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the deadline for this frame passed")
+        sock.settimeout(left)
+    return sock.recv_into(view)
+
+
+def _recv_exactly(sock: socket.socket, n: int, *, at_start: bool = False, deadline: float | None = None) -> bytearray:
+    def closed(got: int) -> ConnectionClosed:
+        where = "before a frame" if at_start and got == 0 else f"after {got} of {n} bytes"
+        return ConnectionClosed(f"connection closed by the peer {where}")
+
+    if n <= RECV_CHUNK:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            count = _recv_into(sock, view[got:], deadline)
+            if count == 0:
+                raise closed(got)
+            got += count
+        return buf
+    buf = bytearray()  # grows with what arrives: the claimed length allocates nothing
+    chunk = memoryview(bytearray(RECV_CHUNK))
+    while len(buf) < n:
+        count = _recv_into(sock, chunk[: min(RECV_CHUNK, n - len(buf))], deadline)
         if count == 0:
-            where = "before a frame" if at_start and got == 0 else f"after {got} of {n} bytes"
-            raise ConnectionClosed(f"connection closed by the peer {where}")
-        got += count
+            raise closed(len(buf))
+        buf += chunk[:count]
     return buf
 
 
-def read_prefix(sock: socket.socket, max_bytes: int) -> tuple[int, int]:
+def read_prefix(sock: socket.socket, max_bytes: int, deadline: float | None = None) -> tuple[int, int]:
     """Header and payload lengths of the next frame, after checking magic, version and size."""
-    magic, version, _, head_len, payload_len = PREFIX.unpack(_recv_exactly(sock, PREFIX.size, at_start=True))
+    prefix = _recv_exactly(sock, PREFIX.size, at_start=True, deadline=deadline)
+    magic, version, _, head_len, payload_len = PREFIX.unpack(prefix)
     if magic != MAGIC:
         raise MalformedFrame(f"not an rlflow backend frame (magic {bytes(magic)!r}, expected {MAGIC!r})")
     if version != PROTOCOL_VERSION:
@@ -181,16 +209,18 @@ def read_prefix(sock: socket.socket, max_bytes: int) -> tuple[int, int]:
     return head_len, payload_len
 
 
-def recv_frame(sock: socket.socket, max_bytes: int) -> tuple[dict[str, Any], dict[str, torch.Tensor], int]:
-    """Read one frame: (header, tensors, bytes received)."""
-    head_len, payload_len = read_prefix(sock, max_bytes)
+def recv_frame(
+    sock: socket.socket, max_bytes: int, deadline: float | None = None
+) -> tuple[dict[str, Any], dict[str, torch.Tensor], int]:
+    """Read one frame: (header, tensors, bytes received); ``deadline`` bounds the whole frame."""
+    head_len, payload_len = read_prefix(sock, max_bytes, deadline)
     try:
-        header = unpack(bytes(_recv_exactly(sock, head_len)))
+        header = unpack(bytes(_recv_exactly(sock, head_len, deadline=deadline)))
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise MalformedFrame(f"frame header is not valid msgpack: {exc}") from None
     if not isinstance(header, dict):
         raise MalformedFrame(f"frame header must be a map, got {type(header).__name__}")
-    payload = _recv_exactly(sock, payload_len) if payload_len else bytearray()
+    payload = _recv_exactly(sock, payload_len, deadline=deadline) if payload_len else bytearray()
     tensors = _decode_tensors(header.get("tensors", []), payload)
     return header, tensors, PREFIX.size + head_len + payload_len
 

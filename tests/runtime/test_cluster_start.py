@@ -1,0 +1,86 @@
+"""Which Ray a run uses: its own local one unless rlflow.yaml names a cluster, and a clear line when that fails.
+
+A ``ray start --head`` runs beside the test (in a private temp dir, so nobody else's Ray
+finds it) and ``RAY_ADDRESS`` points at an address where nothing listens: with no address in
+rlflow.yaml, rlflow ignores both and trains on its own local Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens once the socket is closed
+
+
+@pytest.fixture
+def ray_head():
+    """A real ``ray start --head`` with one CPU, in its own short temp dir (unix socket paths are short)."""
+    temp = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))
+    ray_cli = Path(sys.executable).with_name("ray")
+    env = {**os.environ, "RAY_TMPDIR": str(temp), "RAY_USAGE_STATS_ENABLED": "0"}
+    port = _closed_port()
+    subprocess.run([str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+                    "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=180)
+    yield temp, f"127.0.0.1:{port}"
+    _kill_processes_under(temp)  # `ray stop` would stop every Ray on the machine, not just this head
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def _kill_processes_under(temp: Path) -> None:
+    """SIGKILL the head's processes: those started with its private temp dir in their environment or command line."""
+    import psutil
+
+    mine = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            ours = proc.environ().get("RAY_TMPDIR") == str(temp) or str(temp) in " ".join(proc.info["cmdline"] or ())
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if ours:
+            mine.append(proc)
+    for proc in mine:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(mine, timeout=30)
+
+
+def test_no_address_runs_locally_whatever_ray_address_and_a_running_head_say(project_dir, ray_head):
+    temp, _ = ray_head
+    (project_dir / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text())
+    env = {"RAY_ADDRESS": f"127.0.0.1:{_closed_port()}", "RAY_TMPDIR": str(temp)}
+    sets = small_sets("trainer.total_steps=1")
+    result = rlflow("run", "p.yaml", "--run-dir", "runs/r", *sets, cwd=project_dir, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert read_jsonl(project_dir / "runs" / "r" / "metrics.jsonl")[-1]["step"] == 1
+
+
+def test_an_unreachable_cluster_is_one_line_naming_the_address(project_dir):
+    address = f"127.0.0.1:{_closed_port()}"
+    with (project_dir / "rlflow.yaml").open("a") as fh:
+        fh.write(f"ray: {{address: '{address}', connect_timeout_s: 5}}\n")
+    (project_dir / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text())
+    start = time.monotonic()
+    result = rlflow("run", "p.yaml", *small_sets("trainer.total_steps=1"), cwd=project_dir)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert f"cannot reach the Ray cluster at '{address}'" in result.stderr and "ray start --head" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and result.stderr.rstrip().endswith(errors[0]), result.stderr
+    assert time.monotonic() - start < 60
+    assert not (project_dir / "runs").exists(), "the failed run left its directory behind"
