@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 PIPELINE ?= pipelines/bird_grpo.yaml
 
-.PHONY: install run test validate graph bench clean
+.PHONY: install run test lint validate graph bench clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ graph: install
 
 test: install
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 bench: install
 	$(BIN)/python -m benchmarks.run_all

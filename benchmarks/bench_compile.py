@@ -90,16 +90,18 @@ def register_relay_kind() -> None:
 
 def pipeline_text(size: int) -> str:
     """A pipeline of ``size`` stages: the seven core ones and a reversed chain of relays."""
-    relays = [f"  - {{name: relay_{i}, uses: bench_relay, on: driver, "
-              f"with: {{input: {'scores' if i == 1 else f'relay_field_{i - 1}'}, output: relay_field_{i}}}}}"
-              for i in range(1, size - len(CORE) + 1)]
+    relays = [
+        f"  - {{name: relay_{i}, uses: bench_relay, on: driver, "
+        f"with: {{input: {'scores' if i == 1 else f'relay_field_{i - 1}'}, output: relay_field_{i}}}}}"
+        for i in range(1, size - len(CORE) + 1)
+    ]
     return BASE.format(size=size) + "\n".join([*CORE, *reversed(relays)]) + "\n"
 
 
 def measure(path: Path, repeat: int = 1) -> dict[str, float]:
     """Mean seconds of ``repeat`` back-to-back validations and compilations of ``path``."""
-    from rlflow.plan.compile import compile_plan
     from rlflow.check import load_pipeline
+    from rlflow.plan.compile import compile_plan
 
     start = time.perf_counter()
     for _ in range(repeat):
@@ -125,7 +127,9 @@ def exponent(small: float | None, large: float | None, factor: float) -> float |
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.common_args(p, rounds=7)
-    p.add_argument("--sizes", type=int, nargs="+", default=None, help="stage counts (default 10 100 1000; --quick: 10 100)")
+    p.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="stage counts (default 10 100 1000; --quick: 10 100)"
+    )
     return p.parse_args(argv)
 
 
@@ -151,24 +155,48 @@ def main(argv=None) -> None:
     for size in sizes:
         v = common.median(x["validate_s"] for x in samples[size])
         c = common.median(x["compile_s"] for x in samples[size])
-        per_size[size] = {"stages": size, "validate_s": v, "compile_s": c, "validate_ms_per_stage": 1000 * v / size,
-                          "compile_ms_per_stage": 1000 * c / size, "repeats_per_sample": repeats[size],
-                          "samples": samples[size]}
+        per_size[size] = {
+            "stages": size,
+            "validate_s": v,
+            "compile_s": c,
+            "validate_ms_per_stage": 1000 * v / size,
+            "compile_ms_per_stage": 1000 * c / size,
+            "repeats_per_sample": repeats[size],
+            "samples": samples[size],
+        }
         rows.append([size, 1000 * v, 1000 * v / size, 1000 * c, 1000 * c / size])
     print(common.markdown_table(["stages", "validate ms", "validate ms/stage", "compile ms", "compile ms/stage"], rows))
     lo, hi = (100, 1000) if {100, 1000} <= set(sizes) else (sizes[-2], sizes[-1])
-    growth = {what: exponent(per_size[lo][f"{what}_s"], per_size[hi][f"{what}_s"], hi / lo) for what in ("validate", "compile")}
-    print(f"growth exponent {lo} -> {hi} stages: validate {common.fmt(growth['validate'])}, "
-          f"compile {common.fmt(growth['compile'])} (1.0 = linear; goal <= {GOAL_EXPONENT})")
+    growth = {
+        what: exponent(per_size[lo][f"{what}_s"], per_size[hi][f"{what}_s"], hi / lo)
+        for what in ("validate", "compile")
+    }
+    print(
+        f"growth exponent {lo} -> {hi} stages: validate {common.fmt(growth['validate'])}, "
+        f"compile {common.fmt(growth['compile'])} (1.0 = linear; goal <= {GOAL_EXPONENT})"
+    )
     summary = [
-        common.goal_row(NAME, f"{what}: growth exponent {lo} -> {hi} stages", growth[what], f"<= {GOAL_EXPONENT} (linear)",
-                        None if growth[what] is None else growth[what] <= GOAL_EXPONENT,
-                        None if growth[what] is None else f"{growth[what]:.2f} ({per_size[hi][f'{what}_ms_per_stage']:.2f} ms/stage "
-                        f"at {hi}, {1000 * per_size[hi][f'{what}_s']:.0f} ms total)")
+        common.goal_row(
+            NAME,
+            f"{what}: growth exponent {lo} -> {hi} stages",
+            growth[what],
+            f"<= {GOAL_EXPONENT} (linear)",
+            None if growth[what] is None else growth[what] <= GOAL_EXPONENT,
+            None
+            if growth[what] is None
+            else f"{growth[what]:.2f} ({per_size[hi][f'{what}_ms_per_stage']:.2f} ms/stage "
+            f"at {hi}, {1000 * per_size[hi][f'{what}_s']:.0f} ms total)",
+        )
         for what in ("validate", "compile")
     ]
-    report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "sizes": per_size,
-              "rounds": rounds, "growth_exponent": growth, "growth_between": [lo, hi], "summary": summary}
+    report = {
+        "machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]},
+        "sizes": per_size,
+        "rounds": rounds,
+        "growth_exponent": growth,
+        "growth_between": [lo, hi],
+        "summary": summary,
+    }
     common.write_result(NAME, report, args.quick, args.out)
 
 

@@ -32,8 +32,13 @@ from benchmarks import common
 
 NAME = "forwarder"
 PIPELINES = {"local": "pipelines/bird_grpo.yaml", "remote": "pipelines/bird_grpo_remote.yaml"}
-QUICK_SETS = ("trainer.train_batch_size=2", "algorithm.n=2", "data.max_response_length=8",
-              "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=2")
+QUICK_SETS = (
+    "trainer.train_batch_size=2",
+    "algorithm.n=2",
+    "data.max_response_length=8",
+    "trainer.ppo_mini_batch_size=2",
+    "trainer.ppo_micro_batch_size=2",
+)
 STEP_GOAL = 1.10
 PAYLOAD_GOAL = 1.25
 INT64, FLOAT32 = 8, 4
@@ -74,20 +79,34 @@ def traffic(metrics: list[dict], skip: int, rows: int, response_width: int) -> d
         received = m["forwarder/bytes_received"] - previous["forwarder/bytes_received"]
         previous = m
         expected = payload_bytes(rows, int(m["prompt_length/max"]), response_width)  # prompts are padded to the longest
-        steps.append({"step": m["step"], "sent": sent, "received": received, "total": sent + received,
-                      "payload": expected, "sync_bytes": m.get("sync/bytes")})
+        steps.append(
+            {
+                "step": m["step"],
+                "sent": sent,
+                "received": received,
+                "total": sent + received,
+                "payload": expected,
+                "sync_bytes": m.get("sync/bytes"),
+            }
+        )
     steady = [s for s in steps if s["step"] > skip]
     total = common.median(s["total"] for s in steady)
     payload = common.median(s["payload"]["total"] for s in steady)
-    return {"per_step": steps, "bytes_per_step_median": total, "payload_per_step_median": payload,
-            "measured_over_payload": common.ratio(total, payload),
-            "sync_bytes_max": max((s["sync_bytes"] or 0.0 for s in steps), default=None)}
+    return {
+        "per_step": steps,
+        "bytes_per_step_median": total,
+        "payload_per_step_median": payload,
+        "measured_over_payload": common.ratio(total, payload),
+        "sync_bytes_max": max((s["sync_bytes"] or 0.0 for s in steps), default=None),
+    }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.common_args(p, rounds=2)
-    p.add_argument("--steps", type=int, default=None, help="steps per run (default 5; --quick: 3); the first 2 are warm-up")
+    p.add_argument(
+        "--steps", type=int, default=None, help="steps per run (default 5; --quick: 3); the first 2 are warm-up"
+    )
     p.add_argument("--timeout", type=float, default=3600)
     return p.parse_args(argv)
 
@@ -98,7 +117,12 @@ def main(argv=None) -> None:
     rounds = args.rounds or (1 if args.quick else 2)
     skip = 2 if steps > 2 else 0
     model_dir, model_label = common.bench_model_dir()
-    sets = [f"model_path={model_dir}", *common.STEP_SETS, *(QUICK_SETS if args.quick else ()), f"trainer.total_steps={steps}"]
+    sets = [
+        f"model_path={model_dir}",
+        *common.STEP_SETS,
+        *(QUICK_SETS if args.quick else ()),
+        f"trainer.total_steps={steps}",
+    ]
     value = {s.split("=", 1)[0]: int(s.split("=", 1)[1]) for s in sets if s.split("=", 1)[1].isdigit()}
     rows, response_width = value["trainer.train_batch_size"] * value["algorithm.n"], value["data.max_response_length"]
     work = common.ROOT / "runs" / "bench-forwarder"
@@ -107,52 +131,111 @@ def main(argv=None) -> None:
     for r, order in enumerate(common.rotations(list(PIPELINES), rounds)):
         for arm in order:
             print(f"round {r + 1}/{rounds}: {arm} ({steps} steps) ...", flush=True)
-            result = common.run_rlflow(PIPELINES[arm], sets, work / f"round{r + 1}" / arm, log=work / f"round{r + 1}" / f"{arm}.log",
-                                       timeout=args.timeout)
+            result = common.run_rlflow(
+                PIPELINES[arm],
+                sets,
+                work / f"round{r + 1}" / arm,
+                log=work / f"round{r + 1}" / f"{arm}.log",
+                timeout=args.timeout,
+            )
             result.pop("trace")
             runs[arm].append(result)
-            print(f"  {arm}: step times {[round(m['timing_s/step'], 2) for m in result['metrics']]}"
-                  f"{' ' + result['error'][-400:] if 'error' in result else ''}", flush=True)
+            print(
+                f"  {arm}: step times {[round(m['timing_s/step'], 2) for m in result['metrics']]}"
+                f"{' ' + result['error'][-400:] if 'error' in result else ''}",
+                flush=True,
+            )
     arms = {}
     for arm, results in runs.items():
         per_round = [common.median(common.step_times(res["metrics"], skip)) for res in results]
-        arms[arm] = {"step_s_median": common.median(t for res in results for t in common.step_times(res["metrics"], skip)),
-                     "step_s_per_round": per_round,
-                     "cpu_s_median": common.median(t for res in results for t in common.step_times(res["metrics"], skip, "cpu_s/step")),
-                     "cpu_s_by_process_median": common.cpu_by_process_median([m for res in results for m in res["metrics"] if m["step"] > skip]),
-                     "errors": [res["error"] for res in results if "error" in res]}
+        arms[arm] = {
+            "step_s_median": common.median(t for res in results for t in common.step_times(res["metrics"], skip)),
+            "step_s_per_round": per_round,
+            "cpu_s_median": common.median(
+                t for res in results for t in common.step_times(res["metrics"], skip, "cpu_s/step")
+            ),
+            "cpu_s_by_process_median": common.cpu_by_process_median(
+                [m for res in results for m in res["metrics"] if m["step"] > skip]
+            ),
+            "errors": [res["error"] for res in results if "error" in res],
+        }
     ratio = common.ratio(arms["remote"]["step_s_median"], arms["local"]["step_s_median"])
     cpu_ratio = common.ratio(arms["remote"]["cpu_s_median"], arms["local"]["cpu_s_median"])
     remote_metrics = [res["metrics"] for res in runs["remote"] if res["metrics"]]
     bytes_ = traffic(remote_metrics[0], skip, rows, response_width) if remote_metrics else None
     params = parameter_bytes(model_dir)
-    print(common.markdown_table(["arm", "step s (median)", "per round", "CPU s/step (median)"],
-                                [[a, v["step_s_median"], ", ".join(common.fmt(x) for x in v["step_s_per_round"]), v["cpu_s_median"]]
-                                 for a, v in arms.items()]))
+    print(
+        common.markdown_table(
+            ["arm", "step s (median)", "per round", "CPU s/step (median)"],
+            [
+                [a, v["step_s_median"], ", ".join(common.fmt(x) for x in v["step_s_per_round"]), v["cpu_s_median"]]
+                for a, v in arms.items()
+            ],
+        )
+    )
     print(f"remote / local: {common.fmt(ratio)} (goal <= {STEP_GOAL}); CPU seconds per step: {common.fmt(cpu_ratio)}")
     for arm, a in arms.items():
-        print(f"{arm} CPU s/step by process: " + ", ".join(f"{k} {common.fmt(v)}" for k, v in a["cpu_s_by_process_median"].items()))
-    summary = [common.goal_row(NAME, "step time: remote-bound / local-bound", ratio, f"<= {STEP_GOAL}",
-                               None if ratio is None else ratio <= STEP_GOAL,
-                               None if ratio is None else f"{ratio:.3f} ({common.fmt(arms['remote']['step_s_median'])} s vs "
-                               f"{common.fmt(arms['local']['step_s_median'])} s; CPU s/step ratio {common.fmt(cpu_ratio)})",
-                               "; ".join(e[-200:] for e in arms["remote"]["errors"]))]
+        print(
+            f"{arm} CPU s/step by process: "
+            + ", ".join(f"{k} {common.fmt(v)}" for k, v in a["cpu_s_by_process_median"].items())
+        )
+    summary = [
+        common.goal_row(
+            NAME,
+            "step time: remote-bound / local-bound",
+            ratio,
+            f"<= {STEP_GOAL}",
+            None if ratio is None else ratio <= STEP_GOAL,
+            None
+            if ratio is None
+            else f"{ratio:.3f} ({common.fmt(arms['remote']['step_s_median'])} s vs "
+            f"{common.fmt(arms['local']['step_s_median'])} s; CPU s/step ratio {common.fmt(cpu_ratio)})",
+            "; ".join(e[-200:] for e in arms["remote"]["errors"]),
+        )
+    ]
     if bytes_ is not None:
         measured, over = bytes_["bytes_per_step_median"], bytes_["measured_over_payload"]
-        print(f"forwarder bytes per step: {common.fmt(measured)} (payload from shapes {common.fmt(bytes_['payload_per_step_median'])}, "
-              f"x{common.fmt(over)}); model parameters: {params:,} bytes; sync/bytes max {bytes_['sync_bytes_max']}")
+        print(
+            f"forwarder bytes per step: {common.fmt(measured)} (payload from shapes {common.fmt(bytes_['payload_per_step_median'])}, "
+            f"x{common.fmt(over)}); model parameters: {params:,} bytes; sync/bytes max {bytes_['sync_bytes_max']}"
+        )
         met = over is not None and over <= PAYLOAD_GOAL and not bytes_["sync_bytes_max"]
-        summary.append(common.goal_row(
-            NAME, "forwarder bytes per step (data only, zero weight bytes)", measured,
-            f"<= {PAYLOAD_GOAL}x tensor payload, 0 weight bytes", met,
-            f"{measured / 2**20:.2f} MiB/step = {over:.2f}x payload; {measured / params:.2f}x the {params / 2**20:.1f} MiB of "
-            f"parameters; sync/bytes = {bytes_['sync_bytes_max']:g}" if measured is not None else None))
-    report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "model": model_label,
-              "sets": sets, "steps_per_run": steps, "warmup_steps_skipped": skip, "rounds": rounds, "arms": arms,
-              "remote_over_local": ratio, "remote_over_local_cpu": cpu_ratio, "traffic": bytes_, "parameter_bytes": params, "summary": summary,
-              "runs": {arm: [{k: v for k, v in res.items() if k != "metrics"} | {"step_s": [m["timing_s/step"] for m in res["metrics"]]}
-                             | {"cpu_s": [m.get("cpu_s/step") for m in res["metrics"]]}
-                             for res in results] for arm, results in runs.items()}}
+        summary.append(
+            common.goal_row(
+                NAME,
+                "forwarder bytes per step (data only, zero weight bytes)",
+                measured,
+                f"<= {PAYLOAD_GOAL}x tensor payload, 0 weight bytes",
+                met,
+                f"{measured / 2**20:.2f} MiB/step = {over:.2f}x payload; {measured / params:.2f}x the {params / 2**20:.1f} MiB of "
+                f"parameters; sync/bytes = {bytes_['sync_bytes_max']:g}"
+                if measured is not None
+                else None,
+            )
+        )
+    report = {
+        "machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]},
+        "model": model_label,
+        "sets": sets,
+        "steps_per_run": steps,
+        "warmup_steps_skipped": skip,
+        "rounds": rounds,
+        "arms": arms,
+        "remote_over_local": ratio,
+        "remote_over_local_cpu": cpu_ratio,
+        "traffic": bytes_,
+        "parameter_bytes": params,
+        "summary": summary,
+        "runs": {
+            arm: [
+                {k: v for k, v in res.items() if k != "metrics"}
+                | {"step_s": [m["timing_s/step"] for m in res["metrics"]]}
+                | {"cpu_s": [m.get("cpu_s/step") for m in res["metrics"]]}
+                for res in results
+            ]
+            for arm, results in runs.items()
+        },
+    }
     common.write_result(NAME, report, args.quick, args.out)
 
 

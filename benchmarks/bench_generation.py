@@ -45,9 +45,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def load_prompts(model_dir: Path, count: int, n: int) -> list[list[int]]:
     """The token ids of the first training step's ``count`` prompts, each repeated ``n`` times."""
-    from rlflow.data.tokenizer import load_tokenizer
-    from rlflow.data import StepSampler, load_split
     from rlflow.check import load_pipeline
+    from rlflow.data import StepSampler, load_split
+    from rlflow.data.tokenizer import load_tokenizer
 
     spec = load_pipeline(common.ROOT / "pipelines" / "bird_grpo.yaml", [f"model_path={model_dir}"]).spec
     tokenizer = load_tokenizer(spec.model, common.ROOT)
@@ -73,7 +73,7 @@ def measure_in_process(model_dir: Path, rows: list[list[int]], max_new: int, rou
         "torch": lambda sp: generation.sample(model, prompts, mask, sp, use_cache=True),
         "hf": lambda sp: generation.sample_hf(model, prompts, mask, sp),
     }
-    for name, fn in arms.items():  # warm-up: lazy initialisation, allocator
+    for fn in arms.values():  # warm-up: lazy initialisation, allocator
         small = gen_common.sampling_params(tokenizer, model, 2, seed=0)
         fn(small)
     calls: dict[str, list[dict]] = {name: [] for name in arms}
@@ -81,12 +81,17 @@ def measure_in_process(model_dir: Path, rows: list[list[int]], max_new: int, rou
         for name in order:
             result = gen_common.timed(arms[name], gen_common.sampling_params(tokenizer, model, max_new, seed=1000 + r))
             calls[name].append(result)
-            print(f"  rep {r + 1}/{rounds} {name}: {result['tokens']} tokens in {result['seconds']:.2f} s "
-                  f"= {result['tokens_per_s']:.0f} tok/s", flush=True)
+            print(
+                f"  rep {r + 1}/{rounds} {name}: {result['tokens']} tokens in {result['seconds']:.2f} s "
+                f"= {result['tokens_per_s']:.0f} tok/s",
+                flush=True,
+            )
     return calls
 
 
-def measure_vllm(model_dir: Path, rows: list[list[int]], max_new: int, rounds: int, threads: int, timeout: float) -> dict:
+def measure_vllm(
+    model_dir: Path, rows: list[list[int]], max_new: int, rounds: int, threads: int, timeout: float
+) -> dict:
     if not common.VLLM_PYTHON.exists():
         return {"status": "not installed", "detail": "no .venv-vllm (bash scripts/setup_vllm_cpu_venv.sh creates it)"}
     work = common.ROOT / "runs" / "bench-generation"
@@ -94,9 +99,23 @@ def measure_vllm(model_dir: Path, rows: list[list[int]], max_new: int, rounds: i
     (work / "prompts.json").write_text(json.dumps(rows))
     out = work / "vllm.json"
     out.unlink(missing_ok=True)
-    cmd = [str(common.VLLM_PYTHON), "-m", "benchmarks.vllm_generate_run", "--model-dir", str(model_dir),
-           "--prompts", str(work / "prompts.json"), "--max-new-tokens", str(max_new), "--rounds", str(rounds),
-           "--threads", str(threads), "--out", str(out)]
+    cmd = [
+        str(common.VLLM_PYTHON),
+        "-m",
+        "benchmarks.vllm_generate_run",
+        "--model-dir",
+        str(model_dir),
+        "--prompts",
+        str(work / "prompts.json"),
+        "--max-new-tokens",
+        str(max_new),
+        "--rounds",
+        str(rounds),
+        "--threads",
+        str(threads),
+        "--out",
+        str(out),
+    ]
     # vLLM's CPU worker pins its OpenMP threads (all cores by default) and then refuses
     # torch.set_num_threads: pin it to as many cores as the in-process arms get.
     env = common.bench_env(threads) | {"VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}" if threads > 1 else "0"}
@@ -107,9 +126,12 @@ def measure_vllm(model_dir: Path, rows: list[list[int]], max_new: int, rounds: i
 
 
 def arm_stats(calls: list[dict]) -> dict:
-    return {"tokens_per_s_median": common.median(c["tokens_per_s"] for c in calls),
-            "seconds_median": common.median(c["seconds"] for c in calls),
-            "tokens_median": common.median(c["tokens"] for c in calls), "calls": calls}
+    return {
+        "tokens_per_s_median": common.median(c["tokens_per_s"] for c in calls),
+        "seconds_median": common.median(c["seconds"] for c in calls),
+        "tokens_median": common.median(c["tokens"] for c in calls),
+        "calls": calls,
+    }
 
 
 def main(argv=None) -> None:
@@ -121,34 +143,81 @@ def main(argv=None) -> None:
     model_dir, model_label = common.bench_model_dir()
     before = common.machine()
     rows = load_prompts(model_dir, prompts, n)
-    print(f"{len(rows)} sequences, prompts {min(map(len, rows))}-{max(map(len, rows))} tokens, "
-          f"max {max_new} new tokens, {rounds} reps per arm", flush=True)
-    arms = {name: arm_stats(calls) for name, calls in
-            measure_in_process(model_dir, rows, max_new, rounds, args.threads).items()}
+    print(
+        f"{len(rows)} sequences, prompts {min(map(len, rows))}-{max(map(len, rows))} tokens, "
+        f"max {max_new} new tokens, {rounds} reps per arm",
+        flush=True,
+    )
+    arms = {
+        name: arm_stats(calls)
+        for name, calls in measure_in_process(model_dir, rows, max_new, rounds, args.threads).items()
+    }
     speedup = common.ratio(arms["torch"]["tokens_per_s_median"], arms["hf"]["tokens_per_s_median"])
-    vllm = {"status": "skipped"} if args.skip_vllm else measure_vllm(model_dir, rows, max_new, rounds, args.threads,
-                                                                     args.vllm_timeout)
+    vllm = (
+        {"status": "skipped"}
+        if args.skip_vllm
+        else measure_vllm(model_dir, rows, max_new, rounds, args.threads, args.vllm_timeout)
+    )
     table = [[name, a["tokens_per_s_median"], a["seconds_median"], a["tokens_median"]] for name, a in arms.items()]
     if vllm["status"] == "measured":
-        table += [[f"{name} (vLLM venv)", a["tokens_per_s_median"], a["seconds_median"], a["tokens_median"]]
-                  for name, a in vllm["arms"].items()]
+        table += [
+            [f"{name} (vLLM venv)", a["tokens_per_s_median"], a["seconds_median"], a["tokens_median"]]
+            for name, a in vllm["arms"].items()
+        ]
     print(common.markdown_table(["engine", "tokens/s (median)", "seconds (median)", "tokens (median)"], table))
     print(f"torch / hf: {common.fmt(speedup)}x (goal >= {GOAL}x); vLLM: {vllm['status']}")
-    rows_summary = [common.goal_row(NAME, "rollout tokens/s: rlflow KV-cache loop / HF generate", speedup, f">= {GOAL}x",
-                                    None if speedup is None else speedup >= GOAL,
-                                    None if speedup is None else f"{speedup:.2f}x ({common.fmt(arms['torch']['tokens_per_s_median'])} "
-                                    f"vs {common.fmt(arms['hf']['tokens_per_s_median'])} tok/s)")]
+    rows_summary = [
+        common.goal_row(
+            NAME,
+            "rollout tokens/s: rlflow KV-cache loop / HF generate",
+            speedup,
+            f">= {GOAL}x",
+            None if speedup is None else speedup >= GOAL,
+            None
+            if speedup is None
+            else f"{speedup:.2f}x ({common.fmt(arms['torch']['tokens_per_s_median'])} "
+            f"vs {common.fmt(arms['hf']['tokens_per_s_median'])} tok/s)",
+        )
+    ]
     if vllm["status"] == "measured":
         v = vllm["ratio_vllm_over_torch"]
-        rows_summary.append(common.goal_row(NAME, "rollout tokens/s: vLLM (CPU) / rlflow KV-cache loop", v, "informational",
-                                            None, f"{v:.2f}x" if v is not None else None))
+        rows_summary.append(
+            common.goal_row(
+                NAME,
+                "rollout tokens/s: vLLM (CPU) / rlflow KV-cache loop",
+                v,
+                "informational",
+                None,
+                f"{v:.2f}x" if v is not None else None,
+            )
+        )
     else:
-        rows_summary.append(common.goal_row(NAME, "rollout tokens/s: vLLM (CPU)", None, "informational", None,
-                                            vllm["status"], vllm.get("detail", "")[-200:]))
-    report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "model": model_label,
-              "sequences": len(rows), "prompts": prompts, "n": n, "max_new_tokens": max_new, "threads": args.threads,
-              "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1}, "rounds": rounds, "arms": arms,
-              "torch_over_hf": speedup, "vllm": vllm, "summary": rows_summary}
+        rows_summary.append(
+            common.goal_row(
+                NAME,
+                "rollout tokens/s: vLLM (CPU)",
+                None,
+                "informational",
+                None,
+                vllm["status"],
+                vllm.get("detail", "")[-200:],
+            )
+        )
+    report = {
+        "machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]},
+        "model": model_label,
+        "sequences": len(rows),
+        "prompts": prompts,
+        "n": n,
+        "max_new_tokens": max_new,
+        "threads": args.threads,
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1},
+        "rounds": rounds,
+        "arms": arms,
+        "torch_over_hf": speedup,
+        "vllm": vllm,
+        "summary": rows_summary,
+    }
     common.write_result(NAME, report, args.quick, args.out)
 
 

@@ -89,29 +89,47 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
     records = read_metrics(run_dir)
     acc = val_accuracy(records)
     if 0 not in acc or len(acc) < 2:
-        raise SystemExit(f"{run_dir}/metrics.jsonl: need validation at step 0 and at the end, found steps {sorted(acc)}; "
-                         "keep trainer.val_before_train and a test_freq that hits the last step")
+        raise SystemExit(
+            f"{run_dir}/metrics.jsonl: need validation at step 0 and at the end, found steps {sorted(acc)}; "
+            "keep trainer.val_before_train and a test_freq that hits the last step"
+        )
     last = max(acc)
     scores = [r.get("critic/score/mean") for r in records if r["step"] > 0]
-    return {"seed": seed, "before": acc[0], "after": acc[last], "delta": acc[last] - acc[0], "wall_minutes": minutes,
-            "cpu_minutes": meter.cpu_s / 60,
-            "last_step": last, "val_exec_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
-            "train_score_by_step": scores, "run_dir": str(run_dir)}
+    return {
+        "seed": seed,
+        "before": acc[0],
+        "after": acc[last],
+        "delta": acc[last] - acc[0],
+        "wall_minutes": minutes,
+        "cpu_minutes": meter.cpu_s / 60,
+        "last_step": last,
+        "val_exec_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
+        "train_score_by_step": scores,
+        "run_dir": str(run_dir),
+    }
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| seed | val exec_acc before | after | delta (points) | wall (min) | CPU (min) |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| seed | val exec_acc before | after | delta (points) | wall (min) | CPU (min) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in runs:
-        lines.append(f"| {r['seed']} | {r['before']:.2f} | {r['after']:.2f} | {100 * r['delta']:+.0f} "
-                     f"| {r['wall_minutes']:.1f} | {r['cpu_minutes']:.1f} |")
+        lines.append(
+            f"| {r['seed']} | {r['before']:.2f} | {r['after']:.2f} | {100 * r['delta']:+.0f} "
+            f"| {r['wall_minutes']:.1f} | {r['cpu_minutes']:.1f} |"
+        )
     return "\n".join(lines)
 
 
 def machine() -> dict:
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "load_average_at_end": list(load) if load else None}
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_at_end": list(load) if load else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,14 +142,23 @@ def main(argv: list[str] | None = None) -> int:
     passed = all(r["delta"] >= args.min_delta and r["wall_minutes"] <= args.max_minutes for r in runs)
     print()
     print(table(runs))
-    result = {"pipeline": PIPELINE, "quick": args.quick, "extra_sets": sets,
-              "goal": {"min_delta": args.min_delta, "max_minutes": args.max_minutes}, "passed": passed,
-              "commit": commit_at_start, "machine": machine(), "runs": runs}
+    result = {
+        "pipeline": PIPELINE,
+        "quick": args.quick,
+        "extra_sets": sets,
+        "goal": {"min_delta": args.min_delta, "max_minutes": args.max_minutes},
+        "passed": passed,
+        "commit": commit_at_start,
+        "machine": machine(),
+        "runs": runs,
+    }
     out = Path(args.out) if args.out else RESULTS / ("learning_quick.json" if args.quick else "learning.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\n{'goal met' if passed else 'goal NOT met'}: every seed +{100 * args.min_delta:.0f} points within "
-          f"{args.max_minutes:.0f} min; figures in {out}")
+    print(
+        f"\n{'goal met' if passed else 'goal NOT met'}: every seed +{100 * args.min_delta:.0f} points within "
+        f"{args.max_minutes:.0f} min; figures in {out}"
+    )
     return 0 if passed or args.quick else 1
 
 

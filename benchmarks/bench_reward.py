@@ -52,9 +52,9 @@ def build_batch(spec, questions: int):
     """``questions`` x len(MIX) rows: the fields the reward stage reads."""
     import torch
 
-    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.batch import Batch
     from rlflow.data import load_split
+    from rlflow.data.tokenizer import load_tokenizer
 
     train = load_split(spec, "train", common.ROOT, load_tokenizer(spec.model, common.ROOT))
     examples = [train[i] for i in range(min(questions, len(train)))]  # a question's group stays on one worker
@@ -64,16 +64,18 @@ def build_batch(spec, questions: int):
             texts.append(response(kind, e.reward_info["gold_sql"]))
             infos.append(dict(e.reward_info))
     width = spec.data.max_response_length
-    return Batch({"response_mask": torch.ones((len(texts), width), dtype=torch.long)},
-                 {"response_text": texts, "reward_info": infos})
+    return Batch(
+        {"response_mask": torch.ones((len(texts), width), dtype=torch.long)},
+        {"response_text": texts, "reward_info": infos},
+    )
 
 
 def start_reward_pools(workers: tuple[int, ...]):
     """{k: (pool, reward stage, spec)} for reward pools of k workers, started on one Ray."""
+    from rlflow.check import load_pipeline
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.cluster import start_ray
     from rlflow.runtime.pools import start_pools
-    from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
 
     project = load_project_config(common.ROOT)
@@ -81,8 +83,9 @@ def start_reward_pools(workers: tuple[int, ...]):
     start_ray(project, float(sum(workers)))
     pools = {}
     for k in workers:
-        spec = load_pipeline(common.ROOT / "pipelines" / "bird_grpo.yaml", [f"resources.reward_pool.workers={k}"],
-                             project=project).spec
+        spec = load_pipeline(
+            common.ROOT / "pipelines" / "bird_grpo.yaml", [f"resources.reward_pool.workers={k}"], project=project
+        ).spec
         plan = compile_plan(spec)
         only = replace(plan, resources={"reward_pool": plan.resources["reward_pool"]})
         started = start_pools(only, spec.model_dump(by_alias=True, mode="json"), str(common.ROOT), 0, lambda p: {})
@@ -101,14 +104,22 @@ def call(pool_entry, batch, step: int) -> dict:
     seconds = time.perf_counter() - start
     # the slowest worker's own scoring time; the rest of the call is the driver's split, shipping and merge
     worker = max(r["end"] - r["start"] for r in records)
-    return {"seconds": seconds, "rows": len(out), "rewards_per_s": len(out) / seconds, "worker_s": worker,
-            "overhead_s": seconds - worker, "metrics": {k: v for k, v in out.metrics.items() if k.startswith("reward/")}}
+    return {
+        "seconds": seconds,
+        "rows": len(out),
+        "rewards_per_s": len(out) / seconds,
+        "worker_s": worker,
+        "overhead_s": seconds - worker,
+        "metrics": {k: v for k, v in out.metrics.items() if k.startswith("reward/")},
+    }
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.common_args(p, rounds=5)
-    p.add_argument("--questions", type=int, default=None, help="questions per call (default: all of the train split; --quick: 4)")
+    p.add_argument(
+        "--questions", type=int, default=None, help="questions per call (default: all of the train split; --quick: 4)"
+    )
     return p.parse_args(argv)
 
 
@@ -125,7 +136,9 @@ def main(argv=None) -> None:
     try:
         batch = build_batch(next(iter(pools.values()))[2], questions)
         questions = len(batch) // len(MIX)
-        print(f"{len(batch)} responses per call ({questions} questions x {len(MIX)}), {rounds} reps per pool", flush=True)
+        print(
+            f"{len(batch)} responses per call ({questions} questions x {len(MIX)}), {rounds} reps per pool", flush=True
+        )
         cold = {k: call(entry, batch, 0) for k, entry in pools.items()}
         calls: dict[int, list[dict]] = {k: [] for k in pools}
         for r, order in enumerate(common.rotations(list(pools), rounds)):
@@ -136,28 +149,71 @@ def main(argv=None) -> None:
         for started, _, _ in pools.values():
             stop_pools(started)
         ray.shutdown()
-    arms = {f"workers_{k}": {"rewards_per_s_median": common.median(c["rewards_per_s"] for c in cs),
-                             "seconds_median": common.median(c["seconds"] for c in cs),
-                             "worker_s_median": common.median(c["worker_s"] for c in cs),
-                             "overhead_s_median": common.median(c["overhead_s"] for c in cs), "cold": cold[k], "calls": cs}
-            for k, cs in calls.items()}
+    arms = {
+        f"workers_{k}": {
+            "rewards_per_s_median": common.median(c["rewards_per_s"] for c in cs),
+            "seconds_median": common.median(c["seconds"] for c in cs),
+            "worker_s_median": common.median(c["worker_s"] for c in cs),
+            "overhead_s_median": common.median(c["overhead_s"] for c in cs),
+            "cold": cold[k],
+            "calls": cs,
+        }
+        for k, cs in calls.items()
+    }
     scaling = common.ratio(arms["workers_2"]["rewards_per_s_median"], arms["workers_1"]["rewards_per_s_median"])
     worker_scaling = common.ratio(arms["workers_1"]["worker_s_median"], arms["workers_2"]["worker_s_median"])
-    print(common.markdown_table(["pool", "rewards/s (median, warm)", "seconds per call", "slowest worker s", "driver + transfer s",
-                                 "cold call s"],
-                                [[k, a["rewards_per_s_median"], a["seconds_median"], a["worker_s_median"], a["overhead_s_median"],
-                                  a["cold"]["seconds"]] for k, a in arms.items()]))
+    print(
+        common.markdown_table(
+            [
+                "pool",
+                "rewards/s (median, warm)",
+                "seconds per call",
+                "slowest worker s",
+                "driver + transfer s",
+                "cold call s",
+            ],
+            [
+                [
+                    k,
+                    a["rewards_per_s_median"],
+                    a["seconds_median"],
+                    a["worker_s_median"],
+                    a["overhead_s_median"],
+                    a["cold"]["seconds"],
+                ]
+                for k, a in arms.items()
+            ],
+        )
+    )
     print(f"scoring alone (slowest worker) scales {common.fmt(worker_scaling)}x")
     mix = calls[1][0]["metrics"] if calls[1] else {}
     print(f"scaling 2 workers / 1 worker: {common.fmt(scaling)}x (goal >= {GOAL}x); reward mix: {mix}")
-    summary = [common.goal_row(NAME, "SQL rewards/s, 2 workers / 1 worker", scaling, f">= {GOAL}x (ideal 2x)",
-                               None if scaling is None else scaling >= GOAL,
-                               None if scaling is None else f"{scaling:.2f}x ({common.fmt(arms['workers_1']['rewards_per_s_median'])}"
-                               f" -> {common.fmt(arms['workers_2']['rewards_per_s_median'])} rewards/s; scoring alone "
-                               f"{common.fmt(worker_scaling)}x)")]
-    report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "rows_per_call": len(batch),
-              "questions": questions, "mix_per_question": list(MIX), "reward_metrics": mix, "rounds": rounds,
-              "arms": arms, "scaling_2_over_1": scaling, "worker_scaling_2_over_1": worker_scaling, "summary": summary}
+    summary = [
+        common.goal_row(
+            NAME,
+            "SQL rewards/s, 2 workers / 1 worker",
+            scaling,
+            f">= {GOAL}x (ideal 2x)",
+            None if scaling is None else scaling >= GOAL,
+            None
+            if scaling is None
+            else f"{scaling:.2f}x ({common.fmt(arms['workers_1']['rewards_per_s_median'])}"
+            f" -> {common.fmt(arms['workers_2']['rewards_per_s_median'])} rewards/s; scoring alone "
+            f"{common.fmt(worker_scaling)}x)",
+        )
+    ]
+    report = {
+        "machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]},
+        "rows_per_call": len(batch),
+        "questions": questions,
+        "mix_per_question": list(MIX),
+        "reward_metrics": mix,
+        "rounds": rounds,
+        "arms": arms,
+        "scaling_2_over_1": scaling,
+        "worker_scaling_2_over_1": worker_scaling,
+        "summary": summary,
+    }
     common.write_result(NAME, report, args.quick, args.out)
 
 

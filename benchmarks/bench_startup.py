@@ -34,22 +34,35 @@ PIPELINE = "pipelines/bird_grpo.yaml"
 RAY_INIT_S = 4.0
 MEMORY_GOAL_GIB = 2.0
 BASE_SETS = ("trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.save_freq=-1")
-QUICK_SETS = ("trainer.train_batch_size=2", "algorithm.n=2", "data.max_response_length=8",
-              "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=2")
+QUICK_SETS = (
+    "trainer.train_batch_size=2",
+    "algorithm.n=2",
+    "data.max_response_length=8",
+    "trainer.ppo_mini_batch_size=2",
+    "trainer.ppo_micro_batch_size=2",
+)
 
 
 def rlflow_arm(sets: list[str], work: Path, timeout: float) -> dict:
-    result = common.run_rlflow(PIPELINE, [*sets, "trainer.total_steps=2"], work / "rlflow-run", log=work / "rlflow.log",
-                               timeout=timeout, sample_memory=True)
+    result = common.run_rlflow(
+        PIPELINE,
+        [*sets, "trainer.total_steps=2"],
+        work / "rlflow-run",
+        log=work / "rlflow.log",
+        timeout=timeout,
+        sample_memory=True,
+    )
     trace, t0 = result.pop("trace"), result["start"]
     step1 = [r for r in trace if r["step"] == 1]
     init = [r for r in trace if r["step"] == 0]
     result.pop("metrics")
     if not step1:
         return result
-    result.update(ready_s=min(r["start"] for r in init) - t0 if init else None,
-                  first_step_start_s=min(r["start"] for r in step1) - t0,
-                  first_step_end_s=max(r["end"] for r in step1) - t0)
+    result.update(
+        ready_s=min(r["start"] for r in init) - t0 if init else None,
+        first_step_start_s=min(r["start"] for r in step1) - t0,
+        first_step_end_s=max(r["end"] for r in step1) - t0,
+    )
     return result
 
 
@@ -58,8 +71,18 @@ def trl_arm(sets: list[str], model_dir: Path, work: Path, timeout: float) -> dic
         return {"skipped": "TRL is not installed (bash scripts/setup_trl_venv.sh creates .venv-trl)"}
     out = work / "trl.json"
     out.unlink(missing_ok=True)
-    cmd = [str(common.TRL_PYTHON), "-m", "benchmarks.trl_grpo_run", "--model-dir", str(model_dir), "--steps", "1",
-           "--out", str(out), *[f"--set={s}" for s in sets if not s.startswith("model_path=")]]
+    cmd = [
+        str(common.TRL_PYTHON),
+        "-m",
+        "benchmarks.trl_grpo_run",
+        "--model-dir",
+        str(model_dir),
+        "--steps",
+        "1",
+        "--out",
+        str(out),
+        *[f"--set={s}" for s in sets if not s.startswith("model_path=")],
+    ]
     result = common.run_process(cmd, log=work / "trl.log", timeout=timeout, sample_memory=True)
     result.pop("cpu_samples")
     result.pop("cpu_samples_by_process")
@@ -67,8 +90,11 @@ def trl_arm(sets: list[str], model_dir: Path, work: Path, timeout: float) -> dic
         result["error"] = common.tail(work / "trl.log")
         return result
     trl, t0 = json.loads(out.read_text()), result["start"]
-    result.update(ready_s=trl["trainer_ready"] - t0, first_step_start_s=trl["steps"][0]["begin"] - t0,
-                  first_step_end_s=trl["steps"][0]["end"] - t0)
+    result.update(
+        ready_s=trl["trainer_ready"] - t0,
+        first_step_start_s=trl["steps"][0]["begin"] - t0,
+        first_step_end_s=trl["steps"][0]["end"] - t0,
+    )
     return result
 
 
@@ -96,31 +122,79 @@ def main(argv=None) -> None:
         for arm in order:
             print(f"round {r + 1}/{rounds}: {arm} ...", flush=True)
             place = work / f"round{r + 1}"
-            result = rlflow_arm(sets, place, args.timeout) if arm == "rlflow" else trl_arm(sets, model_dir, place, args.timeout)
+            result = (
+                rlflow_arm(sets, place, args.timeout)
+                if arm == "rlflow"
+                else trl_arm(sets, model_dir, place, args.timeout)
+            )
             runs[arm].append(result)
-            print("  " + ", ".join(f"{k}={common.fmt(result.get(k))}" for k in FIGURES)
-                  + (f" ERROR {result['error'][-300:]}" if "error" in result else "") + (f" {result['skipped']}" if "skipped" in result else ""),
-                  flush=True)
-    arms_out = {arm: {k: common.median(res.get(k) for res in results) for k in FIGURES}
-                | {"skipped": next((res["skipped"] for res in results if "skipped" in res), None)} for arm, results in runs.items()}
-    print(common.markdown_table(["arm", "pools/trainer ready s", "first step starts s", "first step ends s", "peak RSS GiB",
-                                 "peak PSS GiB"],
-                                [[a, *[v[k] for k in FIGURES]] for a, v in arms_out.items()]))
+            print(
+                "  "
+                + ", ".join(f"{k}={common.fmt(result.get(k))}" for k in FIGURES)
+                + (f" ERROR {result['error'][-300:]}" if "error" in result else "")
+                + (f" {result['skipped']}" if "skipped" in result else ""),
+                flush=True,
+            )
+    arms_out = {
+        arm: {k: common.median(res.get(k) for res in results) for k in FIGURES}
+        | {"skipped": next((res["skipped"] for res in results if "skipped" in res), None)}
+        for arm, results in runs.items()
+    }
+    print(
+        common.markdown_table(
+            [
+                "arm",
+                "pools/trainer ready s",
+                "first step starts s",
+                "first step ends s",
+                "peak RSS GiB",
+                "peak PSS GiB",
+            ],
+            [[a, *[v[k] for k in FIGURES]] for a, v in arms_out.items()],
+        )
+    )
     rl, trl = arms_out["rlflow"], arms_out.get("trl", {})
     summary = []
-    for key, label in (("first_step_end_s", "start-up to first finished step"), ("first_step_start_s", "start-up to first step start")):
+    for key, label in (
+        ("first_step_end_s", "start-up to first finished step"),
+        ("first_step_start_s", "start-up to first step start"),
+    ):
         limit = None if trl.get(key) is None else trl[key] + RAY_INIT_S
         ok = None if limit is None or rl[key] is None else rl[key] <= limit
-        summary.append(common.goal_row(NAME, f"{label}: rlflow run vs TRL", rl[key], f"<= TRL + {RAY_INIT_S:g} s",
-                                       ok, f"{common.fmt(rl[key])} s vs TRL {common.fmt(trl.get(key))} s",
-                                       trl.get("skipped") or ""))
+        summary.append(
+            common.goal_row(
+                NAME,
+                f"{label}: rlflow run vs TRL",
+                rl[key],
+                f"<= TRL + {RAY_INIT_S:g} s",
+                ok,
+                f"{common.fmt(rl[key])} s vs TRL {common.fmt(trl.get(key))} s",
+                trl.get("skipped") or "",
+            )
+        )
     peak = rl["peak_rss_gib"]
-    summary.append(common.goal_row(NAME, "peak RSS of the whole run (Ray processes included)", peak, f"<= {MEMORY_GOAL_GIB:g} GiB",
-                                   None if peak is None else peak <= MEMORY_GOAL_GIB,
-                                   None if peak is None else f"{peak:.2f} GiB RSS, {common.fmt(rl['peak_pss_gib'])} GiB PSS "
-                                   f"(TRL: {common.fmt(trl.get('peak_rss_gib'))} GiB RSS)"))
-    report = {"machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]}, "model": model_label, "sets": sets,
-              "rounds": rounds, "arms": arms_out, "runs": runs, "summary": summary}
+    summary.append(
+        common.goal_row(
+            NAME,
+            "peak RSS of the whole run (Ray processes included)",
+            peak,
+            f"<= {MEMORY_GOAL_GIB:g} GiB",
+            None if peak is None else peak <= MEMORY_GOAL_GIB,
+            None
+            if peak is None
+            else f"{peak:.2f} GiB RSS, {common.fmt(rl['peak_pss_gib'])} GiB PSS "
+            f"(TRL: {common.fmt(trl.get('peak_rss_gib'))} GiB RSS)",
+        )
+    )
+    report = {
+        "machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]},
+        "model": model_label,
+        "sets": sets,
+        "rounds": rounds,
+        "arms": arms_out,
+        "runs": runs,
+        "summary": summary,
+    }
     common.write_result(NAME, report, args.quick, args.out)
 
 

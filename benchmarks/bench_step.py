@@ -37,8 +37,13 @@ from benchmarks import common
 NAME = "step"
 PIPELINE = "pipelines/bird_grpo.yaml"
 ARMS = ("rlflow", "loop", "trl")
-QUICK_SETS = ("trainer.train_batch_size=2", "algorithm.n=2", "data.max_response_length=8",
-              "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=2")
+QUICK_SETS = (
+    "trainer.train_batch_size=2",
+    "algorithm.n=2",
+    "data.max_response_length=8",
+    "trainer.ppo_mini_batch_size=2",
+    "trainer.ppo_micro_batch_size=2",
+)
 STAGE_TIMERS = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")
 LOOP_GOAL = 1.05
 
@@ -46,7 +51,9 @@ LOOP_GOAL = 1.05
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.common_args(p, rounds=2)
-    p.add_argument("--steps", type=int, default=None, help="steps per run (default 5; --quick: 3); the first 2 are warm-up")
+    p.add_argument(
+        "--steps", type=int, default=None, help="steps per run (default 5; --quick: 3); the first 2 are warm-up"
+    )
     p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run before it is killed")
     p.add_argument("--loop-run", type=Path, help=argparse.SUPPRESS)  # internal: run the plain loop, write JSON here
@@ -80,9 +87,15 @@ def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None
             for step in range(first, loop.total + 1):
                 wall_start = time.time()
                 metrics = loop.run_step(step)
-                record["steps"].append({"step": step, "start": wall_start, "end": time.time(),
-                                        **{k: v for k, v in metrics.items() if k.startswith("timing_s/")},
-                                        "response_length/mean": metrics["response_length/mean"]})
+                record["steps"].append(
+                    {
+                        "step": step,
+                        "start": wall_start,
+                        "end": time.time(),
+                        **{k: v for k, v in metrics.items() if k.startswith("timing_s/")},
+                        "response_length/mean": metrics["response_length/mean"],
+                    }
+                )
         finally:
             executor.close()
     out.write_text(json.dumps(record, indent=2) + "\n")
@@ -93,14 +106,23 @@ def run_arm(arm: str, sets: list[str], steps: int, work: Path, timeout: float) -
     """One run of ``arm``: per-step records (step, timing_s/*, cpu_s/step, response_length/mean), wall time."""
     log = work / f"{arm}.log"
     if arm == "rlflow":
-        result = common.run_rlflow(PIPELINE, [*sets, f"trainer.total_steps={steps}"], work / "rlflow-run", log=log,
-                                   timeout=timeout)
+        result = common.run_rlflow(
+            PIPELINE, [*sets, f"trainer.total_steps={steps}"], work / "rlflow-run", log=log, timeout=timeout
+        )
         records = result.pop("metrics")
         result.pop("trace")
     elif arm == "loop":
         out = work / "loop.json"
-        cmd = [sys.executable, "-m", "benchmarks.bench_step", "--loop-run", str(out), "--steps", str(steps),
-               *[f"--set={s}" for s in sets]]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_step",
+            "--loop-run",
+            str(out),
+            "--steps",
+            str(steps),
+            *[f"--set={s}" for s in sets],
+        ]
         result = common.run_process(cmd, log=log, timeout=timeout)
         records = json.loads(out.read_text())["steps"] if result["exit_code"] == 0 else []
     else:
@@ -108,8 +130,18 @@ def run_arm(arm: str, sets: list[str], steps: int, work: Path, timeout: float) -
             return {"skipped": "TRL is not installed (bash scripts/setup_trl_venv.sh creates .venv-trl)", "records": []}
         out = work / "trl.json"
         model = next(s.split("=", 1)[1] for s in sets if s.startswith("model_path="))
-        cmd = [str(common.TRL_PYTHON), "-m", "benchmarks.trl_grpo_run", "--model-dir", model, "--steps", str(steps),
-               "--out", str(out), *[f"--set={s}" for s in sets if not s.startswith("model_path=")]]
+        cmd = [
+            str(common.TRL_PYTHON),
+            "-m",
+            "benchmarks.trl_grpo_run",
+            "--model-dir",
+            model,
+            "--steps",
+            str(steps),
+            "--out",
+            str(out),
+            *[f"--set={s}" for s in sets if not s.startswith("model_path=")],
+        ]
         result = common.run_process(cmd, log=log, timeout=timeout)
         records = _trl_records(json.loads(out.read_text())) if result["exit_code"] == 0 else []
     if result["exit_code"] != 0:
@@ -127,8 +159,16 @@ def _trl_records(trl: dict) -> list[dict]:
     lengths = trl.get("mean_completion_length", [])
     ends = [s["end"] for s in trl["steps"]]
     starts = [trl["train_begin"], *ends[:-1]]
-    return [{"step": i + 1, "start": starts[i], "end": ends[i], "timing_s/step": s,
-             **({"response_length/mean": lengths[i]} if i < len(lengths) else {})} for i, s in enumerate(trl["step_s"])]
+    return [
+        {
+            "step": i + 1,
+            "start": starts[i],
+            "end": ends[i],
+            "timing_s/step": s,
+            **({"response_length/mean": lengths[i]} if i < len(lengths) else {}),
+        }
+        for i, s in enumerate(trl["step_s"])
+    ]
 
 
 def summarize(runs: dict[str, list[dict]], skip: int) -> dict:
@@ -136,17 +176,23 @@ def summarize(runs: dict[str, list[dict]], skip: int) -> dict:
     arms = {}
     for arm, results in runs.items():
         records = [r for res in results for r in res.get("records", []) if r["step"] > skip]
-        per_round = [common.median(r["timing_s/step"] for r in res.get("records", []) if r["step"] > skip) for res in results]
-        cpu_per_round = [common.median(r.get("cpu_s/step") for r in res.get("records", []) if r["step"] > skip)
-                         for res in results]
+        per_round = [
+            common.median(r["timing_s/step"] for r in res.get("records", []) if r["step"] > skip) for res in results
+        ]
+        cpu_per_round = [
+            common.median(r.get("cpu_s/step") for r in res.get("records", []) if r["step"] > skip) for res in results
+        ]
         arms[arm] = {
             "step_s_median": common.median(r["timing_s/step"] for r in records),
             "step_s_per_round": per_round,
             "cpu_s_median": common.median(r.get("cpu_s/step") for r in records),
             "cpu_s_per_round": cpu_per_round,
             "samples": len(records),
-            "stage_s_median": {t: common.median(r.get(f"timing_s/{t}") for r in records) for t in STAGE_TIMERS
-                               if any(f"timing_s/{t}" in r for r in records)},
+            "stage_s_median": {
+                t: common.median(r.get(f"timing_s/{t}") for r in records)
+                for t in STAGE_TIMERS
+                if any(f"timing_s/{t}" in r for r in records)
+            },
             "response_length_mean": common.median(r.get("response_length/mean") for r in records),
             "cpu_s_by_process_median": common.cpu_by_process_median(records),
             "skipped": next((res["skipped"] for res in results if "skipped" in res), None),
@@ -173,18 +219,37 @@ def summary_rows(arms: dict, rat: dict) -> list[dict]:
     rl = arms.get("rlflow", {}).get("step_s_median")
     loop = arms.get("loop", {}).get("step_s_median")
     if "loop" in arms:
-        rows.append(common.goal_row(NAME, "rlflow run step time / plain in-process loop", r, f"<= {LOOP_GOAL}",
-                                    None if r is None else r <= LOOP_GOAL,
-                                    None if r is None else f"{r:.3f} ({common.fmt(rl)} s vs {common.fmt(loop)} s; "
-                                    f"CPU s/step ratio {common.fmt(rat.get('rlflow_over_loop_cpu'))})"))
+        rows.append(
+            common.goal_row(
+                NAME,
+                "rlflow run step time / plain in-process loop",
+                r,
+                f"<= {LOOP_GOAL}",
+                None if r is None else r <= LOOP_GOAL,
+                None
+                if r is None
+                else f"{r:.3f} ({common.fmt(rl)} s vs {common.fmt(loop)} s; "
+                f"CPU s/step ratio {common.fmt(rat.get('rlflow_over_loop_cpu'))})",
+            )
+        )
     if "trl" in arms:
         t = rat.get("rlflow_over_trl")
         trl = arms["trl"].get("step_s_median")
         note = arms["trl"].get("skipped") or ""
-        rows.append(common.goal_row(NAME, "rlflow run step time / TRL GRPOTrainer", t, "< 1 (faster than TRL)",
-                                    None if t is None else t < 1.0,
-                                    None if t is None else f"{t:.3f} ({common.fmt(rl)} s vs {common.fmt(trl)} s; "
-                                    f"CPU s/step ratio {common.fmt(rat.get('rlflow_over_trl_cpu'))})", note))
+        rows.append(
+            common.goal_row(
+                NAME,
+                "rlflow run step time / TRL GRPOTrainer",
+                t,
+                "< 1 (faster than TRL)",
+                None if t is None else t < 1.0,
+                None
+                if t is None
+                else f"{t:.3f} ({common.fmt(rl)} s vs {common.fmt(trl)} s; "
+                f"CPU s/step ratio {common.fmt(rat.get('rlflow_over_trl_cpu'))})",
+                note,
+            )
+        )
     return rows
 
 
@@ -206,29 +271,58 @@ def main(argv=None) -> None:
             result = run_arm(arm, sets, steps, work / f"round{r + 1}", args.timeout)
             runs[arm].append(result)
             times = [round(x["timing_s/step"], 2) for x in result.get("records", [])]
-            print(f"  {arm}: step times {times}{' ' + result['error'][-300:] if 'error' in result else ''}"
-                  f"{' ' + result['skipped'] if 'skipped' in result else ''}", flush=True)
+            print(
+                f"  {arm}: step times {times}{' ' + result['error'][-300:] if 'error' in result else ''}"
+                f"{' ' + result['skipped'] if 'skipped' in result else ''}",
+                flush=True,
+            )
     arms = summarize(runs, skip)
     rat = ratios(arms)
     rows = summary_rows(arms, rat)
     headers = ["arm", "step s (median)", "CPU s/step", *[f"{t} s" for t in STAGE_TIMERS], "response len", "samples"]
-    table = [[arm, a["step_s_median"], a["cpu_s_median"], *[a["stage_s_median"].get(t) for t in STAGE_TIMERS],
-              a["response_length_mean"], a["samples"]] for arm, a in arms.items()]
+    table = [
+        [
+            arm,
+            a["step_s_median"],
+            a["cpu_s_median"],
+            *[a["stage_s_median"].get(t) for t in STAGE_TIMERS],
+            a["response_length_mean"],
+            a["samples"],
+        ]
+        for arm, a in arms.items()
+    ]
     print(common.markdown_table(headers, table))
     for key, value in rat.items():
         print(f"{key}: {value if isinstance(value, list) else common.fmt(value)}")
     for arm, a in arms.items():
         if a["cpu_s_by_process_median"]:
-            print(f"{arm} CPU s/step by process: " + ", ".join(f"{k} {common.fmt(v)}" for k, v in a["cpu_s_by_process_median"].items()))
+            print(
+                f"{arm} CPU s/step by process: "
+                + ", ".join(f"{k} {common.fmt(v)}" for k, v in a["cpu_s_by_process_median"].items())
+            )
     report = {
         "machine": {**load_before, "load_avg_1m_after": common.machine()["load_avg_1m"]},
-        "model": model_label, "sizes": dict(common.SIZES) if not args.quick else "quick", "sets": sets,
-        "steps_per_run": steps, "warmup_steps_skipped": skip, "rounds": rounds, "threads_per_model_process": 1,
-        "arms": arms, "ratios": rat, "summary": rows,
-        "runs": {arm: [{k: v for k, v in res.items() if k != "records"}
-                       | {"step_s": [x["timing_s/step"] for x in res.get("records", [])],
-                          "cpu_s": [x.get("cpu_s/step") for x in res.get("records", [])]}
-                       for res in results] for arm, results in runs.items()},
+        "model": model_label,
+        "sizes": dict(common.SIZES) if not args.quick else "quick",
+        "sets": sets,
+        "steps_per_run": steps,
+        "warmup_steps_skipped": skip,
+        "rounds": rounds,
+        "threads_per_model_process": 1,
+        "arms": arms,
+        "ratios": rat,
+        "summary": rows,
+        "runs": {
+            arm: [
+                {k: v for k, v in res.items() if k != "records"}
+                | {
+                    "step_s": [x["timing_s/step"] for x in res.get("records", [])],
+                    "cpu_s": [x.get("cpu_s/step") for x in res.get("records", [])],
+                }
+                for res in results
+            ]
+            for arm, results in runs.items()
+        },
     }
     common.write_result(NAME, report, args.quick, args.out)
 

@@ -65,9 +65,13 @@ def timed(cmd: list[str], cwd: Path, runs: int, **env_vars: str) -> dict:
     output = (result.stderr or result.stdout).strip().splitlines()
     errors = [line for line in output if "Error" in line]  # the error itself, not the closing hint
     return {
-        "command": " ".join(cmd), "runs": runs, "exit_code": result.returncode,
-        "wall_s": [round(w, 4) for w in walls], "wall_median_s": round(statistics.median(walls), 4),
-        "wall_min_s": round(min(walls), 4), "cpu_median_s": round(statistics.median(cpus), 4),
+        "command": " ".join(cmd),
+        "runs": runs,
+        "exit_code": result.returncode,
+        "wall_s": [round(w, 4) for w in walls],
+        "wall_median_s": round(statistics.median(walls), 4),
+        "wall_min_s": round(min(walls), 4),
+        "cpu_median_s": round(statistics.median(cpus), 4),
         "cpu_min_s": round(min(cpus), 4),
         "message": (errors or output or [""])[-1],
     }
@@ -89,8 +93,10 @@ def imported_modules(pipeline: str) -> tuple[int, list[str]]:
 def table(rows: list[tuple[str, dict]]) -> str:
     lines = [f"{'command':<58} {'exit':>4} {'wall median':>11} {'wall min':>9} {'cpu median':>10}"]
     for name, r in rows:
-        lines.append(f"{name:<58} {r['exit_code']:>4} {r['wall_median_s']:>10.3f}s {r['wall_min_s']:>8.3f}s "
-                     f"{r['cpu_median_s']:>9.3f}s")
+        lines.append(
+            f"{name:<58} {r['exit_code']:>4} {r['wall_median_s']:>10.3f}s {r['wall_min_s']:>8.3f}s "
+            f"{r['cpu_median_s']:>9.3f}s"
+        )
     return "\n".join(lines)
 
 
@@ -131,8 +137,10 @@ def main() -> None:
     if "verl_config_error" in report:
         print(f"verl's answer: {report['verl_config_error']['message']}")
         print(f"rlflow answers {report['speedup_wall_median']}x sooner (wall, median)")
-    print(f"load average (1 min) before/after: {report['machine']['load_avg_1m']:.2f} / "
-          f"{report['machine']['load_avg_1m_after']:.2f}")
+    print(
+        f"load average (1 min) before/after: {report['machine']['load_avg_1m']:.2f} / "
+        f"{report['machine']['load_avg_1m_after']:.2f}"
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.output}")

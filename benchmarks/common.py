@@ -29,8 +29,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -42,14 +43,23 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 # The sizes every step benchmark uses (the issue's: 16 prompts x 8 samples x 48 tokens), one
 # optimizer step per generation batch (mini-batch = the whole batch), micro-batches of 8 samples.
-SIZES = {"train_batch_size": 16, "n": 8, "max_response_length": 48, "ppo_mini_batch_size": 16, "ppo_micro_batch_size": 8}
+SIZES = {
+    "train_batch_size": 16,
+    "n": 8,
+    "max_response_length": 48,
+    "ppo_mini_batch_size": 16,
+    "ppo_micro_batch_size": 8,
+}
 # --set overrides that put a pipeline at SIZES, without validation or checkpoints inside the timed steps.
 STEP_SETS = (
-    f"trainer.train_batch_size={SIZES['train_batch_size']}", f"algorithm.n={SIZES['n']}",
+    f"trainer.train_batch_size={SIZES['train_batch_size']}",
+    f"algorithm.n={SIZES['n']}",
     f"data.max_response_length={SIZES['max_response_length']}",
     f"trainer.ppo_mini_batch_size={SIZES['ppo_mini_batch_size']}",
     f"trainer.ppo_micro_batch_size={SIZES['ppo_micro_batch_size']}",
-    "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.save_freq=-1",
+    "trainer.test_freq=-1",
+    "trainer.val_before_train=false",
+    "trainer.save_freq=-1",
 )
 
 
@@ -62,15 +72,26 @@ def bench_env(threads: int = 1) -> dict[str, str]:
     machine that is someone else's; a benchmark must time its own embedded Ray.
     """
     env = dict(os.environ)
-    env.update(RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads),
-               MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.update(
+        RAY_USAGE_STATS_ENABLED="0",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTHONUNBUFFERED="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+    )
     env.setdefault("RAY_ADDRESS", "local")
     return env
 
 
 def machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "load_avg_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def rlflow_script() -> list[str]:
@@ -117,14 +138,28 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def rotations(arms: Sequence[str], rounds: int) -> list[list[str]]:
     """The arms' order in each round, rotated so that no arm always runs first (or last)."""
-    return [list(arms[r % len(arms):]) + list(arms[: r % len(arms)]) for r in range(rounds)]
+    return [list(arms[r % len(arms) :]) + list(arms[: r % len(arms)]) for r in range(rounds)]
 
 
-def goal_row(benchmark: str, figure: str, measured: float | None, goal: str, met: bool | None,
-             shown: str | None = None, note: str = "") -> dict[str, Any]:
+def goal_row(
+    benchmark: str,
+    figure: str,
+    measured: float | None,
+    goal: str,
+    met: bool | None,
+    shown: str | None = None,
+    note: str = "",
+) -> dict[str, Any]:
     """One row of the results table: ``met`` is None when the figure could not be measured."""
-    return {"benchmark": benchmark, "figure": figure, "measured": measured,
-            "measured_text": shown if shown is not None else fmt(measured), "goal": goal, "met": met, "note": note}
+    return {
+        "benchmark": benchmark,
+        "figure": figure,
+        "measured": measured,
+        "measured_text": shown if shown is not None else fmt(measured),
+        "goal": goal,
+        "met": met,
+        "note": note,
+    }
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -149,6 +184,7 @@ NOT_CODE = (":(exclude)benchmarks/results", ":(exclude)*.md", ":(exclude)docs")
 def commit_id() -> str:
     """The short commit of the checkout, with ``-dirty`` when code (anything but results and
     Markdown) has uncommitted changes; ``unknown`` outside a git checkout."""
+
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -163,8 +199,13 @@ def commit_id() -> str:
 def write_result(name: str, report: dict[str, Any], quick: bool, out: Path | None = None) -> Path:
     path = out or RESULTS / (f"{name}_quick.json" if quick else f"{name}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    report = {"benchmark": name, "quick": quick, "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "commit": commit_id(), **report}
+    report = {
+        "benchmark": name,
+        "quick": quick,
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": commit_id(),
+        **report,
+    }
     path.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path
@@ -177,8 +218,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_rlflow(pipeline: str, sets: Sequence[str], run_dir: Path, *, log: Path, timeout: float,
-               sample_memory: bool = False) -> dict[str, Any]:
+def run_rlflow(
+    pipeline: str, sets: Sequence[str], run_dir: Path, *, log: Path, timeout: float, sample_memory: bool = False
+) -> dict[str, Any]:
     """``rlflow run`` in a subprocess: metrics (each with ``cpu_s/step`` and ``cpu_s_by_process/step``),
     trace, wall time, peak memory. The raw CPU samples are spent on the per-step figures, not returned."""
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -199,15 +241,17 @@ def run_rlflow(pipeline: str, sets: Sequence[str], run_dir: Path, *, log: Path, 
     return result
 
 
-def run_process(cmd: Sequence[str], *, log: Path, timeout: float, sample_memory: bool = False,
-                env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_process(
+    cmd: Sequence[str], *, log: Path, timeout: float, sample_memory: bool = False, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run ``cmd`` (output to ``log``): wall-clock start (epoch seconds), duration, exit code, the
     tree's CPU samples (``cpu_samples``) and, with ``sample_memory``, its peak memory."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         start = time.time()
-        proc = subprocess.Popen(list(cmd), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env or bench_env(),
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            list(cmd), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env or bench_env(), start_new_session=True
+        )
         with TreeSampler(proc.pid, interval=0.2 if sample_memory else 0.25, memory=sample_memory) as sampler:
             try:
                 code = proc.wait(timeout=timeout)
@@ -283,7 +327,7 @@ class TreeSampler:
         self._stop.set()
         self._thread.join()
 
-    def __enter__(self) -> "TreeSampler":
+    def __enter__(self) -> TreeSampler:
         self.start()
         return self
 
@@ -326,12 +370,19 @@ class TreeSampler:
             self._stop.wait(self.interval)
 
     def report(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"cpu_samples": self.cpu, "cpu_samples_by_process": self.cpu_by_name, "samples": self.samples}
+        out: dict[str, Any] = {
+            "cpu_samples": self.cpu,
+            "cpu_samples_by_process": self.cpu_by_name,
+            "samples": self.samples,
+        }
         if self.memory:
             top = sorted(self.peak_processes.items(), key=lambda kv: -kv[1])[:8]
-            out.update(peak_rss_bytes=self.peak, peak_rss_gib=round(self.peak / 2**30, 3),
-                       peak_pss_gib=round(self.peak_pss / 2**30, 3),
-                       peak_rss_by_process_mib={k: round(v / 2**20, 1) for k, v in top})
+            out.update(
+                peak_rss_bytes=self.peak,
+                peak_rss_gib=round(self.peak / 2**30, 3),
+                peak_pss_gib=round(self.peak_pss / 2**30, 3),
+                peak_rss_by_process_mib={k: round(v / 2**20, 1) for k, v in top},
+            )
         return out
 
 
@@ -342,16 +393,22 @@ def process_group(p) -> str:
         return name.split(".")[0]  # ray::StageWorker.run_stage -> ray::StageWorker
     if name.startswith("python") or name == "rlflow":
         cmd = " ".join(p.cmdline()[1:3])
-        for marker, group in (("default_worker.py", "ray idle worker"), ("rlflow.backends.remote.server", "backend server"),
-                              ("dashboard", "ray dashboard agent"), ("runtime_env", "ray runtime env agent"),
-                              ("log_monitor", "ray log monitor")):
+        for marker, group in (
+            ("default_worker.py", "ray idle worker"),
+            ("rlflow.backends.remote.server", "backend server"),
+            ("dashboard", "ray dashboard agent"),
+            ("runtime_env", "ray runtime env agent"),
+            ("log_monitor", "ray log monitor"),
+        ):
             if marker in cmd:
                 return group
         return "driver" if name == "rlflow" else name
     return name
 
 
-def cpu_by_process_between(samples: Sequence[tuple[float, dict[str, float]]], start: float, end: float) -> dict[str, float]:
+def cpu_by_process_between(
+    samples: Sequence[tuple[float, dict[str, float]]], start: float, end: float
+) -> dict[str, float]:
     """CPU seconds each process group used between two wall-clock moments."""
     names = {n for _, groups in samples for n in groups}
     return {n: cpu_between([(t, g.get(n, 0.0)) for t, g in samples], start, end) for n in sorted(names)}
@@ -388,7 +445,13 @@ def trace_windows(trace: list[dict[str, Any]]) -> dict[int, tuple[float, float]]
 
 def common_args(parser, *, rounds: int | None = None) -> None:
     """--quick, --out and (for interleaved benchmarks) --rounds."""
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: proves the path in seconds; writes <name>_quick.json")
-    parser.add_argument("--out", type=Path, default=None, help="JSON output (default benchmarks/results/<name>[_quick].json)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes: proves the path in seconds; writes <name>_quick.json"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON output (default benchmarks/results/<name>[_quick].json)"
+    )
     if rounds is not None:
-        parser.add_argument("--rounds", type=int, default=None, help=f"interleaved rounds (default {rounds}; --quick: 1)")
+        parser.add_argument(
+            "--rounds", type=int, default=None, help=f"interleaved rounds (default {rounds}; --quick: 1)"
+        )

@@ -8,7 +8,8 @@ in a JSON file, so the vLLM venv needs neither the data loader nor the pipeline.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def sampling_params(tokenizer, model, max_new_tokens: int, seed: int):
@@ -18,9 +19,16 @@ def sampling_params(tokenizer, model, max_new_tokens: int, seed: int):
     eos = {tokenizer.eos_token_id}
     configured = model.generation_config.eos_token_id
     eos.update(configured if isinstance(configured, list) else [configured])
-    return SamplingParams(max_new_tokens=max_new_tokens, eos_token_ids=tuple(sorted(i for i in eos if i is not None)),
-                          pad_token_id=tokenizer.pad_token_id, temperature=1.0, top_p=1.0, top_k=-1, do_sample=True,
-                          seed=seed)
+    return SamplingParams(
+        max_new_tokens=max_new_tokens,
+        eos_token_ids=tuple(sorted(i for i in eos if i is not None)),
+        pad_token_id=tokenizer.pad_token_id,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=-1,
+        do_sample=True,
+        seed=seed,
+    )
 
 
 def prompt_tensors(rows: list[list[int]], pad_id: int):
@@ -31,8 +39,8 @@ def prompt_tensors(rows: list[list[int]], pad_id: int):
     prompts = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        prompts[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r):] = 1
+        prompts[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
     return prompts, mask
 
 
@@ -42,5 +50,10 @@ def timed(generate: Callable[[Any], tuple], params) -> dict[str, float]:
     _, mask = generate(params)
     seconds = time.perf_counter() - start
     tokens = int(mask.sum())
-    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "rows": int(mask.shape[0]),
-            "decode_steps": int(mask.shape[1])}
+    return {
+        "seconds": seconds,
+        "tokens": tokens,
+        "tokens_per_s": tokens / seconds,
+        "rows": int(mask.shape[0]),
+        "decode_steps": int(mask.shape[1]),
+    }

@@ -44,8 +44,11 @@ from benchmarks import bench_learning, common
 
 # name -> (module, extra arguments for a full run, extra arguments for --quick)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
-    "validate": ("benchmarks.bench_validate", [], ["--runs", "3", "--verl-runs", "1",
-                                                    "--output", str(common.RESULTS / "validate_quick.json")]),
+    "validate": (
+        "benchmarks.bench_validate",
+        [],
+        ["--runs", "3", "--verl-runs", "1", "--output", str(common.RESULTS / "validate_quick.json")],
+    ),
     "compile": ("benchmarks.bench_compile", [], ["--quick"]),
     "reward": ("benchmarks.bench_reward", [], ["--quick"]),
     "generation": ("benchmarks.bench_generation", [], ["--quick"]),
@@ -65,13 +68,17 @@ MARK = {True: "yes", False: "**no**", None: "n/a"}
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="smoke sizes; results to *_quick.json and results/SUMMARY_quick.md")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke sizes; results to *_quick.json and results/SUMMARY_quick.md"
+    )
     p.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these")
     p.add_argument("--skip", nargs="+", choices=list(BENCHMARKS), default=[], help="leave these out")
     p.add_argument("--no-setup", action="store_true", help="do not create .venv-trl when it is missing")
-    p.add_argument("--summary-only", action="store_true",
-                   help="only rewrite the README table and docs/benchmarks.md from existing results")
+    p.add_argument(
+        "--summary-only",
+        action="store_true",
+        help="only rewrite the README table and docs/benchmarks.md from existing results",
+    )
     return p.parse_args(argv)
 
 
@@ -80,8 +87,12 @@ def ensure_trl(log_dir: Path) -> str:
         return "present"
     print("creating .venv-trl (scripts/setup_trl_venv.sh) ...", flush=True)
     with (log_dir / "setup_trl.log").open("w") as log:
-        done = subprocess.run(["bash", str(common.ROOT / "scripts" / "setup_trl_venv.sh")], cwd=common.ROOT, stdout=log,
-                              stderr=subprocess.STDOUT)
+        done = subprocess.run(
+            ["bash", str(common.ROOT / "scripts" / "setup_trl_venv.sh")],
+            cwd=common.ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     return "created" if done.returncode == 0 else f"setup failed (see {log_dir / 'setup_trl.log'})"
 
 
@@ -91,8 +102,14 @@ def run_one(name: str, quick: bool, log_dir: Path) -> dict:
     print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
     start = time.perf_counter()
     with (log_dir / f"{name}{'_quick' if quick else ''}.log").open("w") as log:
-        proc = subprocess.Popen(cmd, cwd=common.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            cmd,
+            cwd=common.ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"},
+        )
         for line in proc.stdout:
             sys.stdout.write(line)
             log.write(line)
@@ -107,25 +124,48 @@ def validate_rows(report: dict) -> list[dict]:
     """bench_validate's figures as summary rows (its JSON predates the summary convention)."""
     rl = report.get("rlflow_validate", {})
     wall, cpu = rl.get("wall_median_s"), rl.get("cpu_median_s")
-    rows = [common.goal_row("validate", "rlflow validate, cold process (wall median)", wall, f"< {VALIDATE_WALL_GOAL_S} s",
-                            None if wall is None else wall < VALIDATE_WALL_GOAL_S,
-                            f"{common.fmt(wall)} s (CPU {common.fmt(cpu)} s; heavy modules: "
-                            f"{', '.join(rl.get('heavy_modules_imported') or []) or 'none'})")]
+    rows = [
+        common.goal_row(
+            "validate",
+            "rlflow validate, cold process (wall median)",
+            wall,
+            f"< {VALIDATE_WALL_GOAL_S} s",
+            None if wall is None else wall < VALIDATE_WALL_GOAL_S,
+            f"{common.fmt(wall)} s (CPU {common.fmt(cpu)} s; heavy modules: "
+            f"{', '.join(rl.get('heavy_modules_imported') or []) or 'none'})",
+        )
+    ]
     speedup = report.get("speedup_wall_median")
     verl = report.get("verl_config_error", {}).get("wall_median_s")
-    rows.append(common.goal_row("validate", "config error: rlflow validate vs verl (wall)", speedup,
-                                f">= {VALIDATE_SPEEDUP_GOAL:g}x faster", None if speedup is None else speedup >= VALIDATE_SPEEDUP_GOAL,
-                                None if speedup is None else f"{speedup:g}x ({common.fmt(wall)} s vs verl {common.fmt(verl)} s)"))
+    rows.append(
+        common.goal_row(
+            "validate",
+            "config error: rlflow validate vs verl (wall)",
+            speedup,
+            f">= {VALIDATE_SPEEDUP_GOAL:g}x faster",
+            None if speedup is None else speedup >= VALIDATE_SPEEDUP_GOAL,
+            None if speedup is None else f"{speedup:g}x ({common.fmt(wall)} s vs verl {common.fmt(verl)} s)",
+        )
+    )
     return rows
 
 
 def learning_rows(report: dict) -> list[dict]:
     runs = report.get("runs", [])
     goal = report.get("goal", {})
-    shown = "; ".join(f"seed {r['seed']}: {r['before']:.2f} -> {r['after']:.2f} in {r['wall_minutes']:.0f} min" for r in runs)
-    return [common.goal_row("learning", "validation exec accuracy rise, every seed", None,
-                            f"+{100 * goal.get('min_delta', 0):.0f} points within {goal.get('max_minutes', 0):g} min",
-                            report.get("passed"), shown or "n/a")]
+    shown = "; ".join(
+        f"seed {r['seed']}: {r['before']:.2f} -> {r['after']:.2f} in {r['wall_minutes']:.0f} min" for r in runs
+    )
+    return [
+        common.goal_row(
+            "learning",
+            "validation exec accuracy rise, every seed",
+            None,
+            f"+{100 * goal.get('min_delta', 0):.0f} points within {goal.get('max_minutes', 0):g} min",
+            report.get("passed"),
+            shown or "n/a",
+        )
+    ]
 
 
 def git(*args: str) -> str:
@@ -160,8 +200,10 @@ class Source:
 
 def load_sources(quick: bool) -> dict[str, Source | None]:
     suffix = "_quick" if quick else ""
-    return {name: Source.read(path) if (path := common.RESULTS / f"{name}{suffix}.json").exists() else None
-            for name in BENCHMARKS}
+    return {
+        name: Source.read(path) if (path := common.RESULTS / f"{name}{suffix}.json").exists() else None
+        for name in BENCHMARKS
+    }
 
 
 def summary_rows(sources: dict[str, Source | None]) -> list[dict]:
@@ -172,8 +214,9 @@ def summary_rows(sources: dict[str, Source | None]) -> list[dict]:
             rows.append({**common.goal_row(name, "(not run)", None, "", None, "no result file"), "commit": ""})
             continue
         report = source.report
-        found = report.get("summary") or (validate_rows(report) if name == "validate" else
-                                          learning_rows(report) if name == "learning" else [])
+        found = report.get("summary") or (
+            validate_rows(report) if name == "validate" else learning_rows(report) if name == "learning" else []
+        )
         rows += [{**row, "commit": source.commit} for row in found]
     return rows
 
@@ -181,29 +224,50 @@ def summary_rows(sources: dict[str, Source | None]) -> list[dict]:
 def results_table(rows: list[dict]) -> str:
     return common.markdown_table(
         ["benchmark", "figure", "measured", "goal", "met", "commit"],
-        [[row["benchmark"], row["figure"], row["measured_text"].replace("|", "/"), row["goal"], MARK[row["met"]],
-          row["commit"]] for row in rows])
+        [
+            [
+                row["benchmark"],
+                row["figure"],
+                row["measured_text"].replace("|", "/"),
+                row["goal"],
+                MARK[row["met"]],
+                row["commit"],
+            ]
+            for row in rows
+        ],
+    )
 
 
-COMMIT_NOTE = ("`commit`: the commit the figures were measured on; `*`: the result file predates that record, so "
-               "this is the commit that last changed the file (`git log -1 -- FILE`), which can be later than the "
-               "code measured.")
+COMMIT_NOTE = (
+    "`commit`: the commit the figures were measured on; `*`: the result file predates that record, so "
+    "this is the commit that last changed the file (`git log -1 -- FILE`), which can be later than the "
+    "code measured."
+)
 
 
 def readme_block(rows: list[dict]) -> str:
     """What the README holds between its results markers."""
-    return "\n".join([
-        TABLE_MARKERS[0], "", results_table(rows), "",
-        f"{COMMIT_NOTE} Result files, learning curves and notes: [docs/benchmarks.md](docs/benchmarks.md).", "",
-        TABLE_MARKERS[1]])
+    return "\n".join(
+        [
+            TABLE_MARKERS[0],
+            "",
+            results_table(rows),
+            "",
+            f"{COMMIT_NOTE} Result files, learning curves and notes: [docs/benchmarks.md](docs/benchmarks.md).",
+            "",
+            TABLE_MARKERS[1],
+        ]
+    )
 
 
 def replace_block(text: str, markers: tuple[str, str], block: str, where: Path) -> str:
     start, end = text.find(markers[0]), text.find(markers[1])
     if start < 0 or end < start:
-        raise SystemExit(f"{where}: needs the lines {markers[0]} and {markers[1]} (in that order) around the "
-                         "generated part; put them back where it should go")
-    return text[:start] + block + text[end + len(markers[1]):]
+        raise SystemExit(
+            f"{where}: needs the lines {markers[0]} and {markers[1]} (in that order) around the "
+            "generated part; put them back where it should go"
+        )
+    return text[:start] + block + text[end + len(markers[1]) :]
 
 
 def kept_notes(page: Path) -> str:
@@ -212,7 +276,7 @@ def kept_notes(page: Path) -> str:
     start, end = text.find(NOTES_MARKERS[0]), text.find(NOTES_MARKERS[1])
     if start < 0 or end < start:
         return f"{NOTES_MARKERS[0]}\n{NOTES_MARKERS[1]}"
-    return text[start:end + len(NOTES_MARKERS[1])]
+    return text[start : end + len(NOTES_MARKERS[1])]
 
 
 def sources_table(sources: dict[str, Source | None]) -> str:
@@ -223,8 +287,18 @@ def sources_table(sources: dict[str, Source | None]) -> str:
 
     return common.markdown_table(
         ["file", "commit", "date", "CPUs", "load average (1 min)"],
-        [[f"`{shown(s.path)}`", s.commit, s.when, common.fmt(s.report.get("machine", {}).get("cpus")),
-          load(s.report.get("machine", {}))] for s in sources.values() if s is not None])
+        [
+            [
+                f"`{shown(s.path)}`",
+                s.commit,
+                s.when,
+                common.fmt(s.report.get("machine", {}).get("cpus")),
+                load(s.report.get("machine", {})),
+            ]
+            for s in sources.values()
+            if s is not None
+        ],
+    )
 
 
 def learning_section(report: dict) -> list[str]:
@@ -235,19 +309,37 @@ def learning_section(report: dict) -> list[str]:
     steps = sorted({int(k) for r in runs for k in r.get("val_exec_acc_by_step", {})})
     curve = common.markdown_table(
         ["seed", *[str(s) for s in steps]],
-        [[str(r["seed"]), *[_acc(r["val_exec_acc_by_step"].get(str(s))) for s in steps]] for r in runs])
-    reward = [f"seed {r['seed']} {mean(r['train_score_by_step'][:5]):.2f} -> {mean(r['train_score_by_step'][-5:]):.2f}"
-              for r in runs if len(r.get("train_score_by_step") or []) >= 10]
+        [[str(r["seed"]), *[_acc(r["val_exec_acc_by_step"].get(str(s))) for s in steps]] for r in runs],
+    )
+    reward = [
+        f"seed {r['seed']} {mean(r['train_score_by_step'][:5]):.2f} -> {mean(r['train_score_by_step'][-5:]):.2f}"
+        for r in runs
+        if len(r.get("train_score_by_step") or []) >= 10
+    ]
     return [
-        "## Learning on the shipped sample", "",
+        "## Learning on the shipped sample",
+        "",
         "`python -m benchmarks.bench_learning` runs `rlflow run pipelines/bird_grpo.yaml` once per seed and reads the "
         "validation execution accuracy (`val-core/bird/exec_acc/mean@1`, greedy, the 100 dev questions of "
-        "`data/bird_sample`) before training and at every `test_freq` step.", "",
-        bench_learning.table(runs), "",
-        "Validation execution accuracy by step:", "", curve, "",
-        *([f"Training reward (`critic/score/mean`), mean of the first five steps -> mean of the last five: "
-           f"{'; '.join(reward)}.", ""] if reward else []),
-        "`rlflow plot RUN_DIR -o curve.png` draws such a run: [seed 1](learning_seed1.png).", "",
+        "`data/bird_sample`) before training and at every `test_freq` step.",
+        "",
+        bench_learning.table(runs),
+        "",
+        "Validation execution accuracy by step:",
+        "",
+        curve,
+        "",
+        *(
+            [
+                f"Training reward (`critic/score/mean`), mean of the first five steps -> mean of the last five: "
+                f"{'; '.join(reward)}.",
+                "",
+            ]
+            if reward
+            else []
+        ),
+        "`rlflow plot RUN_DIR -o curve.png` draws such a run: [seed 1](learning_seed1.png).",
+        "",
     ]
 
 
@@ -259,34 +351,64 @@ def benchmarks_page(sources: dict[str, Source | None], rows: list[dict], notes: 
     file_notes = [f"- `{s.path.name}`: {s.report['notes']}" for s in sources.values() if s and s.report.get("notes")]
     file_notes += [f"- {row['benchmark']}: {row['note']}" for row in rows if row.get("note")]
     learning = sources.get("learning")
-    return "\n".join([
-        "# Benchmarks", "",
-        "<!-- generated by `python -m benchmarks.run_all --summary-only` from benchmarks/results/*.json; "
-        "edit only between the notes markers -->", "",
-        "Every figure here comes from a result file in `benchmarks/results/`, written by the benchmark named in its "
-        "row. How to run them and how to read the figures (side by side, interleaved, medians): "
-        "[benchmarks/README.md](../benchmarks/README.md).", "",
-        "## Results", "", results_table(rows), "", COMMIT_NOTE, "",
-        *(["Failed in the last run:", *failed, ""] if failed else []),
-        "## Result files", "", sources_table(sources), "",
-        *(learning_section(learning.report) if learning else []),
-        *(["## Notes from the result files", "", *file_notes, ""] if file_notes else []),
-        "## Notes", "", notes, "",
-    ])
+    return "\n".join(
+        [
+            "# Benchmarks",
+            "",
+            "<!-- generated by `python -m benchmarks.run_all --summary-only` from benchmarks/results/*.json; "
+            "edit only between the notes markers -->",
+            "",
+            "Every figure here comes from a result file in `benchmarks/results/`, written by the benchmark named in its "
+            "row. How to run them and how to read the figures (side by side, interleaved, medians): "
+            "[benchmarks/README.md](../benchmarks/README.md).",
+            "",
+            "## Results",
+            "",
+            results_table(rows),
+            "",
+            COMMIT_NOTE,
+            "",
+            *(["Failed in the last run:", *failed, ""] if failed else []),
+            "## Result files",
+            "",
+            sources_table(sources),
+            "",
+            *(learning_section(learning.report) if learning else []),
+            *(["## Notes from the result files", "", *file_notes, ""] if file_notes else []),
+            "## Notes",
+            "",
+            notes,
+            "",
+        ]
+    )
 
 
 def write_summary(quick: bool, outcomes: dict[str, dict]) -> Path:
     """Full results: the README's table and docs/benchmarks.md; ``--quick``: results/SUMMARY_quick.md."""
     sources = load_sources(quick)
     rows = summary_rows(sources)
-    failed = [f"- {name}: exited with {o['exit_code']} (log: runs/bench-logs/{name}{'_quick' if quick else ''}.log)"
-              for name, o in outcomes.items() if o.get("exit_code")]
+    failed = [
+        f"- {name}: exited with {o['exit_code']} (log: runs/bench-logs/{name}{'_quick' if quick else ''}.log)"
+        for name, o in outcomes.items()
+        if o.get("exit_code")
+    ]
     if quick:
         path = common.RESULTS / "SUMMARY_quick.md"
-        path.write_text("\n".join([
-            "# Benchmark summary (quick: smoke sizes, figures mean nothing)", "",
-            "Reproduce: `python -m benchmarks.run_all --quick`.", "", results_table(rows), "", COMMIT_NOTE, "",
-            *(["Failed in this run:", *failed, ""] if failed else [])]))
+        path.write_text(
+            "\n".join(
+                [
+                    "# Benchmark summary (quick: smoke sizes, figures mean nothing)",
+                    "",
+                    "Reproduce: `python -m benchmarks.run_all --quick`.",
+                    "",
+                    results_table(rows),
+                    "",
+                    COMMIT_NOTE,
+                    "",
+                    *(["Failed in this run:", *failed, ""] if failed else []),
+                ]
+            )
+        )
     else:
         README.write_text(replace_block(README.read_text(), TABLE_MARKERS, readme_block(rows), README))
         path = PAGE

@@ -60,20 +60,23 @@ def ordered_rows(spec, root: Path, tokenizer, steps: int) -> list[dict]:
     for _ in range(steps):
         for i in sampler.next_indices():
             e = data[i]
-            rows.append({"prompt": e.prompt, "db_path": e.reward_info["db_path"], "gold_sql": e.reward_info["gold_sql"]})
+            rows.append(
+                {"prompt": e.prompt, "db_path": e.reward_info["db_path"], "gold_sql": e.reward_info["gold_sql"]}
+            )
     return rows
 
 
 def sql_reward_function():
     """rlflow's execution reward as a TRL reward function (connections and gold results cached)."""
-    from rlflow.stages.text2sql_reward import _caches, score_row
-    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig
+    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig, _caches, score_row
 
     config, caches = Text2SqlRewardConfig(), _caches({})
 
     def sql_execution_reward(prompts, completions, db_path, gold_sql, **_):
-        return [score_row(c, {"db_path": d, "gold_sql": g}, config, caches)[0]
-                for c, d, g in zip(completions, db_path, gold_sql, strict=True)]
+        return [
+            score_row(c, {"db_path": d, "gold_sql": g}, config, caches)[0]
+            for c, d, g in zip(completions, db_path, gold_sql, strict=True)
+        ]
 
     return sql_execution_reward
 
@@ -116,23 +119,50 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as scratch:
         config = GRPOConfig(
-            output_dir=scratch, max_steps=args.steps, per_device_train_batch_size=micro,
-            gradient_accumulation_steps=completions // micro, num_generations=a.n,
-            max_completion_length=spec.data.max_response_length, temperature=1.0, top_p=1.0, top_k=0,
-            beta=a.kl_loss_coef, epsilon=a.clip_ratio, loss_type="dapo", num_iterations=1,
-            learning_rate=t.optim.lr, lr_scheduler_type="constant", max_grad_norm=t.grad_clip, shuffle_dataset=False, seed=t.seed,
-            logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False, fp16=False,
-            dataloader_num_workers=0, disable_tqdm=True, model_init_kwargs={"dtype": "float32"},
+            output_dir=scratch,
+            max_steps=args.steps,
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=completions // micro,
+            num_generations=a.n,
+            max_completion_length=spec.data.max_response_length,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            beta=a.kl_loss_coef,
+            epsilon=a.clip_ratio,
+            loss_type="dapo",
+            num_iterations=1,
+            learning_rate=t.optim.lr,
+            lr_scheduler_type="constant",
+            max_grad_norm=t.grad_clip,
+            shuffle_dataset=False,
+            seed=t.seed,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+            model_init_kwargs={"dtype": "float32"},
         )
-        trainer = GRPOTrainer(model=args.model_dir, reward_funcs=sql_reward_function(), args=config,
-                              train_dataset=dataset, processing_class=tokenizer, callbacks=[Clock()])
+        trainer = GRPOTrainer(
+            model=args.model_dir,
+            reward_funcs=sql_reward_function(),
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[Clock()],
+        )
         record["trainer_ready"] = time.time()
         trainer.train()
     ends = [s["end"] for s in record["steps"]]
     begins = [record["train_begin"], *ends[:-1]]
     record["step_s"] = [e - b for b, e in zip(begins, ends)]
-    record["mean_completion_length"] = [log["completions/mean_length"] for log in record["logs"]
-                                        if "completions/mean_length" in log]
+    record["mean_completion_length"] = [
+        log["completions/mean_length"] for log in record["logs"] if "completions/mean_length" in log
+    ]
     record["versions"] = {m: __import__(m).__version__ for m in ("trl", "torch", "transformers")}
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
 

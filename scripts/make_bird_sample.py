@@ -32,10 +32,54 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FIRST = ["Ava", "Ben", "Cara", "Dan", "Eva", "Finn", "Gia", "Hugo", "Ivy", "Jack", "Kim", "Leo",
-         "Mia", "Noah", "Olga", "Paul", "Rosa", "Sam", "Tara", "Umar", "Vera", "Will", "Yara", "Zoe"]
-LAST = ["Reed", "Cole", "Hart", "Lane", "Moss", "Page", "Ross", "Shaw", "Wade", "Fox", "Gray", "Hale",
-        "Kerr", "Lowe", "Nash", "Pike", "Rowe", "Snow", "Tate", "Vale"]
+FIRST = [
+    "Ava",
+    "Ben",
+    "Cara",
+    "Dan",
+    "Eva",
+    "Finn",
+    "Gia",
+    "Hugo",
+    "Ivy",
+    "Jack",
+    "Kim",
+    "Leo",
+    "Mia",
+    "Noah",
+    "Olga",
+    "Paul",
+    "Rosa",
+    "Sam",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Will",
+    "Yara",
+    "Zoe",
+]
+LAST = [
+    "Reed",
+    "Cole",
+    "Hart",
+    "Lane",
+    "Moss",
+    "Page",
+    "Ross",
+    "Shaw",
+    "Wade",
+    "Fox",
+    "Gray",
+    "Hale",
+    "Kerr",
+    "Lowe",
+    "Nash",
+    "Pike",
+    "Rowe",
+    "Snow",
+    "Tate",
+    "Vale",
+]
 CITIES = ["Boston", "Denver", "Austin", "Seattle", "Miami", "Dallas", "Chicago", "Phoenix"]
 
 
@@ -85,16 +129,40 @@ def concert_singer(rng: random.Random) -> tuple[list[Table], list[Join]]:
     titles = rng.sample([f"{a} {b}" for a in words1 for b in words2], 40)
     concert = [(i + 1, titles[i], rng.randint(2010, 2023), rng.randint(1, 30)) for i in range(40)]
     tables = [
-        Table("singer", "singer", "singers", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("country", "TEXT"),
-              ("age", "INTEGER")], singer, "name", cats={"country": ("are from {v}", "country")}, nums={"age": "age"}),
-        Table("concert", "concert", "concerts", [("id", "INTEGER PRIMARY KEY"), ("title", "TEXT"), ("year", "INTEGER"),
-              ("singer_id", "INTEGER")], concert, "title", "the concert {v}",
-              cats={"year": ("were held in {v}", "year")}, fks={"singer_id": "singer"}),
+        Table(
+            "singer",
+            "singer",
+            "singers",
+            [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("country", "TEXT"), ("age", "INTEGER")],
+            singer,
+            "name",
+            cats={"country": ("are from {v}", "country")},
+            nums={"age": "age"},
+        ),
+        Table(
+            "concert",
+            "concert",
+            "concerts",
+            [("id", "INTEGER PRIMARY KEY"), ("title", "TEXT"), ("year", "INTEGER"), ("singer_id", "INTEGER")],
+            concert,
+            "title",
+            "the concert {v}",
+            cats={"year": ("were held in {v}", "year")},
+            fks={"singer_id": "singer"},
+        ),
     ]
-    joins = [Join("concert", "singer_id", "singer", [
-        ("How many concerts were given by {p}?", "COUNT(*)", True),
-        ("List the titles of concerts given by {p}.", "T1.title", True),
-    ], reverse="Which singer gave {c}?")]
+    joins = [
+        Join(
+            "concert",
+            "singer_id",
+            "singer",
+            [
+                ("How many concerts were given by {p}?", "COUNT(*)", True),
+                ("List the titles of concerts given by {p}.", "T1.title", True),
+            ],
+            reverse="Which singer gave {c}?",
+        )
+    ]
     return tables, joins
 
 
@@ -106,17 +174,46 @@ def company(rng: random.Random) -> tuple[list[Table], list[Join]]:
     ages = [rng.randint(22, 64) for _ in range(40)]
     emp = [(i + 1, names[i], rng.randint(1, 6), salaries[i], ages[i]) for i in range(40)]
     tables = [
-        Table("dept", "department", "departments", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("city", "TEXT")],
-              dept, "name", "the {v} department", cats={"city": ("are in {v}", "city")}),
-        Table("emp", "employee", "employees", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("dept_id", "INTEGER"),
-              ("salary", "INTEGER"), ("age", "INTEGER")], emp, "name",
-              nums={"salary": "salary", "age": "age"}, fks={"dept_id": "dept"}),
+        Table(
+            "dept",
+            "department",
+            "departments",
+            [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("city", "TEXT")],
+            dept,
+            "name",
+            "the {v} department",
+            cats={"city": ("are in {v}", "city")},
+        ),
+        Table(
+            "emp",
+            "employee",
+            "employees",
+            [
+                ("id", "INTEGER PRIMARY KEY"),
+                ("name", "TEXT"),
+                ("dept_id", "INTEGER"),
+                ("salary", "INTEGER"),
+                ("age", "INTEGER"),
+            ],
+            emp,
+            "name",
+            nums={"salary": "salary", "age": "age"},
+            fks={"dept_id": "dept"},
+        ),
     ]
-    joins = [Join("emp", "dept_id", "dept", [
-        ("How many employees work in {p}?", "COUNT(*)", True),
-        ("List the names of employees who work in {p}.", "T1.name", True),
-        ("What is the average salary of employees who work in {p}?", "AVG(T1.salary)", True),
-    ], reverse="Which department does {c} work in?")]
+    joins = [
+        Join(
+            "emp",
+            "dept_id",
+            "dept",
+            [
+                ("How many employees work in {p}?", "COUNT(*)", True),
+                ("List the names of employees who work in {p}.", "T1.name", True),
+                ("What is the average salary of employees who work in {p}?", "AVG(T1.salary)", True),
+            ],
+            reverse="Which department does {c} work in?",
+        )
+    ]
     return tables, joins
 
 
@@ -124,54 +221,147 @@ def school(rng: random.Random) -> tuple[list[Table], list[Join]]:
     names = people(rng, 35)
     majors = ["Math", "Physics", "History", "Biology", "Art"]
     student = [(i + 1, names[i], rng.choice(majors), rng.randint(18, 26)) for i in range(35)]
-    titles = ["Algebra", "Poetry", "Genetics", "Optics", "Painting", "Statistics", "Ethics", "Chemistry",
-              "Geology", "Drama"]
+    titles = [
+        "Algebra",
+        "Poetry",
+        "Genetics",
+        "Optics",
+        "Painting",
+        "Statistics",
+        "Ethics",
+        "Chemistry",
+        "Geology",
+        "Drama",
+    ]
     course = [(i + 1, t, rng.randint(2, 5)) for i, t in enumerate(titles)]
     pairs = rng.sample([(s, c) for s in range(1, 36) for c in range(1, 11)], 90)
     enroll = [(s, c, rng.randint(50, 100)) for s, c in sorted(pairs)]
     tables = [
-        Table("student", "student", "students", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("major", "TEXT"),
-              ("age", "INTEGER")], student, "name", cats={"major": ("major in {v}", "major")}, nums={"age": "age"}),
-        Table("course", "course", "courses", [("id", "INTEGER PRIMARY KEY"), ("title", "TEXT"), ("credits", "INTEGER")],
-              course, "title", "the course {v}", nums={"credits": "number of credits"}),
-        Table("enroll", "enrollment", "enrollments", [("student_id", "INTEGER"), ("course_id", "INTEGER"),
-              ("grade", "INTEGER")], enroll, nums={"grade": "grade"},
-              fks={"student_id": "student", "course_id": "course"}),
+        Table(
+            "student",
+            "student",
+            "students",
+            [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("major", "TEXT"), ("age", "INTEGER")],
+            student,
+            "name",
+            cats={"major": ("major in {v}", "major")},
+            nums={"age": "age"},
+        ),
+        Table(
+            "course",
+            "course",
+            "courses",
+            [("id", "INTEGER PRIMARY KEY"), ("title", "TEXT"), ("credits", "INTEGER")],
+            course,
+            "title",
+            "the course {v}",
+            nums={"credits": "number of credits"},
+        ),
+        Table(
+            "enroll",
+            "enrollment",
+            "enrollments",
+            [("student_id", "INTEGER"), ("course_id", "INTEGER"), ("grade", "INTEGER")],
+            enroll,
+            nums={"grade": "grade"},
+            fks={"student_id": "student", "course_id": "course"},
+        ),
     ]
     joins = [
-        Join("enroll", "course_id", "course", [
-            ("How many students are enrolled in {p}?", "COUNT(*)", False),
-            ("What is the average grade in {p}?", "AVG(T1.grade)", False),
-            ("What is the highest grade in {p}?", "MAX(T1.grade)", False),
-        ]),
-        Join("enroll", "student_id", "student", [
-            ("What is the average grade of {p}?", "AVG(T1.grade)", True),
-            ("How many enrollments do {p} have?", "COUNT(*)", True),
-        ]),
+        Join(
+            "enroll",
+            "course_id",
+            "course",
+            [
+                ("How many students are enrolled in {p}?", "COUNT(*)", False),
+                ("What is the average grade in {p}?", "AVG(T1.grade)", False),
+                ("What is the highest grade in {p}?", "MAX(T1.grade)", False),
+            ],
+        ),
+        Join(
+            "enroll",
+            "student_id",
+            "student",
+            [
+                ("What is the average grade of {p}?", "AVG(T1.grade)", True),
+                ("How many enrollments do {p} have?", "COUNT(*)", True),
+            ],
+        ),
     ]
     return tables, joins
 
 
 def shop(rng: random.Random) -> tuple[list[Table], list[Join]]:
-    goods = ["Lamp", "Kettle", "Puzzle", "Drone", "Novel", "Atlas", "Hammer", "Wrench", "Chess", "Kite", "Tea",
-             "Honey", "Yoyo", "Drill", "Comic", "Dice", "Saw", "Jam", "Robot", "Diary", "Cards", "Rice", "Glue",
-             "Ruler", "Blocks", "Map", "Pliers", "Cocoa", "Ball", "Poems"]
+    goods = [
+        "Lamp",
+        "Kettle",
+        "Puzzle",
+        "Drone",
+        "Novel",
+        "Atlas",
+        "Hammer",
+        "Wrench",
+        "Chess",
+        "Kite",
+        "Tea",
+        "Honey",
+        "Yoyo",
+        "Drill",
+        "Comic",
+        "Dice",
+        "Saw",
+        "Jam",
+        "Robot",
+        "Diary",
+        "Cards",
+        "Rice",
+        "Glue",
+        "Ruler",
+        "Blocks",
+        "Map",
+        "Pliers",
+        "Cocoa",
+        "Ball",
+        "Poems",
+    ]
     cats = ["Toys", "Books", "Games", "Tools", "Food"]
     prices = distinct_ints(rng, 5, 500, 30)
     product = [(i + 1, g, rng.choice(cats), prices[i]) for i, g in enumerate(goods)]
     orders = [(i + 1, rng.randint(1, 30), rng.randint(1, 10), rng.randint(2019, 2023)) for i in range(50)]
     tables = [
-        Table("product", "product", "products", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"),
-              ("category", "TEXT"), ("price", "INTEGER")], product, "name", "the product {v}",
-              cats={"category": ("are in the {v} category", "category")}, nums={"price": "price"}),
-        Table("orders", "order", "orders", [("id", "INTEGER PRIMARY KEY"), ("product_id", "INTEGER"),
-              ("qty", "INTEGER"), ("year", "INTEGER")], orders,
-              cats={"year": ("were placed in {v}", "year")}, nums={"qty": "quantity"}, fks={"product_id": "product"}),
+        Table(
+            "product",
+            "product",
+            "products",
+            [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("category", "TEXT"), ("price", "INTEGER")],
+            product,
+            "name",
+            "the product {v}",
+            cats={"category": ("are in the {v} category", "category")},
+            nums={"price": "price"},
+        ),
+        Table(
+            "orders",
+            "order",
+            "orders",
+            [("id", "INTEGER PRIMARY KEY"), ("product_id", "INTEGER"), ("qty", "INTEGER"), ("year", "INTEGER")],
+            orders,
+            cats={"year": ("were placed in {v}", "year")},
+            nums={"qty": "quantity"},
+            fks={"product_id": "product"},
+        ),
     ]
-    joins = [Join("orders", "product_id", "product", [
-        ("How many orders were placed for {p}?", "COUNT(*)", True),
-        ("What is the total quantity ordered for {p}?", "SUM(T1.qty)", True),
-    ])]
+    joins = [
+        Join(
+            "orders",
+            "product_id",
+            "product",
+            [
+                ("How many orders were placed for {p}?", "COUNT(*)", True),
+                ("What is the total quantity ordered for {p}?", "SUM(T1.qty)", True),
+            ],
+        )
+    ]
     return tables, joins
 
 
@@ -186,23 +376,53 @@ def flights(rng: random.Random) -> tuple[list[Table], list[Join]]:
         origin, dest = rng.sample(CITIES, 2)
         flight.append((i + 1, f"F{numbers[i]}", rng.randint(1, 6), origin, dest, dists[i], prices[i]))
     tables = [
-        Table("airline", "airline", "airlines", [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("country", "TEXT")],
-              airline, "name", cats={"country": ("are from {v}", "country")}),
-        Table("flight", "flight", "flights", [("id", "INTEGER PRIMARY KEY"), ("no", "TEXT"), ("airline_id", "INTEGER"),
-              ("origin", "TEXT"), ("dest", "TEXT"), ("dist", "INTEGER"), ("price", "INTEGER")], flight, "no",
-              "flight {v}", cats={"origin": ("depart from {v}", "origin"), "dest": ("fly to {v}", "destination")},
-              nums={"dist": "distance", "price": "price"}, fks={"airline_id": "airline"}),
+        Table(
+            "airline",
+            "airline",
+            "airlines",
+            [("id", "INTEGER PRIMARY KEY"), ("name", "TEXT"), ("country", "TEXT")],
+            airline,
+            "name",
+            cats={"country": ("are from {v}", "country")},
+        ),
+        Table(
+            "flight",
+            "flight",
+            "flights",
+            [
+                ("id", "INTEGER PRIMARY KEY"),
+                ("no", "TEXT"),
+                ("airline_id", "INTEGER"),
+                ("origin", "TEXT"),
+                ("dest", "TEXT"),
+                ("dist", "INTEGER"),
+                ("price", "INTEGER"),
+            ],
+            flight,
+            "no",
+            "flight {v}",
+            cats={"origin": ("depart from {v}", "origin"), "dest": ("fly to {v}", "destination")},
+            nums={"dist": "distance", "price": "price"},
+            fks={"airline_id": "airline"},
+        ),
     ]
-    joins = [Join("flight", "airline_id", "airline", [
-        ("How many flights are operated by {p}?", "COUNT(*)", True),
-        ("List the numbers of flights operated by {p}.", "T1.no", True),
-        ("What is the average price of flights operated by {p}?", "AVG(T1.price)", True),
-    ], reverse="Which airline operates {c}?")]
+    joins = [
+        Join(
+            "flight",
+            "airline_id",
+            "airline",
+            [
+                ("How many flights are operated by {p}?", "COUNT(*)", True),
+                ("List the numbers of flights operated by {p}.", "T1.no", True),
+                ("What is the average price of flights operated by {p}?", "AVG(T1.price)", True),
+            ],
+            reverse="Which airline operates {c}?",
+        )
+    ]
     return tables, joins
 
 
-DATABASES = {"concert_singer": concert_singer, "company": company, "school": school, "shop": shop,
-             "flights": flights}
+DATABASES = {"concert_singer": concert_singer, "company": company, "school": school, "shop": shop, "flights": flights}
 
 
 # ---------------------------------------------------------------- questions
@@ -244,17 +464,31 @@ def counting(t: Table):
     for col, (pred, _) in t.cats.items():
         for v in values(t, col):
             where = f"{col} = {lit(v)}"
-            yield Candidate("count_cat", f"How many {t.plural} {pred.format(v=v)}?",
-                            f"SELECT COUNT(*) FROM {t.name} WHERE {where}", f"{v} refers to {where}", "simple")
+            yield Candidate(
+                "count_cat",
+                f"How many {t.plural} {pred.format(v=v)}?",
+                f"SELECT COUNT(*) FROM {t.name} WHERE {where}",
+                f"{v} refers to {where}",
+                "simple",
+            )
             if t.label:
-                yield Candidate("list_cat", f"List the {LABEL_NOUNS[t.label]} of {t.plural} that {pred.format(v=v)}.",
-                                f"SELECT {t.label} FROM {t.name} WHERE {where}", f"{v} refers to {where}", "simple")
+                yield Candidate(
+                    "list_cat",
+                    f"List the {LABEL_NOUNS[t.label]} of {t.plural} that {pred.format(v=v)}.",
+                    f"SELECT {t.label} FROM {t.name} WHERE {where}",
+                    f"{v} refers to {where}",
+                    "simple",
+                )
     for col, noun in t.nums.items():
         for x in column(t, col)[:8]:
             for word, op in (("above", ">"), ("below", "<")):
-                yield Candidate("count_num", f"How many {t.plural} have {article(noun)} {noun} {word} {x}?",
-                                f"SELECT COUNT(*) FROM {t.name} WHERE {col} {op} {x}",
-                                f"{noun} {word} {x} refers to {col} {op} {x}", "moderate")
+                yield Candidate(
+                    "count_num",
+                    f"How many {t.plural} have {article(noun)} {noun} {word} {x}?",
+                    f"SELECT COUNT(*) FROM {t.name} WHERE {col} {op} {x}",
+                    f"{noun} {word} {x} refers to {col} {op} {x}",
+                    "moderate",
+                )
 
 
 def lookups(t: Table):
@@ -264,37 +498,71 @@ def lookups(t: Table):
     for v in column(t, t.label):
         for col in asked:
             noun = t.nums.get(col) or t.cats[col][1]
-            yield Candidate("select", f"What is the {noun} of {t.label_phrase.format(v=v)}?",
-                            f"SELECT {col} FROM {t.name} WHERE {t.label} = {lit(v)}", "", "simple")
+            yield Candidate(
+                "select",
+                f"What is the {noun} of {t.label_phrase.format(v=v)}?",
+                f"SELECT {col} FROM {t.name} WHERE {t.label} = {lit(v)}",
+                "",
+                "simple",
+            )
 
 
 def aggregates(t: Table):
     for col, noun in t.nums.items():
         for fn, word in AGGS:
-            yield Candidate("agg", f"What is the {word} {noun} of all {t.plural}?", f"SELECT {fn}({col}) FROM {t.name}",
-                            f"{word} {noun} refers to {fn}({col})", "simple")
+            yield Candidate(
+                "agg",
+                f"What is the {word} {noun} of all {t.plural}?",
+                f"SELECT {fn}({col}) FROM {t.name}",
+                f"{word} {noun} refers to {fn}({col})",
+                "simple",
+            )
             for cat, (pred, _) in t.cats.items():
                 for v in values(t, cat):
-                    yield Candidate("agg_cat", f"What is the {word} {noun} of {t.plural} that {pred.format(v=v)}?",
-                                    f"SELECT {fn}({col}) FROM {t.name} WHERE {cat} = {lit(v)}",
-                                    f"{word} {noun} refers to {fn}({col})", "moderate")
+                    yield Candidate(
+                        "agg_cat",
+                        f"What is the {word} {noun} of {t.plural} that {pred.format(v=v)}?",
+                        f"SELECT {fn}({col}) FROM {t.name} WHERE {cat} = {lit(v)}",
+                        f"{word} {noun} refers to {fn}({col})",
+                        "moderate",
+                    )
             if t.label:
                 order = "DESC" if fn == "MAX" else "ASC"
                 if fn != "AVG":
                     tail = f"FROM {t.name} ORDER BY {col} {order} LIMIT"
-                    yield Candidate("order", f"Which {t.singular} has the {word} {noun}?",
-                                    f"SELECT {t.label} {tail} 1", f"{word} {noun} refers to {fn}({col})", "moderate",
-                                    f"SELECT {col} {tail} 2")
+                    yield Candidate(
+                        "order",
+                        f"Which {t.singular} has the {word} {noun}?",
+                        f"SELECT {t.label} {tail} 1",
+                        f"{word} {noun} refers to {fn}({col})",
+                        "moderate",
+                        f"SELECT {col} {tail} 2",
+                    )
                     for k in (2, 3):
-                        yield Candidate("order", f"List the {LABEL_NOUNS[t.label]} of the {k} {t.plural} with the "
-                                        f"{word} {noun}.", f"SELECT {t.label} {tail} {k}", "", "moderate",
-                                        f"SELECT {col} {tail} {k + 1}")
+                        yield Candidate(
+                            "order",
+                            f"List the {LABEL_NOUNS[t.label]} of the {k} {t.plural} with the {word} {noun}.",
+                            f"SELECT {t.label} {tail} {k}",
+                            "",
+                            "moderate",
+                            f"SELECT {col} {tail} {k + 1}",
+                        )
         for cat, (_, cat_noun) in t.cats.items():
-            yield Candidate("group", f"What is the average {noun} of {t.plural} for each {cat_noun}?",
-                            f"SELECT {cat}, AVG({col}) FROM {t.name} GROUP BY {cat}", "", "moderate")
+            yield Candidate(
+                "group",
+                f"What is the average {noun} of {t.plural} for each {cat_noun}?",
+                f"SELECT {cat}, AVG({col}) FROM {t.name} GROUP BY {cat}",
+                "",
+                "moderate",
+            )
     for cat, (_, cat_noun) in t.cats.items():
-        yield Candidate("group", f"How many {t.plural} are there for each {cat_noun}?",
-                        f"SELECT {cat}, COUNT(*) FROM {t.name} GROUP BY {cat}", "", "moderate")
+        yield Candidate(
+            "group",
+            f"How many {t.plural} are there for each {cat_noun}?",
+            f"SELECT {cat}, COUNT(*) FROM {t.name} GROUP BY {cat}",
+            "",
+            "moderate",
+        )
 
 
 def joined(j: Join, tables: dict[str, Table]):
@@ -302,22 +570,46 @@ def joined(j: Join, tables: dict[str, Table]):
     head = f"FROM {child.name} AS T1 JOIN {parent.name} AS T2 ON T1.{j.fk} = T2.id WHERE"
     for question, expr, by_pred in j.questions:
         for v in column(parent, parent.label):
-            yield Candidate("join", question.format(p=parent.label_phrase.format(v=v)),
-                            f"SELECT {expr} {head} T2.{parent.label} = {lit(v)}",
-                            f"{v} refers to {parent.name}.{parent.label} = {lit(v)}", "challenging")
+            yield Candidate(
+                "join",
+                question.format(p=parent.label_phrase.format(v=v)),
+                f"SELECT {expr} {head} T2.{parent.label} = {lit(v)}",
+                f"{v} refers to {parent.name}.{parent.label} = {lit(v)}",
+                "challenging",
+            )
         for cat, (pred, _) in parent.cats.items() if by_pred else ():
             for v in values(parent, cat):
-                yield Candidate("join", question.format(p=f"{parent.plural} that {pred.format(v=v)}"),
-                                f"SELECT {expr} {head} T2.{cat} = {lit(v)}",
-                                f"{v} refers to {parent.name}.{cat} = {lit(v)}", "challenging")
+                yield Candidate(
+                    "join",
+                    question.format(p=f"{parent.plural} that {pred.format(v=v)}"),
+                    f"SELECT {expr} {head} T2.{cat} = {lit(v)}",
+                    f"{v} refers to {parent.name}.{cat} = {lit(v)}",
+                    "challenging",
+                )
     if j.reverse:
         for c in column(child, child.label):
-            yield Candidate("reverse", j.reverse.format(c=child.label_phrase.format(v=c)),
-                            f"SELECT T2.{parent.label} {head} T1.{child.label} = {lit(c)}", "", "challenging")
+            yield Candidate(
+                "reverse",
+                j.reverse.format(c=child.label_phrase.format(v=c)),
+                f"SELECT T2.{parent.label} {head} T1.{child.label} = {lit(c)}",
+                "",
+                "challenging",
+            )
 
 
-QUOTAS = {"count_all": 3, "count_cat": 12, "list_cat": 8, "select": 16, "count_num": 10, "agg": 8, "agg_cat": 12,
-          "order": 8, "group": 6, "join": 16, "reverse": 6}
+QUOTAS = {
+    "count_all": 3,
+    "count_cat": 12,
+    "list_cat": 8,
+    "select": 16,
+    "count_num": 10,
+    "agg": 8,
+    "agg_cat": 12,
+    "order": 8,
+    "group": 6,
+    "join": 16,
+    "reverse": 6,
+}
 PER_DB = 100
 
 
@@ -343,12 +635,13 @@ def pick(rng: random.Random, conn: sqlite3.Connection, candidates: list[Candidat
         pool = by_kind.get(kind, [])
         rng.shuffle(pool)
         chosen += pool[: QUOTAS[kind]]
-        rest += pool[QUOTAS[kind]:]
+        rest += pool[QUOTAS[kind] :]
     rng.shuffle(rest)
     return chosen + rest[: max(0, PER_DB - len(chosen))]
 
 
 # ---------------------------------------------------------------- output
+
 
 def create_sql(t: Table) -> str:
     cols = [f"{c} {kind} REFERENCES {t.fks[c]}(id)" if c in t.fks else f"{c} {kind}" for c, kind in t.columns]
@@ -387,8 +680,15 @@ def generate(out: Path, seed: int) -> dict[str, list[dict]]:
             for c in questions_for(rng, conn, tables, joins):
                 # evidence is left empty for about a third of the questions, as in BIRD
                 evidence = c.evidence if rng.random() < 0.65 else ""
-                items.append({"db_id": db_id, "question": c.question, "evidence": evidence, "SQL": c.sql,
-                              "difficulty": c.difficulty})
+                items.append(
+                    {
+                        "db_id": db_id,
+                        "question": c.question,
+                        "evidence": evidence,
+                        "SQL": c.sql,
+                        "difficulty": c.difficulty,
+                    }
+                )
         finally:
             conn.close()
     rng.shuffle(items)
@@ -408,15 +708,17 @@ def summary(splits: dict[str, list[dict]]) -> str:
         sql = sorted(len(r["SQL"]) for r in rows)
         kinds = {d: sum(r["difficulty"] == d for r in rows) for d in ("simple", "moderate", "challenging")}
         dbs = {d: sum(r["db_id"] == d for r in rows) for d in DATABASES}
-        lines.append(f"{name}: {len(rows)} questions, SQL chars median {sql[len(sql) // 2]} max {sql[-1]}, "
-                     f"{kinds}, {dbs}")
+        lines.append(
+            f"{name}: {len(rows)} questions, SQL chars median {sql[len(sql) // 2]} max {sql[-1]}, {kinds}, {dbs}"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parents[1] / "rlflow" / "assets" / "data" / "bird_sample")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parents[1] / "rlflow" / "assets" / "data" / "bird_sample"
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     print(summary(generate(args.out, args.seed)))

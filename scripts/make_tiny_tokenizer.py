@@ -55,12 +55,28 @@ KEYWORDS = (
     "CREATE TABLE PRIMARY KEY FOREIGN REFERENCES INSERT INTO VALUES"
 ).split()
 FUNCTIONS = "COUNT SUM AVG MIN MAX ROUND LENGTH SUBSTR UPPER LOWER STRFTIME IIF COALESCE ABS".split()
-NOUNS = ("customer order product employee student course school city country movie player team "
-         "account loan client district payment store item sale patient doctor book author").split()
-COLUMNS = ("id name age price amount date year city country salary score rating title type status "
-           "category gender grade quantity total balance population budget").split()
-QUESTION_STARTS = ["How many", "What is the", "List the", "Which", "Find the", "Show the", "Give the",
-                   "Among the", "Please list", "Name the", "State the", "What are the"]
+NOUNS = (
+    "customer order product employee student course school city country movie player team "
+    "account loan client district payment store item sale patient doctor book author"
+).split()
+COLUMNS = (
+    "id name age price amount date year city country salary score rating title type status "
+    "category gender grade quantity total balance population budget"
+).split()
+QUESTION_STARTS = [
+    "How many",
+    "What is the",
+    "List the",
+    "Which",
+    "Find the",
+    "Show the",
+    "Give the",
+    "Among the",
+    "Please list",
+    "Name the",
+    "State the",
+    "What are the",
+]
 # Pre-tokenization: a word, one digit, or a run of punctuation, each with at most one trailing
 # space; any other whitespace on its own.
 PIECES = r"\p{L}+ ?|\p{N} ?|[^\s\p{L}\p{N}]+ ?|\s+"
@@ -74,15 +90,20 @@ def builtin_corpus(rng: random.Random, lines: int = 6000) -> list[str]:
         table, other = rng.choice(NOUNS), rng.choice(NOUNS)
         col, col2 = rng.choice(COLUMNS), rng.choice(COLUMNS)
         fn, value = rng.choice(FUNCTIONS), rng.randint(0, 2000)
-        out.append(rng.choice([
-            f"SELECT {fn}({col}) FROM {table} WHERE {col2} > {value}",
-            f"SELECT {col} FROM {table} WHERE {col2} = '{rng.choice(NOUNS).title()}'",
-            f"SELECT T1.{col} FROM {table} AS T1 INNER JOIN {other} AS T2 ON T1.id = T2.{table}_id",
-            f"SELECT {col2}, COUNT(*) FROM {table} GROUP BY {col2} ORDER BY COUNT(*) DESC LIMIT {value % 10 + 1}",
-            f"CREATE TABLE {table} ({col} INTEGER PRIMARY KEY, {col2} TEXT, {other}_id INTEGER)",
-        ]))
-        out.append(f"{rng.choice(QUESTION_STARTS)} {rng.choice(AGG_WORDS)} {col} of the {table}s "
-                   f"whose {col2} is {value}?")
+        out.append(
+            rng.choice(
+                [
+                    f"SELECT {fn}({col}) FROM {table} WHERE {col2} > {value}",
+                    f"SELECT {col} FROM {table} WHERE {col2} = '{rng.choice(NOUNS).title()}'",
+                    f"SELECT T1.{col} FROM {table} AS T1 INNER JOIN {other} AS T2 ON T1.id = T2.{table}_id",
+                    f"SELECT {col2}, COUNT(*) FROM {table} GROUP BY {col2} ORDER BY COUNT(*) DESC LIMIT {value % 10 + 1}",
+                    f"CREATE TABLE {table} ({col} INTEGER PRIMARY KEY, {col2} TEXT, {other}_id INTEGER)",
+                ]
+            )
+        )
+        out.append(
+            f"{rng.choice(QUESTION_STARTS)} {rng.choice(AGG_WORDS)} {col} of the {table}s whose {col2} is {value}?"
+        )
     return out
 
 
@@ -95,8 +116,10 @@ def bird_corpus(root: Path) -> list[str]:
             continue
         for row in json.loads(path.read_text()):
             out += [row.get("question", ""), row.get("evidence", ""), row.get("SQL", "")]
-            out.append(f"<think>The question asks about {row.get('db_id', '')}.</think>"
-                       f"<answer>```sql\n{row.get('SQL', '')}\n```</answer>")
+            out.append(
+                f"<think>The question asks about {row.get('db_id', '')}.</think>"
+                f"<answer>```sql\n{row.get('SQL', '')}\n```</answer>"
+            )
     for db in sorted((root / "databases").glob("*/*.sqlite")):
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
             out += [sql for (sql,) in conn.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name")]
@@ -107,15 +130,20 @@ def train(corpus: list[str], vocab_size: int):
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PIECES), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PIECES), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(MARKERS), min_frequency=2, show_progress=False,
-        special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=vocab_size - len(MARKERS),
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(corpus, trainer=trainer)
     tok.add_tokens([AddedToken(m, normalized=False, special=False) for m in MARKERS])

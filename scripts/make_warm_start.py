@@ -50,17 +50,26 @@ log = logging.getLogger("make_warm_start")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--bird-root", default="rlflow/assets/data/bird_sample",
-                   help="BIRD-format folder (train.json, dev.json, databases/)")
+    p.add_argument(
+        "--bird-root",
+        default="rlflow/assets/data/bird_sample",
+        help="BIRD-format folder (train.json, dev.json, databases/)",
+    )
     p.add_argument("--out", default="rlflow/assets/models/tiny-sql-warm", help="output Hugging Face directory")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the shuffling")
     p.add_argument("--steps", type=int, default=320, help="optimizer steps (training stops here on purpose)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--warmup", type=int, default=20, help="linear warmup steps")
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--train-questions", type=int, default=0,
-                   help="fine-tune on this many train questions, a seeded random subset (0: all)")
-    p.add_argument("--eval-every", type=int, default=0, help="also report greedy accuracy every N steps (0: only at the end)")
+    p.add_argument(
+        "--train-questions",
+        type=int,
+        default=0,
+        help="fine-tune on this many train questions, a seeded random subset (0: all)",
+    )
+    p.add_argument(
+        "--eval-every", type=int, default=0, help="also report greedy accuracy every N steps (0: only at the end)"
+    )
     p.add_argument("--eval-limit", type=int, default=0, help="questions per split in --eval-every reports (0: all)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shipped weights were made with 1)")
     return p.parse_args(argv)
@@ -69,9 +78,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---- data -------------------------------------------------------------------------------------
 def load_splits(bird_root: str):
     """(spec, tokenizer, train dataset, dev dataset) with the pipeline's own prompt building."""
-    from rlflow.data.tokenizer import load_tokenizer
-    from rlflow.data import load_split
     from rlflow.check import load_pipeline
+    from rlflow.data import load_split
+    from rlflow.data.tokenizer import load_tokenizer
 
     loaded = load_pipeline(PIPELINE, sets=[f"bird_root={bird_root}", f"model_path={BUILTIN}"])
     spec = loaded.spec
@@ -90,7 +99,9 @@ def sft_rows(dataset, tokenizer) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, target ids ending with EOS) for every example of ``dataset``."""
     texts = [target_text(e.reward_info["gold_sql"]) for e in dataset.examples]
     targets = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [(list(e.input_ids), list(t) + [tokenizer.eos_token_id]) for e, t in zip(dataset.examples, targets, strict=True)]
+    return [
+        (list(e.input_ids), list(t) + [tokenizer.eos_token_id]) for e, t in zip(dataset.examples, targets, strict=True)
+    ]
 
 
 def subset(num_rows: int, count: int, seed: int) -> list[int]:
@@ -111,7 +122,7 @@ def collate(rows: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, t
         n, m = len(prompt), len(target)
         ids[r, : n + m] = torch.tensor(prompt + target)
         mask[r, : n + m] = 1
-        labels[r, n: n + m] = torch.tensor(target)
+        labels[r, n : n + m] = torch.tensor(target)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
@@ -121,7 +132,7 @@ def batches(num_rows: int, batch_size: int, seed: int):
     while True:
         order = torch.randperm(num_rows, generator=generator).tolist()
         for start in range(0, num_rows - batch_size + 1, batch_size):
-            yield order[start: start + batch_size]
+            yield order[start : start + batch_size]
 
 
 # ---- evaluation -------------------------------------------------------------------------------
@@ -134,8 +145,12 @@ def exec_accuracy(model, tokenizer, dataset, limit: int = 0, batch_size: int = 3
 
     config, caches, state = Text2SqlRewardConfig(), None, {}
     caches = _caches(state)
-    params = SamplingParams(max_new_tokens=max_new_tokens, eos_token_ids=(tokenizer.eos_token_id,),
-                            pad_token_id=tokenizer.pad_token_id, do_sample=False)
+    params = SamplingParams(
+        max_new_tokens=max_new_tokens,
+        eos_token_ids=(tokenizer.eos_token_id,),
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=False,
+    )
     count = min(limit or len(dataset), len(dataset))
     totals = {"exec_acc": 0, "format_ok": 0}
     model.eval()
@@ -205,27 +220,48 @@ def main(argv: list[str] | None = None) -> int:
     def report(step: int) -> None:
         tr = exec_accuracy(model, tokenizer, train_set, args.eval_limit, max_new_tokens=spec.data.max_response_length)
         dv = exec_accuracy(model, tokenizer, dev_set, args.eval_limit, max_new_tokens=spec.data.max_response_length)
-        log.info("step %d  greedy exec_acc train %.3f  dev %.3f  (format_ok train %.2f dev %.2f)",
-                 step, tr["exec_acc"], dv["exec_acc"], tr["format_ok"], dv["format_ok"])
+        log.info(
+            "step %d  greedy exec_acc train %.3f  dev %.3f  (format_ok train %.2f dev %.2f)",
+            step,
+            tr["exec_acc"],
+            dv["exec_acc"],
+            tr["format_ok"],
+            dv["format_ok"],
+        )
 
     chosen = subset(len(train_set), args.train_questions, args.seed)
     rows = sft_rows(train_set, tokenizer)
     history = train(model, [rows[i] for i in chosen], args, report)
     out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
-    meta = {"base": BUILTIN, "bird_root": args.bird_root, "trained_on": str(train_set.source.name),
-            "train_questions": len(chosen), "train_question_ids": [train_set[i].reward_info["question_id"] for i in chosen],
-            "seed": args.seed, "steps": args.steps, "lr": args.lr, "warmup": args.warmup, "batch_size": args.batch_size,
-            "threads": args.threads,
-            "command": "python scripts/make_warm_start.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "loss": history}
+    meta = {
+        "base": BUILTIN,
+        "bird_root": args.bird_root,
+        "trained_on": str(train_set.source.name),
+        "train_questions": len(chosen),
+        "train_question_ids": [train_set[i].reward_info["question_id"] for i in chosen],
+        "seed": args.seed,
+        "steps": args.steps,
+        "lr": args.lr,
+        "warmup": args.warmup,
+        "batch_size": args.batch_size,
+        "threads": args.threads,
+        "command": "python scripts/make_warm_start.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "loss": history,
+    }
     save(model, tokenizer, out, meta)
     reloaded = load_model(ModelSpec(path=str(out)), tokenizer, seed=args.seed)
     n = spec.data.max_response_length
-    meta["greedy_exec_acc"] = {"train": exec_accuracy(reloaded, tokenizer, train_set, max_new_tokens=n),
-                               "dev": exec_accuracy(reloaded, tokenizer, dev_set, max_new_tokens=n)}
+    meta["greedy_exec_acc"] = {
+        "train": exec_accuracy(reloaded, tokenizer, train_set, max_new_tokens=n),
+        "dev": exec_accuracy(reloaded, tokenizer, dev_set, max_new_tokens=n),
+    }
     (out / "warm_start.json").write_text(json.dumps(meta, indent=2) + "\n")
-    log.info("saved %s: greedy exec_acc train %.3f, dev %.3f", out, meta["greedy_exec_acc"]["train"]["exec_acc"],
-             meta["greedy_exec_acc"]["dev"]["exec_acc"])
+    log.info(
+        "saved %s: greedy exec_acc train %.3f, dev %.3f",
+        out,
+        meta["greedy_exec_acc"]["train"]["exec_acc"],
+        meta["greedy_exec_acc"]["dev"]["exec_acc"],
+    )
     return 0
 
 

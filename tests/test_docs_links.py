@@ -17,8 +17,14 @@ import pytest
 from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), ROOT / "benchmarks" / "README.md",
-                *ROOT.glob("examples/**/README.md")])
+PAGES = sorted(
+    [
+        ROOT / "README.md",
+        *ROOT.glob("docs/*.md"),
+        ROOT / "benchmarks" / "README.md",
+        *ROOT.glob("examples/**/README.md"),
+    ]
+)
 PARSER = MarkdownIt("commonmark").enable("table")
 
 

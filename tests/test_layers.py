@@ -24,8 +24,14 @@ LINT = shutil.which("lint-imports", path=str(Path(os.sys.executable).parent))
 
 def lint(root: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(root)}
-    return subprocess.run([LINT, "--config", str(root / "pyproject.toml"), "--no-cache"], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [LINT, "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_layers_hold():
@@ -33,11 +39,14 @@ def test_the_layers_hold():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize(("module", "forbidden"), [
-    ("schemas/pipeline.py", "from rlflow.runtime import trainer"),  # a pure layer reaching up
-    ("backends/local/models.py", "from rlflow.stages import generate"),  # a backend knowing stage kinds
-    ("plan/model.py", "import torch"),  # the plan importing torch
-])
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("schemas/pipeline.py", "from rlflow.runtime import trainer"),  # a pure layer reaching up
+        ("backends/local/models.py", "from rlflow.stages import generate"),  # a backend knowing stage kinds
+        ("plan/model.py", "import torch"),  # the plan importing torch
+    ],
+)
 def test_a_forbidden_import_breaks_the_check(tmp_path, module, forbidden):
     shutil.copytree(REPO / "rlflow", tmp_path / "rlflow", ignore=shutil.ignore_patterns("__pycache__", "assets"))
     shutil.copy(REPO / "pyproject.toml", tmp_path)
@@ -49,8 +58,12 @@ def test_a_forbidden_import_breaks_the_check(tmp_path, module, forbidden):
 
 def test_no_stage_kind_name_in_the_runtime_or_the_plan():
     names = STAGE_KINDS.names()
-    pattern = re.compile(r"""["'](%s)["']""" % "|".join(map(re.escape, names)))
-    found = [f"{path.relative_to(REPO)}:{n}: {line.strip()}"
-             for package in ("runtime", "plan") for path in sorted((REPO / "rlflow" / package).rglob("*.py"))
-             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    pattern = re.compile(r"""["'](""" + "|".join(map(re.escape, names)) + r""")["']""")
+    found = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for package in ("runtime", "plan")
+        for path in sorted((REPO / "rlflow" / package).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert not found, "stages are found by role, not by kind name:\n" + "\n".join(found)

@@ -24,19 +24,35 @@ def step_batch(seed: int = 0) -> Batch:
     token_scores = torch.zeros(rows, R)
     token_scores[torch.arange(rows), (response_lengths - 1).clamp(min=0)] = scores
     advantages = torch.randn(rows, 1, generator=gen) * response_mask
-    return Batch({
-        "prompts": torch.randint(2, 50, (rows, P), generator=gen), "prompt_mask": prompt_mask,
-        "responses": torch.randint(2, 50, (rows, R), generator=gen), "response_mask": response_mask,
-        "token_level_scores": token_scores, "token_level_rewards": token_scores - 0.01 * response_mask,
-        "advantages": advantages, "returns": advantages,
-    })
+    return Batch(
+        {
+            "prompts": torch.randint(2, 50, (rows, P), generator=gen),
+            "prompt_mask": prompt_mask,
+            "responses": torch.randint(2, 50, (rows, R), generator=gen),
+            "response_mask": response_mask,
+            "token_level_scores": token_scores,
+            "token_level_rewards": token_scores - 0.01 * response_mask,
+            "advantages": advantages,
+            "returns": advantages,
+        }
+    )
 
 
 def as_data_proto(batch: Batch):
     from verl import DataProto
 
-    tensors = {k: batch[k] for k in ("prompts", "responses", "response_mask", "token_level_scores",
-                                     "token_level_rewards", "advantages", "returns")}
+    tensors = {
+        k: batch[k]
+        for k in (
+            "prompts",
+            "responses",
+            "response_mask",
+            "token_level_scores",
+            "token_level_rewards",
+            "advantages",
+            "returns",
+        )
+    }
     tensors["attention_mask"] = torch.cat([batch["prompt_mask"], batch["response_mask"]], dim=1)
     return DataProto.from_dict(tensors=tensors)
 
@@ -71,7 +87,8 @@ def test_missing_sections_are_left_out():
 
 
 def test_timing_metrics_equal_verls():
-    from verl.trainer.ppo.metric_utils import compute_throughout_metrics, compute_timing_metrics as verl_timing
+    from verl.trainer.ppo.metric_utils import compute_throughout_metrics
+    from verl.trainer.ppo.metric_utils import compute_timing_metrics as verl_timing
 
     batch = step_batch()
     timing = {"gen": 1.5, "old_log_prob": 0.2, "ref": 0.3, "adv": 0.01, "update_actor": 2.0, "step": 4.5}

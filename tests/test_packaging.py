@@ -56,8 +56,9 @@ def test_core_install_runs_the_first_commands(core_venv, clean_env, tmp_path):
     _sh(rlflow, "init", "demo", cwd=tmp_path, env=clean_env)
     demo = tmp_path / "demo"
     assert (demo / "models" / "tiny-sql-warm" / "model.safetensors").is_file()
-    validated = _sh(rlflow, "validate", "pipelines/bird_grpo.yaml", "pipelines/bird_grpo_remote.yaml",
-                    cwd=demo, env=clean_env)
+    validated = _sh(
+        rlflow, "validate", "pipelines/bird_grpo.yaml", "pipelines/bird_grpo_remote.yaml", cwd=demo, env=clean_env
+    )
     assert "pipelines/bird_grpo.yaml: ok" in validated.stdout
     graph = _sh(rlflow, "graph", "pipelines/bird_grpo.yaml", cwd=demo, env=clean_env)
     assert "update_actor" in graph.stdout
@@ -65,8 +66,10 @@ def test_core_install_runs_the_first_commands(core_venv, clean_env, tmp_path):
 
 
 def test_core_install_has_no_training_stack(core_venv, clean_env, tmp_path):
-    probe = "import importlib.util as u, rlflow; print(rlflow.__file__); " \
-            "print([m for m in ('torch', 'ray', 'verl', 'numpy') if u.find_spec(m)])"
+    probe = (
+        "import importlib.util as u, rlflow; print(rlflow.__file__); "
+        "print([m for m in ('torch', 'ray', 'verl', 'numpy') if u.find_spec(m)])"
+    )
     where, found = _sh(core_venv / "python", "-c", probe, cwd=tmp_path, env=clean_env).stdout.splitlines()
     assert Path(where).is_relative_to(core_venv.parent), where  # the wheel, not this checkout
     assert found == "[]"

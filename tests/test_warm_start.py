@@ -27,17 +27,18 @@ def warm():
     import torch
 
     from rlflow.backends.local.models import load_model
-    from rlflow.data.tokenizer import load_tokenizer
-    from rlflow.data import load_split
     from rlflow.check import load_pipeline
+    from rlflow.data import load_split
+    from rlflow.data.tokenizer import load_tokenizer
     from rlflow.schemas.pipeline import ModelSpec
 
     torch.set_num_threads(1)
     spec = ModelSpec(path=str(WARM))
     tokenizer = load_tokenizer(spec, ROOT)
     model = load_model(spec, tokenizer, seed=1, root=ROOT).eval()
-    pipeline = load_pipeline(ROOT / "pipelines" / "bird_grpo.yaml",
-                             sets=[f"bird_root={BIRD_SAMPLE}", f"model_path={WARM}"]).spec
+    pipeline = load_pipeline(
+        ROOT / "pipelines" / "bird_grpo.yaml", sets=[f"bird_root={BIRD_SAMPLE}", f"model_path={WARM}"]
+    ).spec
     return tokenizer, model, load_split(pipeline, "train", ROOT, tokenizer)
 
 
@@ -45,8 +46,9 @@ def _greedy(tokenizer, model, dataset, indices: list[int]) -> list[str]:
     from rlflow.backends.local.generation import SamplingParams, sample
 
     batch = dataset.to_batch(indices, tokenizer.pad_token_id)
-    params = SamplingParams(max_new_tokens=64, eos_token_ids=(tokenizer.eos_token_id,),
-                            pad_token_id=tokenizer.pad_token_id, do_sample=False)
+    params = SamplingParams(
+        max_new_tokens=64, eos_token_ids=(tokenizer.eos_token_id,), pad_token_id=tokenizer.pad_token_id, do_sample=False
+    )
     responses, mask = sample(model, batch["prompts"], batch["prompt_mask"], params)
     lengths = mask.sum(-1).tolist()
     return tokenizer.batch_decode([r[:n] for r, n in zip(responses.tolist(), lengths)], skip_special_tokens=True)
@@ -73,8 +75,7 @@ def test_record_says_train_split_only():
 
 
 def test_greedy_answers_are_fenced_sql_and_some_are_right(warm):
-    from rlflow.stages.text2sql_reward import _caches, score_row
-    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig
+    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig, _caches, score_row
 
     tokenizer, model, train = warm
     texts = _greedy(tokenizer, model, train, list(range(PROMPTS)))

@@ -58,5 +58,5 @@ class Engine(abc.ABC):
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore what ``save_checkpoint`` wrote."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional: most engines hold nothing to release)
         """Release what the engine holds (process groups, sockets, child processes). Default: nothing."""

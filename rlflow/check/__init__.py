@@ -23,8 +23,9 @@ def config_model_of(kind: str):
     return STAGE_KINDS.get(kind).config_model if kind in STAGE_KINDS else None
 
 
-def load_pipeline(path: str | os.PathLike, sets: Sequence[str] = (), project: ProjectConfig | None = None
-                  ) -> LoadedPipeline:
+def load_pipeline(
+    path: str | os.PathLike, sets: Sequence[str] = (), project: ProjectConfig | None = None
+) -> LoadedPipeline:
     """Load and validate a pipeline file; raises ConfigError holding every problem found."""
     parsed = parse_pipeline(path, sets, project, config_model_of)
     run_checks(parsed.subject, parsed.report, parsed.project)

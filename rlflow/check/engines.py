@@ -22,8 +22,10 @@ def engine_choice_of(configs: dict[str, list[Any]]) -> EngineChoice:
     """The choice made by parsed stage configs, given per role in pipeline order."""
     first = {role: (configs.get(role) or [None])[0] for role in ROLES}
     return EngineChoice(
-        training=getattr(first["update"], "engine", "torch"), zero_stage=getattr(first["update"], "zero_stage", 0),
-        log_prob=getattr(first["log_prob"], "engine", "torch"), rollout=getattr(first["rollout"], "engine", "torch"),
+        training=getattr(first["update"], "engine", "torch"),
+        zero_stage=getattr(first["update"], "zero_stage", 0),
+        log_prob=getattr(first["log_prob"], "engine", "torch"),
+        rollout=getattr(first["rollout"], "engine", "torch"),
     )
 
 

@@ -25,9 +25,11 @@ def check_inventory(subject: Subject, inventory, report: Reporter) -> None:
         if res.type == "local" and (res.device == "gpu" or (res.device == "auto" and has_gpus)):
             _place_gpu_pool(name, res, inventory, free, placed, report)
         elif res.type == "local" and res.nnodes > len(inventory.nodes):
-            report(("resources", name, "nnodes"),
-                   f"pool {name} wants {res.nnodes} nodes; the inventory has {len(inventory.nodes)}",
-                   f"set nnodes: {len(inventory.nodes)} or fewer")
+            report(
+                ("resources", name, "nnodes"),
+                f"pool {name} wants {res.nnodes} nodes; the inventory has {len(inventory.nodes)}",
+                f"set nnodes: {len(inventory.nodes)} or fewer",
+            )
     _check_cpus(subject, inventory, report)
 
 
@@ -40,9 +42,12 @@ def _place_gpu_pool(name, res, inventory, free, placed, report: Reporter) -> Non
             placed[node.name].append(name)
         return
     where = "1 node" if count == 1 else f"each of {count} nodes"
-    report(("resources", name, "gpus_per_node"), f"pool {name} wants {want} GPUs on {where}; "
-           + ", ".join(_node_state(n, free, placed) for n in inventory.nodes),
-           "lower gpus_per_node or nnodes, or add nodes to the inventory")
+    report(
+        ("resources", name, "gpus_per_node"),
+        f"pool {name} wants {want} GPUs on {where}; "
+        + ", ".join(_node_state(n, free, placed) for n in inventory.nodes),
+        "lower gpus_per_node or nnodes, or add nodes to the inventory",
+    )
 
 
 def _node_state(node, free, placed) -> str:
@@ -70,11 +75,17 @@ def _check_cpus(subject: Subject, inventory, report: Reporter) -> None:
         parts.append(f"{name} {actors * each:g}")
         if each > largest.cpus:
             key = "cpus_per_forwarder" if res.type == "remote" else "cpus_per_worker"
-            report(("resources", name, key),
-                   f"each actor of {name} wants {each:g} CPUs; the largest node ({largest.name}) has {largest.cpus}",
-                   f"set {key}: {largest.cpus} or less")
+            report(
+                ("resources", name, key),
+                f"each actor of {name} wants {each:g} CPUs; the largest node ({largest.name}) has {largest.cpus}",
+                f"set {key}: {largest.cpus} or less",
+            )
     have = sum(node.cpus for node in inventory.nodes)
     if total > have:
         nodes = ", ".join(f"{n.name} {n.cpus}" for n in inventory.nodes)
-        report(("resources",), f"resources want {total:g} CPUs in all ({', '.join(parts)}); "
-               f"the inventory has {have} ({nodes})", "lower workers or CPUs per actor, or add nodes", at="key")
+        report(
+            ("resources",),
+            f"resources want {total:g} CPUs in all ({', '.join(parts)}); the inventory has {have} ({nodes})",
+            "lower workers or CPUs per actor, or add nodes",
+            at="key",
+        )

@@ -32,12 +32,14 @@ def pipeline_json_schema() -> dict[str, Any]:
     stage["properties"]["uses"]["examples"] = kinds
     rules = []
     for name in kinds:
-        config = STAGE_KINDS.get(name).config_model.model_json_schema(
-            by_alias=True, ref_template="#/$defs/{model}"
-        )
+        config = STAGE_KINDS.get(name).config_model.model_json_schema(by_alias=True, ref_template="#/$defs/{model}")
         defs.update(config.pop("$defs", {}))
-        rules.append({"if": {"properties": {"uses": {"const": name}}, "required": ["uses"]},
-                      "then": {"properties": {"with": config}}})
+        rules.append(
+            {
+                "if": {"properties": {"uses": {"const": name}}, "required": ["uses"]},
+                "then": {"properties": {"with": config}},
+            }
+        )
     stage["allOf"] = rules
     _allow_base(schema)
     return {"$schema": SCHEMA_DIALECT, **schema}
@@ -48,10 +50,16 @@ def _allow_base(schema: dict[str, Any]) -> None:
 
     properties = schema["properties"]
     properties["stages"].update(  # items apply to a list only, additionalProperties to a mapping only
-        type=["array", "object"], additionalProperties={"type": ["object", "null"]},
-        description="The stages of one step; in a file with base:, a mapping patches the base's stages by name.")
-    base = {"type": "string", "title": "Base", "description": "A pipeline file this one builds on (relative to this "
-            "file): its mapping is merged under this one's."}
+        type=["array", "object"],
+        additionalProperties={"type": ["object", "null"]},
+        description="The stages of one step; in a file with base:, a mapping patches the base's stages by name.",
+    )
+    base = {
+        "type": "string",
+        "title": "Base",
+        "description": "A pipeline file this one builds on (relative to this "
+        "file): its mapping is merged under this one's.",
+    }
     schema["properties"] = {BASE_KEY: base, **properties}
     schema["if"] = {"required": [BASE_KEY]}
     schema["else"] = {"required": schema.pop("required")}

@@ -59,25 +59,37 @@ def check_stages(subject: Subject, report: Reporter) -> None:
     for i, stage in subject.stages:
         where = ("stages", i)
         if stage.name in names:
-            report(where + ("name",), f"duplicate stage name {stage.name!r} (also stages[{names[stage.name]}])",
-                   "give each stage its own name")
+            report(
+                where + ("name",),
+                f"duplicate stage name {stage.name!r} (also stages[{names[stage.name]}])",
+                "give each stage its own name",
+            )
         names.setdefault(stage.name, i)
         if subject.resource_names is not None and stage.on not in subject.resource_names | {DRIVER}:
             declared = sorted(subject.resource_names)
-            report(where + ("on",), f"unknown resource {stage.on!r}",
-                   suggestion(stage.on, declared + [DRIVER]) or f"declared: {', '.join(declared) or 'none'}, or driver")
+            report(
+                where + ("on",),
+                f"unknown resource {stage.on!r}",
+                suggestion(stage.on, declared + [DRIVER]) or f"declared: {', '.join(declared) or 'none'}, or driver",
+            )
         kind = kind_of(stage)
         if kind is None:
             known = STAGE_KINDS.names()
-            report(where + ("uses",), f"unknown stage kind {stage.uses!r}; known kinds: {', '.join(known)}",
-                   suggestion(stage.uses, known))
+            report(
+                where + ("uses",),
+                f"unknown stage kind {stage.uses!r}; known kinds: {', '.join(known)}",
+                suggestion(stage.uses, known),
+            )
             continue
         _check_stage_config(subject, i, stage, kind, report)
         rtype = subject.resource_type(stage.on)
         if rtype is not None and rtype not in kind.allowed_on:
             place = "the driver" if rtype == DRIVER else f"{rtype} resource {stage.on!r}"
-            report(where + ("on",), f"stage kind {stage.uses!r} cannot run on {place}",
-                   f"it runs on: {', '.join(sorted(kind.allowed_on))}")
+            report(
+                where + ("on",),
+                f"stage kind {stage.uses!r} cannot run on {place}",
+                f"it runs on: {', '.join(sorted(kind.allowed_on))}",
+            )
         if subject.spec is not None:
             for sub, message in kind.check(subject.spec, stage):
                 report(where + parse_path(sub), message)
@@ -107,10 +119,17 @@ def check_required_kinds(subject: Subject, report: Reporter) -> None:
     unknown = [s.uses for _, s in subject.stages if kind_of(s) is None]
     for role in REQUIRED_ROLES:
         builtin = builtin_kind(role).name
-        if not with_role(subject, role) and not any(suggestion(u, [builtin]) for u in unknown) and (
-                role != "reward" or not unknown):
-            report(("stages",), f"no {role} stage (a stage kind whose role is {role!r}, such as {builtin}); "
-                   "a GRPO step needs one", f"add - {{name: {builtin}, uses: {builtin}, on: <resource>}}", at="key")
+        if (
+            not with_role(subject, role)
+            and not any(suggestion(u, [builtin]) for u in unknown)
+            and (role != "reward" or not unknown)
+        ):
+            report(
+                ("stages",),
+                f"no {role} stage (a stage kind whose role is {role!r}, such as {builtin}); a GRPO step needs one",
+                f"add - {{name: {builtin}, uses: {builtin}, on: <resource>}}",
+                at="key",
+            )
 
 
 def check_reference(subject: Subject, report: Reporter) -> None:
@@ -120,15 +139,21 @@ def check_reference(subject: Subject, report: Reporter) -> None:
     refs = with_role(subject, "reference")
     flags = [f for f in ("use_kl_loss", "use_kl_in_reward") if getattr(algo, f)]
     if flags and not refs:
-        report(("algorithm", flags[0]), f"{' and '.join(flags)} {'is' if len(flags) == 1 else 'are'} true, "
-               "but no stage computes reference log-probs",
-               f"add - {{name: ref_log_prob, uses: {builtin_kind('reference').name}, on: <actor pool>}}, "
-               f"or set {flags[0]}: false")
+        report(
+            ("algorithm", flags[0]),
+            f"{' and '.join(flags)} {'is' if len(flags) == 1 else 'are'} true, "
+            "but no stage computes reference log-probs",
+            f"add - {{name: ref_log_prob, uses: {builtin_kind('reference').name}, on: <actor pool>}}, "
+            f"or set {flags[0]}: false",
+        )
     if refs and not flags:
         for i, stage in refs:
-            report(("stages", i, "uses"), f"stage {stage.name!r} computes reference log-probs, but "
-                   "algorithm.use_kl_loss and algorithm.use_kl_in_reward are both false, so nothing reads them",
-                   "remove the stage, or set algorithm.use_kl_loss: true")
+            report(
+                ("stages", i, "uses"),
+                f"stage {stage.name!r} computes reference log-probs, but "
+                "algorithm.use_kl_loss and algorithm.use_kl_in_reward are both false, so nothing reads them",
+                "remove the stage, or set algorithm.use_kl_loss: true",
+            )
 
 
 def data_parallel_size(resource) -> int:
@@ -150,8 +175,11 @@ def check_batch_sizes(subject: Subject, report: Reporter) -> None:
         return
     if t.train_batch_size % t.ppo_mini_batch_size:
         fit = max(d for d in range(1, t.ppo_mini_batch_size + 1) if t.train_batch_size % d == 0)
-        report(("trainer", "ppo_mini_batch_size"), f"train_batch_size {t.train_batch_size} is not a multiple of "
-               f"ppo_mini_batch_size {t.ppo_mini_batch_size}", f"use a divisor of {t.train_batch_size}, such as {fit}")
+        report(
+            ("trainer", "ppo_mini_batch_size"),
+            f"train_batch_size {t.train_batch_size} is not a multiple of ppo_mini_batch_size {t.ppo_mini_batch_size}",
+            f"use a divisor of {t.train_batch_size}, such as {fit}",
+        )
     if n is None:
         return
     for _, stage in with_role(subject, "update"):
@@ -160,16 +188,21 @@ def check_batch_sizes(subject: Subject, report: Reporter) -> None:
             continue
         dp, samples = data_parallel_size(res), t.ppo_mini_batch_size * n
         if samples % dp:
-            report(("trainer", "ppo_mini_batch_size"),
-                   f"a mini-batch of ppo_mini_batch_size {t.ppo_mini_batch_size} x n {n} = {samples} samples does not "
-                   f"split evenly over the {dp} data-parallel workers of {stage.on!r}",
-                   f"make ppo_mini_batch_size x n a multiple of {dp}")
+            report(
+                ("trainer", "ppo_mini_batch_size"),
+                f"a mini-batch of ppo_mini_batch_size {t.ppo_mini_batch_size} x n {n} = {samples} samples does not "
+                f"split evenly over the {dp} data-parallel workers of {stage.on!r}",
+                f"make ppo_mini_batch_size x n a multiple of {dp}",
+            )
         elif t.ppo_micro_batch_size and (samples // dp) % t.ppo_micro_batch_size:
             per = samples // dp
-            report(("trainer", "ppo_micro_batch_size"),
-                   f"each of the {dp} workers of {stage.on!r} gets {per} samples per mini-batch "
-                   f"({t.ppo_mini_batch_size} x n {n} / {dp}), not a multiple of ppo_micro_batch_size "
-                   f"{t.ppo_micro_batch_size}", f"use a divisor of {per}")
+            report(
+                ("trainer", "ppo_micro_batch_size"),
+                f"each of the {dp} workers of {stage.on!r} gets {per} samples per mini-batch "
+                f"({t.ppo_mini_batch_size} x n {n} / {dp}), not a multiple of ppo_micro_batch_size "
+                f"{t.ppo_micro_batch_size}",
+                f"use a divisor of {per}",
+            )
 
 
 def check_weight_path(subject: Subject, report: Reporter) -> None:
@@ -184,22 +217,30 @@ def check_weight_path(subject: Subject, report: Reporter) -> None:
         if kind is None:
             continue
         if kind.role == "weight_sync" and stage.on != actor:
-            report(("stages", i, "on"), f"{stage.uses} runs on {stage.on!r} but {update} trains on {actor!r}; "
-                   "weights are synced from where the actor trains", f"set on: {actor}")
+            report(
+                ("stages", i, "on"),
+                f"{stage.uses} runs on {stage.on!r} but {update} trains on {actor!r}; "
+                "weights are synced from where the actor trains",
+                f"set on: {actor}",
+            )
         elif "rollout_weights" in kind.reads_fields and stage.on != actor:
             rtype = subject.resource_type(stage.on)
             if rtype is None or (rtype == "local" and actor_type == "local"):
                 continue  # two local pools: the runtime syncs across pools
-            report(("stages", i, "on"),
-                   f"{stage.uses} runs on {_describe(stage.on, rtype)} but {update} trains on "
-                   f"{_describe(actor, actor_type)}, so the new weights cannot reach this rollout: "
-                   "a remote backend syncs weights only within itself",
-                   f"run {stage.uses} on {actor!r}" + (", or both on local pools" if actor_type == "local" else ""))
+            report(
+                ("stages", i, "on"),
+                f"{stage.uses} runs on {_describe(stage.on, rtype)} but {update} trains on "
+                f"{_describe(actor, actor_type)}, so the new weights cannot reach this rollout: "
+                "a remote backend syncs weights only within itself",
+                f"run {stage.uses} on {actor!r}" + (", or both on local pools" if actor_type == "local" else ""),
+            )
 
 
 def check_training_engines(subject: Subject, report: Reporter) -> None:
     """The engines chosen work together (``EngineChoice.problem``, which the runtime applies too)."""
-    configs = {role: [(i, subject.configs.get(i)) for i, _ in with_role(subject, role)] for role in ("update", "log_prob")}
+    configs = {
+        role: [(i, subject.configs.get(i)) for i, _ in with_role(subject, role)] for role in ("update", "log_prob")
+    }
     if any(config is None for found in configs.values() for _, config in found):
         return  # a config that did not parse is reported already
     problem = engine_choice_of({role: [c for _, c in found] for role, found in configs.items()}).problem()
@@ -219,10 +260,14 @@ def check_remote_backends(subject: Subject, report: Reporter) -> None:
     for name, res in remotes.items():
         if res.backend not in REMOTE_BACKENDS:
             known = REMOTE_BACKENDS.names()
-            report(("resources", name, "backend"),
-                   f"unknown remote backend {res.backend!r}; registered: {', '.join(known) or 'none'}",
-                   suggestion(res.backend, known) or "load a backend plugin through plugins: in rlflow.yaml")
-        elif problem := forwarder_problem(res.backend, REMOTE_BACKENDS.get(res.backend).single_forwarder, res.forwarders):
+            report(
+                ("resources", name, "backend"),
+                f"unknown remote backend {res.backend!r}; registered: {', '.join(known) or 'none'}",
+                suggestion(res.backend, known) or "load a backend plugin through plugins: in rlflow.yaml",
+            )
+        elif problem := forwarder_problem(
+            res.backend, REMOTE_BACKENDS.get(res.backend).single_forwarder, res.forwarders
+        ):
             message, _, fix = problem.rpartition(" (")
             report(("resources", name, "forwarders"), message, fix.rstrip(")"))
 

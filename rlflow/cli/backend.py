@@ -21,26 +21,29 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from rlflow.cli.extras import require_train
 from rlflow.errors import BackendError, ConfigError, Diagnostic
 
-backend_app = typer.Typer(help="Remote backends: serve the reference backend, list what is registered.", no_args_is_help=True)
+backend_app = typer.Typer(
+    help="Remote backends: serve the reference backend, list what is registered.", no_args_is_help=True
+)
 
 
 @backend_app.command("serve")
 def serve(
     config: Path = typer.Argument(..., help="A pipeline file, or a JSON main_config."),
-    resource: Optional[str] = typer.Option(None, "--resource", "-r", help="The pipeline's remote resource to serve."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."),
-    host: Optional[str] = typer.Option(None, help="Bind address (default: the resource's `host`, else 127.0.0.1)."),
-    port: Optional[int] = typer.Option(None, help="Port (default: the resource's `port`, else a free one)."),
-    device: Optional[str] = typer.Option(None, help="cpu, cuda or auto (default: the resource's `device`)."),
-    num_threads: Optional[int] = typer.Option(None, "--num-threads", help="torch CPU threads in the server."),
-    handle_file: Optional[Path] = typer.Option(None, "--handle-file", help="Also write the handle here (mode 0600)."),
+    resource: str | None = typer.Option(None, "--resource", "-r", help="The pipeline's remote resource to serve."),
+    set_: list[str] | None = typer.Option(
+        None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."
+    ),
+    host: str | None = typer.Option(None, help="Bind address (default: the resource's `host`, else 127.0.0.1)."),
+    port: int | None = typer.Option(None, help="Port (default: the resource's `port`, else a free one)."),
+    device: str | None = typer.Option(None, help="cpu, cuda or auto (default: the resource's `device`)."),
+    num_threads: int | None = typer.Option(None, "--num-threads", help="torch CPU threads in the server."),
+    handle_file: Path | None = typer.Option(None, "--handle-file", help="Also write the handle here (mode 0600)."),
 ) -> None:
     """Serve the reference backend in the foreground; prints the handle a run joins with."""
     require_train("backend serve")
@@ -51,9 +54,15 @@ def serve(
         settings = ReferenceConfig.model_validate(main_config["backend_config"])
     except Exception as exc:
         raise BackendError(f"resources.{main_config['resource']}.config: {exc}") from None
-    overrides = {k: v for k, v in dict(host=host, port=port, device=device, num_threads=num_threads).items() if v is not None}
-    serve_config = ServeConfig(main_config=main_config, backend="reference", **{**settings.server_settings(), **overrides})
-    target = handle_file or (_resolve(settings.handle_file, main_config["project_root"]) if settings.handle_file else None)
+    overrides = {
+        k: v for k, v in dict(host=host, port=port, device=device, num_threads=num_threads).items() if v is not None
+    }
+    serve_config = ServeConfig(
+        main_config=main_config, backend="reference", **{**settings.server_settings(), **overrides}
+    )
+    target = handle_file or (
+        _resolve(settings.handle_file, main_config["project_root"]) if settings.handle_file else None
+    )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     typer.echo(f"building the engine for resource {main_config['resource']!r}...", err=True)
     from rlflow.backends.remote.server import serve as run_server
@@ -75,10 +84,12 @@ def list_() -> None:
 def _main_config(config: Path, resource: str | None, sets: tuple[str, ...]) -> dict:
     if config.suffix == ".json":
         if resource or sets:
-            raise BackendError("--resource and --set apply to pipeline files; a JSON main_config already names its resource")
+            raise BackendError(
+                "--resource and --set apply to pipeline files; a JSON main_config already names its resource"
+            )
         return _json_main_config(config)
-    from rlflow.registry import import_plugins
     from rlflow.check import load_pipeline
+    from rlflow.registry import import_plugins
     from rlflow.schemas.project import load_project_config
 
     project = load_project_config()
@@ -109,17 +120,46 @@ def _pick_resource(spec, resource: str | None, file: str) -> str:
     if resource is None:
         if len(served) != 1:
             found = ", ".join(served) or "none"
-            raise ConfigError([Diagnostic(file, 1, 1, "resources", "pick the resource to serve with --resource",
-                                          f"remote resources on backend 'reference': {found}")])
+            raise ConfigError(
+                [
+                    Diagnostic(
+                        file,
+                        1,
+                        1,
+                        "resources",
+                        "pick the resource to serve with --resource",
+                        f"remote resources on backend 'reference': {found}",
+                    )
+                ]
+            )
         return served[0]
     res = spec.resources.get(resource)
     if res is None or res.type != "remote":
-        raise ConfigError([Diagnostic(file, 1, 1, f"resources.{resource}", "no remote resource of that name",
-                                      f"reference ones: {', '.join(served) or 'none'}")])
+        raise ConfigError(
+            [
+                Diagnostic(
+                    file,
+                    1,
+                    1,
+                    f"resources.{resource}",
+                    "no remote resource of that name",
+                    f"reference ones: {', '.join(served) or 'none'}",
+                )
+            ]
+        )
     if res.backend != "reference":
-        raise ConfigError([Diagnostic(file, 1, 1, f"resources.{resource}.backend", f"is {res.backend!r}; `rlflow "
-                                      "backend serve` runs the 'reference' backend",
-                                      "start other backends with their own tooling")])
+        raise ConfigError(
+            [
+                Diagnostic(
+                    file,
+                    1,
+                    1,
+                    f"resources.{resource}.backend",
+                    f"is {res.backend!r}; `rlflow backend serve` runs the 'reference' backend",
+                    "start other backends with their own tooling",
+                )
+            ]
+        )
     return resource
 
 

@@ -30,5 +30,7 @@ def require_train(command: str, modules: tuple[str, ...] = TRAIN_MODULES) -> Non
     """Raise ``ExtraMissing`` naming ``command`` and ``pip install 'rlflow[train]'`` when a module is missing."""
     absent = missing(modules)
     if absent:
-        raise ExtraMissing(f"`rlflow {command}` needs the training stack ({', '.join(absent)} not installed): "
-                           "pip install 'rlflow[train]'")
+        raise ExtraMissing(
+            f"`rlflow {command}` needs the training stack ({', '.join(absent)} not installed): "
+            "pip install 'rlflow[train]'"
+        )

@@ -15,7 +15,6 @@ says how to install Graphviz, and exits 1 (the picture asked for was not made).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -28,16 +27,16 @@ DEFAULT_TIMELINE_PICTURE = Path("timeline.svg")
 
 
 def graph(
-    pipeline: Optional[Path] = typer.Argument(None, help="Pipeline file (YAML, a Jinja2 template)."),
-    set_: Optional[List[str]] = typer.Option(
+    pipeline: Path | None = typer.Argument(None, help="Pipeline file (YAML, a Jinja2 template)."),
+    set_: list[str] | None = typer.Option(
         None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."
     ),
     fmt: str = typer.Option("text", "--format", "-f", help="text, mermaid, dot or json (timeline: text)."),
     render: bool = typer.Option(False, "--render", help="Draw a picture (SVG or PNG by the -o suffix)."),
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None, "--output", "-o", help="Write here instead of stdout (default picture: step.svg, timeline.svg)."
     ),
-    timeline: Optional[Path] = typer.Option(
+    timeline: Path | None = typer.Option(
         None, "--timeline", help="A run directory: chart its trace.jsonl instead of a pipeline."
     ),
 ) -> None:
@@ -53,8 +52,8 @@ def graph(
 
 
 def _pipeline_graph(pipeline: Path, sets: tuple[str, ...], fmt: str, render: bool, output: Path | None) -> None:
-    from rlflow.plan.compile import compile_plan
     from rlflow.check import load_pipeline
+    from rlflow.plan.compile import compile_plan
 
     plan = compile_plan(load_pipeline(pipeline, sets).spec)
     if render:

@@ -24,8 +24,11 @@ from rlflow.cli.extras import TRAIN_MODULES, missing
 from rlflow.errors import TargetExists
 
 SKIPPED = ("__pycache__", "*.pyc")
-NEXT_COMMANDS = ("rlflow validate pipelines/bird_grpo.yaml", "rlflow graph pipelines/bird_grpo.yaml",
-                 "rlflow run pipelines/bird_grpo.yaml")
+NEXT_COMMANDS = (
+    "rlflow validate pipelines/bird_grpo.yaml",
+    "rlflow graph pipelines/bird_grpo.yaml",
+    "rlflow run pipelines/bird_grpo.yaml",
+)
 
 
 def starter_files() -> list[Path]:
@@ -51,8 +54,10 @@ def write_project(directory: Path, force: bool = False) -> list[Path]:
     existing = [f for f in files if (directory / f).exists()]
     if existing and not force:
         shown = ", ".join(str(directory / f) for f in existing[:5]) + (" ..." if len(existing) > 5 else "")
-        raise TargetExists(f"{directory}: {len(existing)} starter file(s) exist ({shown}); "
-                           "pick an empty folder, or pass --force to overwrite them")
+        raise TargetExists(
+            f"{directory}: {len(existing)} starter file(s) exist ({shown}); "
+            "pick an empty folder, or pass --force to overwrite them"
+        )
     for f in files:
         target = directory / f
         target.parent.mkdir(parents=True, exist_ok=True)

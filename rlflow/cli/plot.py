@@ -27,8 +27,9 @@ Series = dict[str, list[tuple[int, float]]]
 def _metrics_file(run: Path) -> Path:
     path = run / "metrics.jsonl" if run.is_dir() else run
     if not path.is_file():
-        raise DataError(f"{path}: no metrics file; give a run directory (runs/<pipeline>/<run id>) "
-                        "holding metrics.jsonl")
+        raise DataError(
+            f"{path}: no metrics file; give a run directory (runs/<pipeline>/<run id>) holding metrics.jsonl"
+        )
     return path
 
 
@@ -55,8 +56,9 @@ def read_series(path: Path) -> tuple[Series, Series]:
                 if target is not None:
                     target.setdefault(key, []).append((record["step"], float(value)))
     if not reward and not val:
-        raise DataError(f"{path}: no reward or validation metrics to plot (looked for "
-                        f"{', '.join(REWARD_KEYS)} and {VAL_PREFIX}*)")
+        raise DataError(
+            f"{path}: no reward or validation metrics to plot (looked for {', '.join(REWARD_KEYS)} and {VAL_PREFIX}*)"
+        )
     return reward, val
 
 

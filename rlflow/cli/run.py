@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -16,9 +15,11 @@ from rlflow.cli.extras import require_train
 
 def run(
     pipeline: Path = typer.Argument(..., help="Pipeline file (YAML, a Jinja2 template)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."),
-    run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Run directory (default: <runs_dir>/<name>/<run id>)."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a run: its directory, or `latest`."),
+    set_: list[str] | None = typer.Option(
+        None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."
+    ),
+    run_dir: str | None = typer.Option(None, "--run-dir", help="Run directory (default: <runs_dir>/<name>/<run id>)."),
+    resume: str | None = typer.Option(None, "--resume", help="Continue a run: its directory, or `latest`."),
     force: bool = typer.Option(False, "--force", help="Resume even though the pipeline changed."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the runtime does."),
 ) -> None:
@@ -40,8 +41,11 @@ def run(
         result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force)
     except KeyboardInterrupt:
         # the runtime has already stopped workers and backends on its way out
-        typer.echo("interrupted: workers and backends were stopped; the last complete checkpoint is usable "
-                   "(continue with --resume latest)", err=True)
+        typer.echo(
+            "interrupted: workers and backends were stopped; the last complete checkpoint is usable "
+            "(continue with --resume latest)",
+            err=True,
+        )
         raise typer.Exit(130) from None
     typer.echo(f"run finished at step {result.last_step}: {result.run_dir}")
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,7 +18,7 @@ def register(app: typer.Typer) -> None:
 
 
 def schema(
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the schema to this file."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the schema to this file."),
 ) -> None:
     """Print the JSON Schema of pipeline files."""
     from rlflow.check.json_schema import pipeline_json_schema

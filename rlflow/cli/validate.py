@@ -10,7 +10,6 @@ in a subprocess and inspects sys.modules); a plain command line reaches it witho
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -20,8 +19,8 @@ def register(app: typer.Typer) -> None:
 
 
 def validate(
-    pipelines: List[Path] = typer.Argument(..., help="Pipeline files to check.", show_default=False),
-    set_: Optional[List[str]] = typer.Option(
+    pipelines: list[Path] = typer.Argument(..., help="Pipeline files to check.", show_default=False),
+    set_: list[str] | None = typer.Option(
         None, "--set", "-s", help="name=value (template variable) or dotted.path=value (field override); repeatable."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),

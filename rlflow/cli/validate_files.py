@@ -11,8 +11,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 
 def check_files(pipelines: Sequence[Path], sets: Sequence[str]) -> list[dict]:
@@ -20,8 +20,8 @@ def check_files(pipelines: Sequence[Path], sets: Sequence[str]) -> list[dict]:
     # On its first model pydantic scans every installed package for pydantic plugins; that
     # scan costs more than the whole validation, and validation needs no plugin.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    from rlflow.errors import ConfigError
     from rlflow.check import load_pipeline
+    from rlflow.errors import ConfigError
     from rlflow.schemas.project import load_project_config
 
     try:
@@ -37,12 +37,25 @@ def check_files(pipelines: Sequence[Path], sets: Sequence[str]) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
             if os.environ.get("RLFLOW_DEBUG"):
                 raise
-            results.append({"file": str(path), "ok": False, "diagnostics": [],
-                            "error": f"internal error: {type(exc).__name__}: {exc} (RLFLOW_DEBUG=1 shows where)"})
+            results.append(
+                {
+                    "file": str(path),
+                    "ok": False,
+                    "diagnostics": [],
+                    "error": f"internal error: {type(exc).__name__}: {exc} (RLFLOW_DEBUG=1 shows where)",
+                }
+            )
         else:
             spec = loaded.spec
-            results.append({"file": str(path), "ok": True, "stages": len(spec.stages),
-                            "resources": len(spec.resources), "diagnostics": []})
+            results.append(
+                {
+                    "file": str(path),
+                    "ok": True,
+                    "stages": len(spec.stages),
+                    "resources": len(spec.resources),
+                    "diagnostics": [],
+                }
+            )
     return results
 
 
@@ -79,8 +92,12 @@ def fast_path(argv: Sequence[str]) -> int | None:
 
 
 def _failure(file: str, exc) -> dict:
-    return {"file": file, "ok": False, "diagnostics": [d.to_dict() for d in exc.diagnostics],
-            "text": [str(d) for d in exc.diagnostics]}
+    return {
+        "file": file,
+        "ok": False,
+        "diagnostics": [d.to_dict() for d in exc.diagnostics],
+        "text": [str(d) for d in exc.diagnostics],
+    }
 
 
 def _print_lines(results: list[dict]) -> None:

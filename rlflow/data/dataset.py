@@ -19,10 +19,10 @@ and tags each row with a ``uid`` built from the step and the row, so reruns are 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -69,8 +69,8 @@ class PromptDataset:
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for r, example in enumerate(rows):
             n = len(example.input_ids)
-            prompts[r, width - n:] = torch.tensor(example.input_ids, dtype=torch.long)
-            mask[r, width - n:] = 1
+            prompts[r, width - n :] = torch.tensor(example.input_ids, dtype=torch.long)
+            mask[r, width - n :] = 1
         return Batch(
             {"prompts": prompts, "prompt_mask": mask},
             {
@@ -118,10 +118,15 @@ class _Loader:
                 self.stats["dropped_bad_gold"] += 1
                 self.bad_gold.append(f"record {i} ({db_id}): {problem}")
                 continue
-            prompt = self.template.render(schema=schema, question=record["question"], evidence=record["evidence"],
-                                          db_id=db_id)
-            info = {"db_path": str(database_file(self.databases, db_id, where)), "gold_sql": record["SQL"],
-                    "question_id": record["question_id"], "db_id": db_id}
+            prompt = self.template.render(
+                schema=schema, question=record["question"], evidence=record["evidence"], db_id=db_id
+            )
+            info = {
+                "db_path": str(database_file(self.databases, db_id, where)),
+                "gold_sql": record["SQL"],
+                "question_id": record["question_id"],
+                "db_id": db_id,
+            }
             yield i, prompt, Example(prompt, (), record["data_source"], info)
 
     def fit(self, index: int, ids: list[int], example: Example) -> Example | None:
@@ -131,7 +136,8 @@ class _Loader:
             if self.data.truncation == "error":
                 raise DataError(
                     f"{self.file}: record {index}: prompt is {len(ids)} tokens, over data.max_prompt_length={limit}; "
-                    "raise max_prompt_length or set data.truncation to 'drop' or 'left'")
+                    "raise max_prompt_length or set data.truncation to 'drop' or 'left'"
+                )
             if self.data.truncation == "drop":
                 self.stats["dropped_too_long"] += 1
                 return None
@@ -160,17 +166,30 @@ class _Loader:
     def report(self) -> None:
         if self.bad_gold:
             shown = "; ".join(self.bad_gold[:5]) + (" ..." if len(self.bad_gold) > 5 else "")
-            log.warning("%s: dropped %d questions whose gold SQL fails on its database: %s",
-                        self.file, len(self.bad_gold), shown)
+            log.warning(
+                "%s: dropped %d questions whose gold SQL fails on its database: %s",
+                self.file,
+                len(self.bad_gold),
+                shown,
+            )
         if self.stats["skipped_missing_db"]:
-            log.warning("%s: skipped %d questions whose database is missing",
-                        self.file, self.stats["skipped_missing_db"])
+            log.warning(
+                "%s: skipped %d questions whose database is missing", self.file, self.stats["skipped_missing_db"]
+            )
         if self.stats["dropped_too_long"]:
-            log.warning("%s: dropped %d prompts longer than data.max_prompt_length=%d tokens (data.truncation=drop)",
-                        self.file, self.stats["dropped_too_long"], self.data.max_prompt_length)
+            log.warning(
+                "%s: dropped %d prompts longer than data.max_prompt_length=%d tokens (data.truncation=drop)",
+                self.file,
+                self.stats["dropped_too_long"],
+                self.data.max_prompt_length,
+            )
         if self.stats["truncated"]:
-            log.warning("%s: kept the last %d tokens of %d longer prompts (data.truncation=left)",
-                        self.file, self.data.max_prompt_length, self.stats["truncated"])
+            log.warning(
+                "%s: kept the last %d tokens of %d longer prompts (data.truncation=left)",
+                self.file,
+                self.data.max_prompt_length,
+                self.stats["truncated"],
+            )
 
 
 def load_split(spec, split: str, root: Path, tokenizer) -> PromptDataset | None:

@@ -45,13 +45,16 @@ class DataPaths:
     template: Path
 
     @classmethod
-    def from_spec(cls, data, root: Path) -> "DataPaths":
+    def from_spec(cls, data, root: Path) -> DataPaths:
         """Resolve ``data`` (a ``DataSpec``) against project ``root``; raise DataError naming each escape."""
         root = _absolute(root, Path.cwd())
         train = _absolute(data.train, root)
         data_root = _absolute(data.root, root) if data.root else train.parent
-        fields = {"train": train, "val": data.val and _absolute(data.val, root),
-                  "databases": data.databases and _absolute(data.databases, root)}
+        fields = {
+            "train": train,
+            "val": data.val and _absolute(data.val, root),
+            "databases": data.databases and _absolute(data.databases, root),
+        }
         problems = [
             f"data.{name}: {getattr(data, name)!r} resolves to {path}, outside the data root {data_root}; "
             "keep data files under it (no '..') or set data.root to a folder that holds them all"
@@ -70,21 +73,27 @@ class DataPaths:
         """The databases folder for ``split_file``; DataError when there is none."""
         if self.databases is not None:
             if not self.databases.is_dir():
-                raise DataError(f"data.databases: no folder at {self.databases}; point it at the folder "
-                                "holding <db_id>/<db_id>.sqlite")
+                raise DataError(
+                    f"data.databases: no folder at {self.databases}; point it at the folder "
+                    "holding <db_id>/<db_id>.sqlite"
+                )
             return self.databases
         candidates = [split_file.parent / "databases", split_file.parent / f"{split_file.stem}_databases"]
         for folder in candidates:
             if folder.is_dir():
                 return folder
         tried = ", ".join(str(c) for c in candidates)
-        raise DataError(f"data.databases is not set and no databases folder was found next to {split_file} "
-                        f"(tried {tried}); set data.databases")
+        raise DataError(
+            f"data.databases is not set and no databases folder was found next to {split_file} "
+            f"(tried {tried}); set data.databases"
+        )
 
 
 def database_file(databases: Path, db_id: object, where: str) -> Path:
     """``<databases>/<db_id>/<db_id>.sqlite`` for a plain-name ``db_id``; ``where`` names the record."""
     if not isinstance(db_id, str) or not _PLAIN_NAME.match(db_id):
-        raise DataError(f"{where}: db_id {db_id!r} is not a plain name (letters, digits, '_', '-', '.'; "
-                        "no path separators or leading dot); fix the record")
+        raise DataError(
+            f"{where}: db_id {db_id!r} is not a plain name (letters, digits, '_', '-', '.'; "
+            "no path separators or leading dot); fix the record"
+        )
     return databases / db_id / f"{db_id}.sqlite"

@@ -39,8 +39,13 @@ class PromptTemplate:
     """A compiled prompt template; ``render`` fills it for one question."""
 
     def __init__(self, path: Path) -> None:
-        env = SandboxedEnvironment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                                   keep_trailing_newline=True, autoescape=False)
+        env = SandboxedEnvironment(
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+            autoescape=False,
+        )
         self.path = path
         try:
             source = read_utf8(path)

@@ -36,8 +36,9 @@ def _read_jsonl(path: Path) -> list:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{number}: not valid JSON ({exc.msg}); "
-                                "JSON Lines holds one object a line") from None
+                raise DataError(
+                    f"{path}:{number}: not valid JSON ({exc.msg}); JSON Lines holds one object a line"
+                ) from None
     return records
 
 
@@ -76,7 +77,13 @@ def read_records(path: Path, fmt: str, field: str) -> list[dict]:
         more = f"\n... and {len(problems) - _MAX_REPORTED} more" if len(problems) > _MAX_REPORTED else ""
         raise DataError(shown + more)
     return [
-        {"db_id": r["db_id"], "question": r["question"], "SQL": r["SQL"], "evidence": r.get("evidence") or "",
-         "question_id": r.get("question_id", i), "data_source": str(r.get("data_source") or "bird")}
+        {
+            "db_id": r["db_id"],
+            "question": r["question"],
+            "SQL": r["SQL"],
+            "evidence": r.get("evidence") or "",
+            "question_id": r.get("question_id", i),
+            "data_source": str(r.get("data_source") or "bird"),
+        }
         for i, r in enumerate(records)
     ]

@@ -20,8 +20,10 @@ class StepSampler:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, not {batch_size}")
         if dataset_len < batch_size:
-            raise DataError(f"the training set has {dataset_len} prompts, fewer than trainer.train_batch_size="
-                            f"{batch_size}; lower train_batch_size or add data")
+            raise DataError(
+                f"the training set has {dataset_len} prompts, fewer than trainer.train_batch_size="
+                f"{batch_size}; lower train_batch_size or add data"
+            )
         self.dataset_len, self.batch_size, self.seed, self.shuffle = dataset_len, batch_size, seed, shuffle
         self.steps_per_epoch = dataset_len // batch_size
         self.epoch = 0
@@ -41,11 +43,17 @@ class StepSampler:
             self._order = self._permutation(self.epoch)
         start = self._position * self.batch_size
         self._position += 1
-        return self._order[start:start + self.batch_size]
+        return self._order[start : start + self.batch_size]
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self._position, "seed": self.seed,
-                "dataset_len": self.dataset_len, "batch_size": self.batch_size, "shuffle": self.shuffle}
+        return {
+            "epoch": self.epoch,
+            "position": self._position,
+            "seed": self.seed,
+            "dataset_len": self.dataset_len,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at ``state``'s position; refused when the data or batching it was saved with differ."""

@@ -20,5 +20,7 @@ def read_utf8(path: Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(f"{path}:{line}: byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8 "
-                        f"({exc.reason}); save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
+        raise DataError(
+            f"{path}:{line}: byte 0x{raw[exc.start]:02x} at offset {exc.start} is not UTF-8 "
+            f"({exc.reason}); save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+        ) from None

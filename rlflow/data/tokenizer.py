@@ -44,7 +44,7 @@ def resolve_path(path: str, root: Path | None) -> Path:
 def builtin_name(path: str) -> str | None:
     if not path.startswith(BUILTIN_PREFIX):
         return None
-    name = path[len(BUILTIN_PREFIX):]
+    name = path[len(BUILTIN_PREFIX) :]
     if name not in BUILTIN_TOKENIZERS:
         raise BackendError(
             f"model.path: unknown built-in model {path!r}; built-ins are "
@@ -65,7 +65,7 @@ def local_dir(path: str, root: Path | None, what: str) -> Path:
     return directory
 
 
-def load_tokenizer(model_spec: "ModelSpec", root: Path | None = None):
+def load_tokenizer(model_spec: ModelSpec, root: Path | None = None):
     """The tokenizer of ``model_spec`` (``model.tokenizer`` if set, else ``model.path``), pad id set."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -105,7 +105,9 @@ def _ensure_pad(tokenizer, source: str) -> None:
     if tokenizer.pad_token_id is not None:
         return
     if tokenizer.eos_token_id is None:
-        raise BackendError(f"tokenizer of {source!r} has neither a pad nor an eos token; add one to its tokenizer_config.json")
+        raise BackendError(
+            f"tokenizer of {source!r} has neither a pad nor an eos token; add one to its tokenizer_config.json"
+        )
     tokenizer.pad_token = tokenizer.eos_token
     if source not in _warned_pad:
         _warned_pad.add(source)

@@ -60,8 +60,11 @@ def dataflow_problems(spec: Pipeline) -> list[Problem]:
 
 def compile_plan(spec: Pipeline) -> Plan:
     """The Plan of a valid pipeline; ``ConfigError`` listing every data-flow problem otherwise."""
-    unknown = [Diagnostic("", 0, 0, f"stages[{i}].uses", STAGE_KINDS.unknown(s.uses))
-               for i, s in enumerate(spec.stages) if s.uses not in STAGE_KINDS]
+    unknown = [
+        Diagnostic("", 0, 0, f"stages[{i}].uses", STAGE_KINDS.unknown(s.uses))
+        for i, s in enumerate(spec.stages)
+        if s.uses not in STAGE_KINDS
+    ]
     candidates, stages, flow = _analyse(spec)
     if unknown or flow.problems:
         raise ConfigError(unknown + [Diagnostic("", 0, 0, path, message) for path, message in flow.problems])
@@ -199,8 +202,18 @@ def _resource_type(spec: Pipeline, name: str) -> str:
     resource = spec.resources.get(name)
     if resource is None:
         known = ", ".join([*spec.resources, DRIVER])
-        raise ConfigError([Diagnostic("", 0, 0, "stages", f"unknown resource {name!r}",
-                                      f"declare it under `resources:` or use one of: {known}")])
+        raise ConfigError(
+            [
+                Diagnostic(
+                    "",
+                    0,
+                    0,
+                    "stages",
+                    f"unknown resource {name!r}",
+                    f"declare it under `resources:` or use one of: {known}",
+                )
+            ]
+        )
     return resource.type
 
 

@@ -167,7 +167,7 @@ def _cycles(nodes: Sequence[FlowNode], preds: list[set[int]], done: set[int]) ->
             i = min(p for p in preds[i] if p not in done)
         seen.update(walk)
         if i in on_walk:
-            problems.append(_cycle_problem(nodes, walk[on_walk[i]:][::-1]))
+            problems.append(_cycle_problem(nodes, walk[on_walk[i] :][::-1]))
     return problems
 
 

@@ -21,8 +21,9 @@ Design decisions:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from rlflow.schemas.pipeline import DRIVER
 from rlflow.stages.base import Cadence
@@ -103,7 +104,7 @@ class Placement:
     stages: tuple[str, ...] = ()
     bundle_of: tuple[int, ...] = ()  # the bundle index of each worker (several share a node-sized bundle)
 
-    def with_device(self, device: Literal["cpu", "gpu"]) -> "Placement":
+    def with_device(self, device: Literal["cpu", "gpu"]) -> Placement:
         """This placement with ``device: auto`` resolved (only local pools carry a device choice)."""
         if self.type != "local" or self.device == device:
             return self
@@ -112,7 +113,9 @@ class Placement:
         return replace(self, device=device, gpus_per_worker=gpus, bundles=bundles, bundle_of=bundle_of)
 
 
-def local_bundles(workers: int, cpus: float, gpus: float, nnodes: int = 1) -> tuple[tuple[Mapping[str, float], ...], tuple[int, ...]]:
+def local_bundles(
+    workers: int, cpus: float, gpus: float, nnodes: int = 1
+) -> tuple[tuple[Mapping[str, float], ...], tuple[int, ...]]:
     """Bundles of a pool and each worker's bundle index.
 
     One node: one bundle per worker (placed with PACK). Several nodes: one node-sized bundle per

@@ -41,7 +41,7 @@ def _cluster(plan: Plan, name: str, placement: Placement, numbers: dict[str, int
     ]
     if placement.type == "remote":
         lines.append(
-            f"    {quote(name + ':forwarder')} [shape=component, style=filled, fillcolor=\"#fff3c4\", "
+            f'    {quote(name + ":forwarder")} [shape=component, style=filled, fillcolor="#fff3c4", '
             f"label={quote(f'forwarder x{placement.forwarders}' + chr(10) + '(CPU only)')}];"
         )
     for stage in plan.step:
@@ -98,7 +98,7 @@ def render_dot(plan: Plan) -> str:
         if placement.type == "remote":
             backend = quote(name + ":backend")
             lines.append(
-                f"  {backend} [shape=box3d, style=filled, fillcolor=\"#fce8e6\", "
+                f'  {backend} [shape=box3d, style=filled, fillcolor="#fce8e6", '
                 f"label={quote(f'remote backend {placement.backend!r}' + chr(10) + '(owns its GPUs)')}];"
             )
             lines.append(f"  {quote(name + ':forwarder')} -> {backend} [style=bold, label={quote('relays calls')}];")

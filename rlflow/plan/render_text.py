@@ -47,7 +47,9 @@ def placement_summary(p: Placement) -> str:
         return f"remote backend '{p.backend}', {_plural(p.forwarders, 'forwarder')} x {bundle} (CPU only), {p.strategy}"
     device = f", device {p.device}" if p.type == "local" else ""
     if p.nnodes > 1:
-        return f"{p.type}{device}, {_plural(p.workers, 'worker')} on {p.nnodes} nodes x node bundle {bundle}, {p.strategy}"
+        return (
+            f"{p.type}{device}, {_plural(p.workers, 'worker')} on {p.nnodes} nodes x node bundle {bundle}, {p.strategy}"
+        )
     return f"{p.type}{device}, {_plural(p.workers, 'worker')} x {bundle}, {p.strategy}"
 
 

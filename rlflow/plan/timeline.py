@@ -111,8 +111,14 @@ def summarize(spans: list[Span]) -> list[StageTime]:
     for (training, stage, _), (lo, hi) in per_call.items():
         totals.setdefault((training, stage), []).append(hi - lo)
     rows = [
-        StageTime(stage, not training, len(times), sum(times), sum(times) / len(times),
-                  sum(times) / step_time if training and step_time > 0 else None)  # fmt: skip
+        StageTime(
+            stage,
+            not training,
+            len(times),
+            sum(times),
+            sum(times) / len(times),
+            sum(times) / step_time if training and step_time > 0 else None,
+        )  # fmt: skip
         for (training, stage), times in totals.items()
     ]
     return sorted(rows, key=lambda r: (r.init, -r.total_s, r.stage))

@@ -42,7 +42,7 @@ def _block_sql(block: str) -> str | None:
 def fenced(text: str) -> str | None:
     # Fences pair up in order; parts[1], parts[3], ... lie between an opening and a closing fence.
     parts = text.split("```")
-    for block in reversed(parts[1:len(parts) - 1:2]):
+    for block in reversed(parts[1 : len(parts) - 1 : 2]):
         sql = _block_sql(block)
         if sql is not None:
             return sql

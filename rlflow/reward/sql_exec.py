@@ -38,12 +38,12 @@ from typing import Literal
 
 Status = Literal["ok", "error", "refused", "timeout", "too_many_rows", "too_large", "out_of_memory"]
 
-_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
-                              sqlite3.SQLITE_RECURSIVE})
+_ALLOWED_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
 # printf/format: one call such as printf('%.*c', 2000000000, 'x') loops for tens of seconds inside a
 # single VM step, out of the progress handler's reach; text-to-SQL answers have no need of them.
-_DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit", "printf",
-                               "format"})
+_DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer", "readfile", "writefile", "edit", "printf", "format"})
 _QUERY_KEYWORDS = ("select", "with", "values")
 _LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$)|\()*", re.S)
 _MAX_VALUE_BYTES = 10_000_000
@@ -81,8 +81,9 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     path = Path(path).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"no SQLite database at {path}")
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True, isolation_level=None,
-                           check_same_thread=False)
+    conn = sqlite3.connect(
+        f"{path.as_uri()}?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+    )
     if hasattr(conn, "enable_load_extension"):  # absent when Python's sqlite3 is built without it
         conn.enable_load_extension(False)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
@@ -108,7 +109,7 @@ def _classify(exc: Exception, timed_out: bool) -> ExecResult:
 
 def is_query(sql: str) -> bool:
     """True when ``sql`` opens with a query keyword, so REINDEX, VACUUM and the like never start."""
-    head = sql[_LEADING_NOISE.match(sql).end():]
+    head = sql[_LEADING_NOISE.match(sql).end() :]
     word = re.match(r"[A-Za-z]+", head)
     return bool(word) and word.group(0).lower() in _QUERY_KEYWORDS
 
@@ -133,8 +134,13 @@ def _fetch(cursor: sqlite3.Cursor, deadline: float, max_rows: int, max_bytes: in
     return ExecResult("ok", rows=frozenset(rows))
 
 
-def execute(conn: sqlite3.Connection, sql: str, timeout_s: float, max_rows: int,
-            max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> ExecResult:
+def execute(
+    conn: sqlite3.Connection,
+    sql: str,
+    timeout_s: float,
+    max_rows: int,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+) -> ExecResult:
     """Run one query under a wall-clock deadline (statement and fetching), a row cap and a size cap."""
     if not is_query(sql):
         return ExecResult("refused", message="not a query: only SELECT, WITH or VALUES statements run")

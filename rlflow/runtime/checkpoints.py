@@ -26,8 +26,14 @@ STATE_FILE = "trainer_state.json"
 TMP_PREFIX = ".tmp-"
 # Knobs a resume may change without changing what the steps compute.
 RESUMABLE_CHANGES = {
-    "trainer.total_steps", "trainer.total_epochs", "trainer.save_freq", "trainer.test_freq",
-    "trainer.keep_checkpoints", "trainer.max_restarts", "trainer.stage_timeout_s", "trainer.val_before_train",
+    "trainer.total_steps",
+    "trainer.total_epochs",
+    "trainer.save_freq",
+    "trainer.test_freq",
+    "trainer.keep_checkpoints",
+    "trainer.max_restarts",
+    "trainer.stage_timeout_s",
+    "trainer.val_before_train",
 }
 
 
@@ -111,9 +117,11 @@ def disk_full_reason(checkpoints: Path, exc: BaseException) -> str | None:
     no_space = isinstance(exc, OSError) and exc.errno == errno.ENOSPC
     if not no_space and free >= needed:
         return None
-    return (f"No space left on device for the checkpoint under {checkpoints}: {free / 2**20:.0f} MiB free, "
-            f"a checkpoint takes about {needed / 2**20:.0f} MiB (free space, lower trainer.keep_checkpoints, "
-            f"or write runs elsewhere with --run-dir / runs_dir); the last complete checkpoint is intact")
+    return (
+        f"No space left on device for the checkpoint under {checkpoints}: {free / 2**20:.0f} MiB free, "
+        f"a checkpoint takes about {needed / 2**20:.0f} MiB (free space, lower trainer.keep_checkpoints, "
+        f"or write runs elsewhere with --run-dir / runs_dir); the last complete checkpoint is intact"
+    )
 
 
 def pipeline_differences(old_yaml: str, new_yaml: str) -> list[str]:

@@ -81,11 +81,13 @@ def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:
         if type(exc).__name__ == "AuthenticationError":
             raise ClusterUnreachable(
                 f"{where} refused this driver's token: set RAY_AUTH_MODE=token and the cluster's token in "
-                "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH (or ~/.ray/auth_token) before `rlflow run`") from exc
+                "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH (or ~/.ray/auth_token) before `rlflow run`"
+            ) from exc
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ClusterUnreachable(
             f"cannot join {where}: {first} (check the address and port, that the cluster runs the same Ray "
-            f"version ({ray.__version__}), or remove ray.address to run on a local Ray)") from exc
+            f"version ({ray.__version__}), or remove ray.address to run on a local Ray)"
+        ) from exc
 
 
 def _probe(address: str, timeout_s: float, where: str) -> None:
@@ -100,7 +102,8 @@ def _probe(address: str, timeout_s: float, where: str) -> None:
         reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise ClusterUnreachable(
             f"cannot reach {where}: {reason} within ray.connect_timeout_s={timeout_s:g}; check that `ray start "
-            "--head` runs there, the host name and port (the GCS port, 6379 by default), and firewalls") from None
+            "--head` runs there, the host name and port (the GCS port, 6379 by default), and firewalls"
+        ) from None
 
 
 def cluster_nodes() -> list[dict[str, float]]:
@@ -111,7 +114,9 @@ def cluster_nodes() -> list[dict[str, float]]:
     for node in ray.nodes():
         if node.get("Alive"):
             res = node.get("Resources", {})
-            nodes.append({"name": node.get("NodeManagerAddress", "?"), "CPU": res.get("CPU", 0.0), "GPU": res.get("GPU", 0.0)})
+            nodes.append(
+                {"name": node.get("NodeManagerAddress", "?"), "CPU": res.get("CPU", 0.0), "GPU": res.get("GPU", 0.0)}
+            )
     return nodes
 
 
@@ -139,6 +144,7 @@ def check_fit(demands: list[Demand], nodes: list[dict[str, float]]) -> None:
         problems.append(f"the pools want {want_cpu:g} CPUs in all; the cluster has {total_cpu:g}")
     if problems:
         raise ResourceError(
-            "the cluster cannot hold this pipeline: " + "; ".join(problems)
+            "the cluster cannot hold this pipeline: "
+            + "; ".join(problems)
             + " (shrink the pools, or add nodes / set `ray.address` in rlflow.yaml to a bigger cluster)"
         )

@@ -67,7 +67,7 @@ class Executor(abc.ABC):
     def set_global_steps(self, stage: PlanStage, step: int) -> None:
         """Tell every worker of ``stage.resource`` which policy version its rollout now serves."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional: the in-process executor has workers to stop)
         """Release what the executor holds. Default: nothing."""
 
     # ---- shared by every executor -----------------------------------------------------------
@@ -75,16 +75,25 @@ class Executor(abc.ABC):
         """Workers a stage on ``resource`` is split over (1 on the driver), verl's per-GPU divisor."""
         return 1 if resource == DRIVER else self.workers(resource)
 
-    def run_stage(self, stage: PlanStage, batch: Batch, step: int, *, config: Mapping[str, Any] | None = None,
-                  trace_as: str | None = None, checkpoint_dir: str | None = None) -> Batch:
+    def run_stage(
+        self,
+        stage: PlanStage,
+        batch: Batch,
+        step: int,
+        *,
+        config: Mapping[str, Any] | None = None,
+        trace_as: str | None = None,
+        checkpoint_dir: str | None = None,
+    ) -> Batch:
         """Run ``stage`` on ``batch``; returns the updated batch (metrics included).
 
         ``config`` overrides the stage's own (validation reuses the rollout with its sampling);
         ``trace_as`` names the trace records (validation's rollout and reward are traced as
         ``validate``); ``checkpoint_dir`` is where a checkpoint stage writes.
         """
-        call = StageCall(stage.name, stage.kind, dict(stage.config if config is None else config), step,
-                         stage.reads, checkpoint_dir)
+        call = StageCall(
+            stage.name, stage.kind, dict(stage.config if config is None else config), step, stage.reads, checkpoint_dir
+        )
         label = trace_as or stage.name
         if stage.resource_type == DRIVER:
             return merge(batch, self.run_here(stage, batch, step, call=call, label=label), stage.changes_rows)
@@ -102,17 +111,35 @@ class Executor(abc.ABC):
             return batch
         return merge(batch, merged, stage.changes_rows)
 
-    def run_here(self, stage: PlanStage, batch: Batch, step: int, *, call: StageCall | None = None,
-                 label: str | None = None) -> Batch:
+    def run_here(
+        self, stage: PlanStage, batch: Batch, step: int, *, call: StageCall | None = None, label: str | None = None
+    ) -> Batch:
         """Run ``stage`` in this process on the whole batch (driver stages, validation metrics); its output."""
         call = call or StageCall(stage.name, stage.kind, dict(stage.config), step, stage.reads)
         kind = get_stage_kind(call.kind)
-        ctx = StageContext(pipeline=self.pipeline, config=kind.parse_config(call.config), stage_name=call.stage,
-                           step=step, run_dir=self.run_dir, reads=call.reads, state=self.driver_state)
+        ctx = StageContext(
+            pipeline=self.pipeline,
+            config=kind.parse_config(call.config),
+            stage_name=call.stage,
+            step=step,
+            run_dir=self.run_dir,
+            reads=call.reads,
+            state=self.driver_state,
+        )
         start = time.time()
         out = kind().run(batch, ctx)
-        self.trace([{"step": step, "stage": label or stage.name, "resource": DRIVER, "pid": os.getpid(),
-                     "start": start, "end": time.time()}])
+        self.trace(
+            [
+                {
+                    "step": step,
+                    "stage": label or stage.name,
+                    "resource": DRIVER,
+                    "pid": os.getpid(),
+                    "start": start,
+                    "end": time.time(),
+                }
+            ]
+        )
         return out
 
     def trace(self, records: list[dict[str, Any]]) -> None:
@@ -120,8 +147,14 @@ class Executor(abc.ABC):
 
     @staticmethod
     def record(step: int, stage: str, resource: str, result: WorkerResult) -> dict[str, Any]:
-        return {"step": step, "stage": stage, "resource": resource, "pid": result.pid, "start": result.start,
-                "end": result.end}
+        return {
+            "step": step,
+            "stage": stage,
+            "resource": resource,
+            "pid": result.pid,
+            "start": result.start,
+            "end": result.end,
+        }
 
 
 def merge(batch: Batch, out: Batch, changes_rows: bool) -> Batch:

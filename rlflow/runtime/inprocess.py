@@ -22,8 +22,16 @@ from rlflow.schemas.pipeline import Pipeline
 class InProcessExecutor(Executor):
     """Runs a plan's stages sequentially in this process."""
 
-    def __init__(self, plan: Plan, pipeline: Pipeline, project_root: str, trace: TraceFn = lambda records: None,
-                 run_dir: str | None = None, device: str = "cpu", main_config_for=None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        pipeline: Pipeline,
+        project_root: str,
+        trace: TraceFn = lambda records: None,
+        run_dir: str | None = None,
+        device: str = "cpu",
+        main_config_for=None,
+    ) -> None:
         super().__init__(pipeline, trace, run_dir)
         self.backends: list[Any] = []
         self.workers_of: dict[str, StageWorker] = {}
@@ -40,8 +48,12 @@ class InProcessExecutor(Executor):
 
     def _set_up(self, worker: StageWorker, placement: Placement, plan: Plan, device: str, main_config_for) -> None:
         if placement.type == "local":
-            worker.setup_local(device if placement.device == "auto" else placement.device,
-                               sorted(plan.engine_roles(placement.name)), None, None)
+            worker.setup_local(
+                device if placement.device == "auto" else placement.device,
+                sorted(plan.engine_roles(placement.name)),
+                None,
+                None,
+            )
         elif placement.type == "remote":
             from rlflow.backends.remote.registry import create_backend
 

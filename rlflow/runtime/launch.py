@@ -43,11 +43,15 @@ def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) ->
         lock = claim_run_dir(path)
         if (path / "metrics.jsonl").exists():
             lock.release()
-            raise ResumeError(f"run directory {path} already holds a run; use --resume {path} to continue it, or another --run-dir")
+            raise ResumeError(
+                f"run directory {path} already holds a run; use --resume {path} to continue it, or another --run-dir"
+            )
         return RunDir(path), None, lock
     target = latest_run(runs_dir, name) if resume == "latest" else Path(resume)
     if target is None or not target.is_dir():
-        raise ResumeError(f"nothing to resume: no run {'of ' + name + ' under ' + str(runs_dir) if resume == 'latest' else 'at ' + resume}")
+        raise ResumeError(
+            f"nothing to resume: no run {'of ' + name + ' under ' + str(runs_dir) if resume == 'latest' else 'at ' + resume}"
+        )
     lock = claim_run_dir(target)
     try:
         rd = RunDir(target)
@@ -56,15 +60,18 @@ def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) ->
             log.warning("ignored half-written checkpoints %s (a run died while writing them)", ", ".join(swept))
         ckpt = checkpoints.latest(rd.checkpoints)
         if ckpt is None:
-            raise ResumeError(f"{target} has no complete checkpoint to resume from "
-                              "(set trainer.save_freq to write them)")
+            raise ResumeError(
+                f"{target} has no complete checkpoint to resume from (set trainer.save_freq to write them)"
+            )
     except BaseException:
         lock.release()
         raise
     return rd, ckpt, lock
 
 
-def run_pipeline(loaded, project, *, run_dir: str | None = None, resume: str | None = None, force: bool = False) -> RunResult:
+def run_pipeline(
+    loaded, project, *, run_dir: str | None = None, resume: str | None = None, force: bool = False
+) -> RunResult:
     """Run under the run directory's lock; a run that fails before writing a step leaves no directory behind."""
     rd, ckpt, lock = prepare_run_dir(loaded, project, run_dir, resume)
     try:
@@ -101,8 +108,10 @@ def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool) -> 
 
 def _check_work_left(done: int, total: int) -> None:
     if done >= total:
-        raise ResumeError(f"nothing to train: the checkpoint is at step {done} and the pipeline stops at step {total} "
-                          "(raise trainer.total_steps with --set trainer.total_steps=N)")
+        raise ResumeError(
+            f"nothing to train: the checkpoint is at step {done} and the pipeline stops at step {total} "
+            "(raise trainer.total_steps with --set trainer.total_steps=N)"
+        )
 
 
 def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | None, resolved: str) -> RunResult:
@@ -127,8 +136,15 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
         start = (int(checkpoints.read_state(ckpt)["global_step"]) + 1) if ckpt else 1
         sinks = build_sinks(project.logging.sinks, rd.path, spec.name, pipeline_dict, total_steps(spec, data), start)
         while True:
-            pools = start_pools(plan, pipeline_dict, str(project.root), gpus, lambda p: main_config(pipeline_dict, p, project),
-                                tuple(project.plugins), str(rd.path))
+            pools = start_pools(
+                plan,
+                pipeline_dict,
+                str(project.root),
+                gpus,
+                lambda p: main_config(pipeline_dict, p, project),
+                tuple(project.plugins),
+                str(rd.path),
+            )
             rd.write_workers({name: pool.describe() for name, pool in pools.items()})
             try:
                 executor = RayExecutor(pools, spec, rd.append_trace, str(rd.path), restarts)
@@ -141,7 +157,9 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
                     raise
                 restarts += 1
                 ckpt = checkpoints.latest(rd.checkpoints)
-                log.warning("%s; restart %d of %d from %s", exc, restarts, spec.trainer.max_restarts, ckpt or "the start")
+                log.warning(
+                    "%s; restart %d of %d from %s", exc, restarts, spec.trainer.max_restarts, ckpt or "the start"
+                )
                 if ckpt is None:
                     data.sampler = fresh_sampler(spec, data)
                 rd.truncate_metrics_after(int(checkpoints.read_state(ckpt)["global_step"]) if ckpt else -1)
@@ -156,8 +174,12 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
 
 def main_config(pipeline_dict: dict, placement, project) -> dict[str, Any]:
     """What a remote backend is built from: JSON-able, so it can cross a process boundary."""
-    return {"pipeline": pipeline_dict, "resource": placement.name, "backend_config": dict(placement.backend_config or {}),
-            "project_root": str(project.root)}
+    return {
+        "pipeline": pipeline_dict,
+        "resource": placement.name,
+        "backend_config": dict(placement.backend_config or {}),
+        "project_root": str(project.root),
+    }
 
 
 def _log_data_stats(data) -> None:

@@ -65,7 +65,11 @@ def demands(plan, cluster_gpus: float) -> list[Demand]:
     for placement in plan.resources.values():
         if placement.type == "local":
             gpu = resolve_device(placement.device, cluster_gpus) == "gpu"
-            out.append(Demand(placement.name, placement.workers, placement.cpus_per_worker, 1.0 if gpu else 0.0, placement.nnodes))
+            out.append(
+                Demand(
+                    placement.name, placement.workers, placement.cpus_per_worker, 1.0 if gpu else 0.0, placement.nnodes
+                )
+            )
         elif placement.type == "cpu":
             out.append(Demand(placement.name, placement.workers, placement.cpus_per_worker, 0.0))
         elif placement.type == "remote":
@@ -73,8 +77,15 @@ def demands(plan, cluster_gpus: float) -> list[Demand]:
     return out
 
 
-def start_pools(plan, pipeline_dict: dict, project_root: str, cluster_gpus: float, main_config_for,
-                plugins: tuple[str, ...] = (), run_dir: str | None = None) -> dict[str, Pool]:
+def start_pools(
+    plan,
+    pipeline_dict: dict,
+    project_root: str,
+    cluster_gpus: float,
+    main_config_for,
+    plugins: tuple[str, ...] = (),
+    run_dir: str | None = None,
+) -> dict[str, Pool]:
     """Start every resource of the plan; on any failure, stop what was started and re-raise."""
     pools: dict[str, Pool] = {}
     worker_args = (pipeline_dict, project_root, plugins, run_dir)
@@ -133,8 +144,10 @@ def _actor_class(num_cpus: float, num_gpus: float, strategy=None, env: dict | No
 
 def _new_workers(actor_class, placement, count: int, worker_args: tuple) -> list:
     pipeline_dict, project_root, plugins, run_dir = worker_args
-    return [actor_class(i).remote(pipeline_dict, placement.name, i, count, project_root, plugins, run_dir)
-            for i in range(count)]
+    return [
+        actor_class(i).remote(pipeline_dict, placement.name, i, count, project_root, plugins, run_dir)
+        for i in range(count)
+    ]
 
 
 def _start_local(placement, plan, worker_args: tuple, cluster_gpus: float) -> Pool:
@@ -155,11 +168,21 @@ def _start_local(placement, plan, worker_args: tuple, cluster_gpus: float) -> Po
             f"{PG_READY_TIMEOUT_S:.0f} s; the cluster lacks the resources or they are held by another job"
         )
     threads = max(1, int(placement.cpus_per_worker))
-    env = {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"} if device == "cpu" else {"OMP_NUM_THREADS": str(threads)}
+    env = (
+        {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"}
+        if device == "cpu"
+        else {"OMP_NUM_THREADS": str(threads)}
+    )
     workers = _new_workers(
-        lambda i: _actor_class(placement.cpus_per_worker, gpus, PlacementGroupSchedulingStrategy(
-            pg, placement_group_bundle_index=placement.bundle_of[i]), env),
-        placement, placement.workers, worker_args,
+        lambda i: _actor_class(
+            placement.cpus_per_worker,
+            gpus,
+            PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=placement.bundle_of[i]),
+            env,
+        ),
+        placement,
+        placement.workers,
+        worker_args,
     )
     pool = Pool(placement.name, "local", device, workers, placement_group=pg, roles=plan.engine_roles(placement.name))
     dist = None
@@ -180,8 +203,9 @@ def _start_cpu(placement, worker_args: tuple) -> Pool:
     import ray
 
     env = {"OMP_NUM_THREADS": str(max(1, int(placement.cpus_per_worker)))}
-    workers = _new_workers(lambda i: _actor_class(placement.cpus_per_worker, 0, env=env), placement, placement.workers,
-                           worker_args)
+    workers = _new_workers(
+        lambda i: _actor_class(placement.cpus_per_worker, 0, env=env), placement, placement.workers, worker_args
+    )
     pool = Pool(placement.name, "cpu", "cpu", workers)
     pool.info = ray.get([w.info.remote() for w in workers], timeout=SETUP_TIMEOUT_S)
     return pool
@@ -198,12 +222,16 @@ def _start_remote(placement, worker_args: tuple, main_config: dict) -> Pool:
         problem = forwarder_problem(placement.backend, backend.requires_single_forwarder(), placement.forwarders)
         if problem:
             message, _, fix = problem.rpartition(" (")
-            raise ConfigError([Diagnostic("", 0, 0, f"resources.{placement.name}.forwarders", message, fix.rstrip(")"))])
+            raise ConfigError(
+                [Diagnostic("", 0, 0, f"resources.{placement.name}.forwarders", message, fix.rstrip(")"))]
+            )
         handle = backend.reconnect_handle()
-        pool.workers = _new_workers(lambda i: _actor_class(placement.cpus_per_worker, 0), placement,
-                                    placement.forwarders, worker_args)
+        pool.workers = _new_workers(
+            lambda i: _actor_class(placement.cpus_per_worker, 0), placement, placement.forwarders, worker_args
+        )
         pool.info = ray.get(
-            [w.setup_remote.remote(placement.backend, main_config, handle) for w in pool.workers], timeout=SETUP_TIMEOUT_S
+            [w.setup_remote.remote(placement.backend, main_config, handle) for w in pool.workers],
+            timeout=SETUP_TIMEOUT_S,
         )
     except BaseException:
         stop_pools({placement.name: pool})

@@ -10,8 +10,6 @@ with a ``WorkerDied`` the launcher may restart from; a failure inside the stage 
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, StageError, StageTimeout
 from rlflow.plan.model import PlanStage
@@ -24,8 +22,9 @@ from rlflow.schemas.pipeline import Pipeline
 class RayExecutor(Executor):
     """Runs plan stages on started pools (``rlflow.runtime.pools``)."""
 
-    def __init__(self, pools: dict[str, Pool], pipeline: Pipeline, trace: TraceFn, run_dir: str | None = None,
-                 attempt: int = 0) -> None:
+    def __init__(
+        self, pools: dict[str, Pool], pipeline: Pipeline, trace: TraceFn, run_dir: str | None = None, attempt: int = 0
+    ) -> None:
         super().__init__(pipeline, trace, run_dir, attempt)
         self.pools = pools
 

@@ -45,8 +45,10 @@ class RunLock:
             fh.seek(0)
             holder = _describe(fh.read())
             fh.close()
-            raise RunDirInUse(f"run directory {self.path} is in use by {holder}; wait for that run to end, stop it, "
-                              "or choose another --run-dir") from None
+            raise RunDirInUse(
+                f"run directory {self.path} is in use by {holder}; wait for that run to end, stop it, "
+                "or choose another --run-dir"
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))

@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("rlflow.runtime")
-HEADLINE = {"critic/score/mean": "reward", "reward/exec_acc": "exec_acc", "actor/pg_loss": "pg_loss", "timing_s/step": "step_s"}
+HEADLINE = {
+    "critic/score/mean": "reward",
+    "reward/exec_acc": "exec_acc",
+    "actor/pg_loss": "pg_loss",
+    "timing_s/step": "step_s",
+}
 
 
 class ConsoleSink:
@@ -31,8 +36,12 @@ class ConsoleSink:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.progress = Progress(
-                TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
-                TimeRemainingColumn(), transient=False,
+                TextColumn("[bold]step"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeRemainingColumn(),
+                transient=False,
             )
             self.task = self.progress.add_task("train", total=total_steps, completed=start_step - 1, info="")
             self.progress.start()

@@ -75,8 +75,16 @@ def due(freq: int, step: int, last: int) -> bool:
 class StepLoop:
     """One attempt at training: from ``start_step`` to the last step, over an executor."""
 
-    def __init__(self, spec: Pipeline, plan: Plan, executor: Executor, run_dir: RunDir, data: DataState,
-                 resolved_yaml: str, sinks: list) -> None:
+    def __init__(
+        self,
+        spec: Pipeline,
+        plan: Plan,
+        executor: Executor,
+        run_dir: RunDir,
+        data: DataState,
+        resolved_yaml: str,
+        sinks: list,
+    ) -> None:
         self.spec = spec
         self.plan = plan
         self.executor = executor
@@ -159,7 +167,9 @@ class StepLoop:
 
         metrics: dict[str, Any] = {"training/global_step": step, "training/epoch": epoch}
         metrics.update(batch.metrics)
-        metrics.update(compute_data_metrics(batch, self.spec.data.max_response_length, self.spec.data.max_prompt_length))
+        metrics.update(
+            compute_data_metrics(batch, self.spec.data.max_response_length, self.spec.data.max_prompt_length)
+        )
         metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
         metrics.update(compute_timing_metrics(timing, batch, n_gpus=self.devices))
         metrics.update(val_metrics)
@@ -205,7 +215,9 @@ class StepLoop:
         rollout = self.plan.first_with_role("rollout")
         sampling = {k: v for k, v in stage.config.items() if k in rollout.config}  # greedy, n samples per prompt
         batch = self.data.val.to_batch(list(range(len(self.data.val))), self.data.tokenizer.pad_token_id, step=-1)
-        batch = self.executor.run_stage(rollout, batch, step, config={**rollout.config, **sampling}, trace_as=stage.name)
+        batch = self.executor.run_stage(
+            rollout, batch, step, config={**rollout.config, **sampling}, trace_as=stage.name
+        )
         for reward in self.plan.with_role("reward"):
             batch = self.executor.run_stage(reward, batch, step, trace_as=stage.name)
         return self.executor.run_here(stage, batch, step).metrics

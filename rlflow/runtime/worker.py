@@ -55,8 +55,16 @@ class WorkerResult:
 class StageWorker:
     """Runs stages of one resource on one worker (rank) of it."""
 
-    def __init__(self, pipeline: dict, resource: str, rank: int, world_size: int, project_root: str,
-                 plugins: tuple[str, ...] = (), run_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        pipeline: dict,
+        resource: str,
+        rank: int,
+        world_size: int,
+        project_root: str,
+        plugins: tuple[str, ...] = (),
+        run_dir: str | None = None,
+    ) -> None:
         import_plugins(plugins)  # plugin stage kinds and backends must be known in this process too
         self.pipeline = Pipeline.model_validate(pipeline)
         self.resource = resource
@@ -72,8 +80,14 @@ class StageWorker:
 
     # ---- set-up -------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        return {"pid": os.getpid(), "host": socket.gethostname(), "node_ip": _node_ip(), "node_id": _node_id(),
-                "rank": self.rank, "resource": self.resource}
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "node_ip": _node_ip(),
+            "node_id": _node_id(),
+            "rank": self.rank,
+            "resource": self.resource,
+        }
 
     def free_port(self) -> int:
         with socket.socket() as sock:
@@ -90,8 +104,14 @@ class StageWorker:
         if threads:
             torch.set_num_threads(threads)
         self.engine = create_local_engine(
-            self.pipeline, engine_choice(self.pipeline), device=device, rank=self.rank, world_size=self.world_size,
-            roles=frozenset(roles), project_root=self.project_root, dist=dist,
+            self.pipeline,
+            engine_choice(self.pipeline),
+            device=device,
+            rank=self.rank,
+            world_size=self.world_size,
+            roles=frozenset(roles),
+            project_root=self.project_root,
+            dist=dist,
         )
         return self.info()
 
@@ -106,9 +126,17 @@ class StageWorker:
     def run_stage(self, call: StageCall, batch: Batch | None) -> WorkerResult:
         kind = get_stage_kind(call.kind)
         ctx = StageContext(
-            pipeline=self.pipeline, config=kind.parse_config(call.config), stage_name=call.stage, step=call.step,
-            rank=self.rank, world_size=self.world_size, engine=self.engine, run_dir=self.run_dir, reads=call.reads,
-            checkpoint_dir=call.checkpoint_dir, state=self.state,
+            pipeline=self.pipeline,
+            config=kind.parse_config(call.config),
+            stage_name=call.stage,
+            step=call.step,
+            rank=self.rank,
+            world_size=self.world_size,
+            engine=self.engine,
+            run_dir=self.run_dir,
+            reads=call.reads,
+            checkpoint_dir=call.checkpoint_dir,
+            state=self.state,
         )
         start = time.time()
         out = kind().run(Batch() if batch is None else batch, ctx)

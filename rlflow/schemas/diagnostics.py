@@ -18,12 +18,13 @@ Design decisions:
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rlflow.errors import Diagnostic
 from rlflow.registry import did_you_mean
 
 __all__ = ["Diagnostic", "format_path", "parse_path", "short_repr", "sort_unique", "suggestion"]
+
 
 def format_path(path: Sequence) -> str:
     """``("stages", 2, "on")`` -> ``stages[2].on``."""

@@ -29,9 +29,10 @@ Design decisions:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
 from rlflow.schemas.templating import line_mapper, render
@@ -74,8 +75,9 @@ def load_document(path: Path, source: str, variables: Mapping[str, Any], file: s
 
 
 def _not_a_mapping(data: Any, file: str, where: tuple[int, int]) -> Diagnostic:
-    return Diagnostic(file, *where, "", f"the top level must be a mapping (name:, data:, stages:, ...), "
-                      f"got {_kind(data)}")
+    return Diagnostic(
+        file, *where, "", f"the top level must be a mapping (name:, data:, stages:, ...), got {_kind(data)}"
+    )
 
 
 def _kind(data: Any) -> str:
@@ -91,8 +93,9 @@ def _parse(source: str, variables: Mapping[str, Any], file: str) -> tuple[Docume
     return Document(data if isinstance(data, dict) else None, positions, files, rendered, [source], problems), data
 
 
-def _merge_over_base(document: Document, path: Path, variables: Mapping[str, Any], file: str,
-                     chain: list[Path]) -> None:
+def _merge_over_base(
+    document: Document, path: Path, variables: Mapping[str, Any], file: str, chain: list[Path]
+) -> None:
     """Load the base named in ``document`` (when it names one) and merge ``document`` over it, in place."""
     data, positions = document.data, document.positions
     if BASE_KEY not in data:
@@ -115,8 +118,10 @@ def _merge_over_base(document: Document, path: Path, variables: Mapping[str, Any
     try:
         raw = base_path.read_bytes()
     except OSError as exc:
-        return problem(f"cannot read the base pipeline {base_file}: {exc.strerror or exc}",
-                       f"the path is relative to the folder of {file}")
+        return problem(
+            f"cannot read the base pipeline {base_file}: {exc.strerror or exc}",
+            f"the path is relative to the folder of {file}",
+        )
     source, unreadable = decode_text(raw, base_file)
     if source is None:
         document.problems += unreadable
@@ -124,9 +129,15 @@ def _merge_over_base(document: Document, path: Path, variables: Mapping[str, Any
         return None
     base, parsed = _parse(source, variables, base_file)
     if base.rendered is not None and base.data is None and not base.problems:
-        base.problems.append(Diagnostic(file, *where, BASE_KEY, f"the base {base_file} is not a pipeline: its top "
-                                        f"level is {_kind(parsed)}, not a mapping",
-                                        "a base is a pipeline file (name:, data:, stages:, ...)"))
+        base.problems.append(
+            Diagnostic(
+                file,
+                *where,
+                BASE_KEY,
+                f"the base {base_file} is not a pipeline: its top level is {_kind(parsed)}, not a mapping",
+                "a base is a pipeline file (name:, data:, stages:, ...)",
+            )
+        )
     if base.data is not None:
         _merge_over_base(base, base_path, variables, base_file, [*chain, base_path.resolve()])
     document.sources += base.sources
@@ -166,12 +177,21 @@ class _Merge:
     def _patch_stages(self, patches: dict, stages: Any) -> None:
         if not isinstance(stages, list):
             where = self.over.positions.locate(("stages",), "key")
-            self.over.problems.append(Diagnostic(
-                self.file, *where, "stages", "a mapping under stages: patches the base's stages by name, but the base "
-                "has no list of stages", "write the stages as a list"))
+            self.over.problems.append(
+                Diagnostic(
+                    self.file,
+                    *where,
+                    "stages",
+                    "a mapping under stages: patches the base's stages by name, but the base has no list of stages",
+                    "write the stages as a list",
+                )
+            )
             return
-        index = {s["name"]: i for i, s in reversed(list(enumerate(stages)))
-                 if isinstance(s, dict) and isinstance(s.get("name"), str)}
+        index = {
+            s["name"]: i
+            for i, s in reversed(list(enumerate(stages)))
+            if isinstance(s, dict) and isinstance(s.get("name"), str)
+        }
         self.take(("stages",), ("stages",), subtree=False)
         removed = []
         for name, patch in patches.items():
@@ -179,17 +199,25 @@ class _Merge:
             if name not in index:
                 where = self.over.positions.locate(at, "key")
                 known = sorted(index, key=index.get)
-                fix = suggestion(name, known) or ("stages in the base: " + ", ".join(known) + "; to add a stage, "
-                                                  "write the whole stages list")
-                self.over.problems.append(Diagnostic(self.file, *where, format_path(at),
-                                                     f"the base has no stage named {name!r}", fix))
+                fix = suggestion(name, known) or (
+                    "stages in the base: " + ", ".join(known) + "; to add a stage, write the whole stages list"
+                )
+                self.over.problems.append(
+                    Diagnostic(self.file, *where, format_path(at), f"the base has no stage named {name!r}", fix)
+                )
             elif patch is None:
                 removed.append(index[name])
             elif not isinstance(patch, dict):
                 where = self.over.positions.locate(at)
-                self.over.problems.append(Diagnostic(
-                    self.file, *where, format_path(at), f"a stage patch is a mapping of the keys to change, got "
-                    f"{patch!r}", "e.g. generate: {on: arctic}; null removes the stage"))
+                self.over.problems.append(
+                    Diagnostic(
+                        self.file,
+                        *where,
+                        format_path(at),
+                        f"a stage patch is a mapping of the keys to change, got {patch!r}",
+                        "e.g. generate: {on: arctic}; null removes the stage",
+                    )
+                )
             else:
                 self.take(at, ("stages", index[name]), subtree=False)
                 self.mapping(patch, at, ("stages", index[name]))
@@ -203,7 +231,7 @@ class _Merge:
         for table, mine in ((theirs.values, ours.values), (theirs.keys, ours.keys)):
             for path, where in table.items():
                 if path == src or (subtree and path[: len(src)] == src):
-                    moved = dst + path[len(src):]
+                    moved = dst + path[len(src) :]
                     mine[moved] = where
                     self.base.files[moved] = self.file
 
@@ -225,8 +253,11 @@ def _shift_stages(document: Document, removed: int) -> None:
     """Positions of the stages after ``removed`` move up one index."""
     _forget(document, ("stages", removed))
     for table in (document.positions.values, document.positions.keys, document.files):
-        moved = {p: v for p, v in table.items() if p[:1] == ("stages",) and len(p) > 1 and isinstance(p[1], int)
-                 and p[1] > removed}
+        moved = {
+            p: v
+            for p, v in table.items()
+            if p[:1] == ("stages",) and len(p) > 1 and isinstance(p[1], int) and p[1] > removed
+        }
         for p in moved:
             del table[p]
         table.update({("stages", p[1] - 1, *p[2:]): v for p, v in moved.items()})

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -89,7 +90,9 @@ class ParsedPipeline:
 
 
 def parse_pipeline(
-    path: str | os.PathLike, sets: Sequence[str] = (), project: ProjectConfig | None = None,
+    path: str | os.PathLike,
+    sets: Sequence[str] = (),
+    project: ProjectConfig | None = None,
     config_model_of: ConfigModelOf = lambda kind: None,
 ) -> ParsedPipeline:
     """Parse a pipeline file; ConfigError when it cannot even be read as a mapping, else every problem kept."""
@@ -115,8 +118,9 @@ def parse_pipeline(
     except ValidationError as exc:
         report.diagnostics += _not_follow_ons(validation_diagnostics(exc, Pipeline, data, positions, file), diagnostics)
         subject = _subject_despite(data, exc)
-    return ParsedPipeline(spec, subject, report, problems, path, source, document.rendered, data, project, document,
-                          paths)
+    return ParsedPipeline(
+        spec, subject, report, problems, path, source, document.rendered, data, project, document, paths
+    )
 
 
 def _read(path: Path, file: str) -> str:
@@ -128,8 +132,13 @@ def _read(path: Path, file: str) -> str:
     if text is None:
         raise ConfigError(problems)
     if not text.strip():
-        raise ConfigError([Diagnostic(file, 1, 1, "", "the file is empty",
-                                      "a pipeline is a mapping with at least name, data and stages")])
+        raise ConfigError(
+            [
+                Diagnostic(
+                    file, 1, 1, "", "the file is empty", "a pipeline is a mapping with at least name, data and stages"
+                )
+            ]
+        )
     return text
 
 
@@ -150,8 +159,17 @@ def _overrides(
         else:
             known = sorted(used | set(project.vars))
             fix = suggestion(name, known) or f"its variables: {', '.join(known) or 'none'}"
-            problems.append(Diagnostic(file, 1, 1, "", f"--set {setting.text}: the pipeline has no template variable "
-                                       f"{name!r} (and no top-level field of that name)", fix))
+            problems.append(
+                Diagnostic(
+                    file,
+                    1,
+                    1,
+                    "",
+                    f"--set {setting.text}: the pipeline has no template variable "
+                    f"{name!r} (and no top-level field of that name)",
+                    fix,
+                )
+            )
     return paths, problems
 
 
@@ -163,8 +181,13 @@ def _not_follow_ons(found: list[Diagnostic], earlier: list[Diagnostic]) -> list[
 
 def _full_subject(spec: Pipeline) -> Subject:
     return Subject(
-        stages=list(enumerate(spec.stages)), resources=dict(spec.resources), resource_names=set(spec.resources),
-        algorithm=spec.algorithm, trainer=spec.trainer, stages_complete=True, spec=spec,
+        stages=list(enumerate(spec.stages)),
+        resources=dict(spec.resources),
+        resource_names=set(spec.resources),
+        algorithm=spec.algorithm,
+        trainer=spec.trainer,
+        stages_complete=True,
+        spec=spec,
     )
 
 
@@ -206,7 +229,8 @@ def _partial_subject(data: dict, exc: ValidationError) -> Subject:
             if ("resources", name) not in broken and isinstance(raw, dict) and raw.get("type") in _POOLS:
                 resources[name] = _POOLS[raw["type"]].model_validate(raw)
     return Subject(
-        stages=stages, resources=resources,
+        stages=stages,
+        resources=resources,
         resource_names=set(raw_resources) if isinstance(raw_resources, dict) else None,
         algorithm=_section(AlgorithmSpec, data, "algorithm", broken_top),
         trainer=_section(TrainerSpec, data, "trainer", broken_top),

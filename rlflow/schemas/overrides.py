@@ -46,8 +46,16 @@ def parse_settings(sets: list[str] | tuple[str, ...], file: str) -> tuple[list[S
         name, eq, raw = text.partition("=")
         name = name.strip()
         if not eq or not name:
-            problems.append(Diagnostic(file, 1, 1, "", f"--set {text!r}: expected name=value",
-                                       "e.g. --set bird_root=/data/bird or --set trainer.seed=3"))
+            problems.append(
+                Diagnostic(
+                    file,
+                    1,
+                    1,
+                    "",
+                    f"--set {text!r}: expected name=value",
+                    "e.g. --set bird_root=/data/bird or --set trainer.seed=3",
+                )
+            )
             continue
         path = parse_path(name) if "." in name or "[" in name else (name,)
         if len(path) == 1 and not name.isidentifier():
@@ -68,7 +76,11 @@ ConfigModelOf = Callable[[str], Any]  # stage kind name -> its config model, or 
 
 
 def apply_overrides(
-    data: dict, positions: Positions, settings: list[Setting], root: Any, file: str,
+    data: dict,
+    positions: Positions,
+    settings: list[Setting],
+    root: Any,
+    file: str,
     config_model_of: ConfigModelOf = lambda kind: None,
 ) -> list[Diagnostic]:
     """Apply ``settings`` (paths) to ``data`` in place; a diagnostic for each path the schema rejects."""

@@ -11,7 +11,7 @@ This module is pure: it must not import torch, ray, verl or transformers, so tha
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,12 +44,15 @@ class DataSpec(StrictModel):
     train: str
     val: str | None = None
     databases: str | None = Field(None, description="Root of <db_id>/<db_id>.sqlite (text-to-SQL formats).")
-    root: str | None = Field(None, description="Data root; data paths may not escape it. Defaults to the train file's folder.")
+    root: str | None = Field(
+        None, description="Data root; data paths may not escape it. Defaults to the train file's folder."
+    )
     prompt_template: str | None = Field(None, description="Jinja2 prompt template file; a built-in one when omitted.")
     max_prompt_length: int = Field(512, gt=0)
     max_response_length: int = Field(64, gt=0)
     truncation: Literal["drop", "left", "error"] = Field(
-        "drop", description="What to do with a prompt longer than max_prompt_length: drop it (counted), keep its tail, or fail."
+        "drop",
+        description="What to do with a prompt longer than max_prompt_length: drop it (counted), keep its tail, or fail.",
     )
     shuffle: bool = True
     max_train_samples: int | None = Field(None, gt=0)
@@ -112,8 +115,12 @@ class TrainerSpec(StrictModel):
     grad_clip: float = Field(1.0, gt=0)
     critic_warmup: int = Field(0, ge=0)
     keep_checkpoints: int = Field(2, ge=1, description="How many complete checkpoints to keep.")
-    max_restarts: int = Field(0, ge=0, description="Worker restarts (resuming from the last checkpoint) before failing.")
-    stage_timeout_s: float = Field(900.0, gt=0, description="Watchdog for every stage call unless the stage sets its own.")
+    max_restarts: int = Field(
+        0, ge=0, description="Worker restarts (resuming from the last checkpoint) before failing."
+    )
+    stage_timeout_s: float = Field(
+        900.0, gt=0, description="Watchdog for every stage call unless the stage sets its own."
+    )
 
 
 class LocalPool(StrictModel):
@@ -133,7 +140,9 @@ class CpuPool(StrictModel):
     workers: int = Field(1, ge=1)
     cpus_per_worker: float = Field(1.0, gt=0)
     max_address_space_mb: int | None = Field(
-        None, gt=0, description="RLIMIT_AS of each worker process in MB (a backstop for reward scoring); none by default"
+        None,
+        gt=0,
+        description="RLIMIT_AS of each worker process in MB (a backstop for reward scoring); none by default",
     )
 
 
@@ -147,7 +156,7 @@ class RemotePool(StrictModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
-Resource = Annotated[Union[LocalPool, CpuPool, RemotePool], Field(discriminator="type")]
+Resource = Annotated[LocalPool | CpuPool | RemotePool, Field(discriminator="type")]
 
 
 class StageSpec(StrictModel):
@@ -157,7 +166,9 @@ class StageSpec(StrictModel):
     uses: str
     on: str = Field(description="A resource name, or `driver`.")
     with_: dict[str, Any] = Field(default_factory=dict, alias="with")
-    timeout_s: float | None = Field(None, gt=0, description="Watchdog for this stage; defaults to trainer.stage_timeout_s.")
+    timeout_s: float | None = Field(
+        None, gt=0, description="Watchdog for this stage; defaults to trainer.stage_timeout_s."
+    )
 
 
 class Pipeline(StrictModel):

@@ -127,8 +127,11 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         data, positions, diagnostics = parse_yaml(text, display)
     data = {} if data is None and not diagnostics else data
     if not diagnostics and not isinstance(data, dict):
-        diagnostics = [Diagnostic(display, 1, 1, "", f"{PROJECT_FILE} must be a mapping of settings",
-                                  "see docs/pipeline_format.md")]
+        diagnostics = [
+            Diagnostic(
+                display, 1, 1, "", f"{PROJECT_FILE} must be a mapping of settings", "see docs/pipeline_format.md"
+            )
+        ]
     if diagnostics:
         raise ConfigError(diagnostics)
     try:
@@ -160,8 +163,12 @@ def _check_inventory(config: ProjectConfig) -> None:
     problems = []
     for i, node in enumerate(config.inventory.nodes):
         if node.name in seen:
-            problems.append(config.diagnostic(("inventory", "nodes", i, "name"),
-                                              f"duplicate node name {node.name!r} (also nodes[{seen[node.name]}])"))
+            problems.append(
+                config.diagnostic(
+                    ("inventory", "nodes", i, "name"),
+                    f"duplicate node name {node.name!r} (also nodes[{seen[node.name]}])",
+                )
+            )
         seen.setdefault(node.name, i)
     if problems:
         raise ConfigError(problems)

@@ -26,7 +26,8 @@ import difflib
 import functools
 import re
 import traceback
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from rlflow.schemas.diagnostics import Diagnostic, suggestion
 
@@ -37,8 +38,9 @@ _TEMPLATE_NAME = "<template>"
 _UNDEFINED = re.compile(r"^'([^']+)' is undefined$")
 _PLAIN_VARIABLE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _ANY_TEMPLATE = re.compile(r"\{[{%#]")
-_JINJA_NAMES = frozenset({"true", "false", "none", "True", "False", "None", "range", "dict", "lipsum", "cycler",
-                          "joiner", "namespace"})  # literals and globals: Jinja2 gives them meaning
+_JINJA_NAMES = frozenset(
+    {"true", "false", "none", "True", "False", "None", "range", "dict", "lipsum", "cycler", "joiner", "namespace"}
+)  # literals and globals: Jinja2 gives them meaning
 
 
 @functools.lru_cache(maxsize=1)
@@ -154,8 +156,9 @@ def _render_error(exc: Exception, source: str, variables: Mapping[str, Any], fil
             return _undefined(match.group(1), line, text, variables, file)
         return Diagnostic(file, line, 1, "", f"template error: {exc}")
     if isinstance(exc, SecurityError):
-        return Diagnostic(file, line, 1, "", f"template refused by the sandbox: {exc}",
-                          "templates may only substitute values")
+        return Diagnostic(
+            file, line, 1, "", f"template refused by the sandbox: {exc}", "templates may only substitute values"
+        )
     return Diagnostic(file, line, 1, "", f"template error: {type(exc).__name__}: {exc}")
 
 

@@ -18,20 +18,37 @@ from __future__ import annotations
 
 import re
 import types
-from typing import Annotated, Any, Literal, Mapping, Sequence, Union, get_args, get_origin
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, short_repr, suggestion
 from rlflow.schemas.yaml_loader import Positions
 
-_TYPE_NAMES = {dict: "mapping", list: "list", str: "string", int: "integer", float: "number", bool: "boolean",
-               type(None): "null"}
+_TYPE_NAMES = {
+    dict: "mapping",
+    list: "list",
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
 _EXPECTED = {
-    "model_type": "a mapping", "model_attributes_type": "a mapping", "dict_type": "a mapping",
-    "list_type": "a list", "tuple_type": "a list", "string_type": "a string", "int_type": "an integer",
-    "int_parsing": "an integer", "int_from_float": "a whole number", "float_type": "a number",
-    "float_parsing": "a number", "bool_type": "true or false", "bool_parsing": "true or false",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "dict_type": "a mapping",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
 }
 
 
@@ -60,8 +77,11 @@ def _narrow(candidates: list, data: Any) -> list:
     """Pick the union member whose ``type`` literal matches the data's ``type``, when there is one."""
     if not isinstance(data, Mapping) or "type" not in data:
         return candidates
-    chosen = [c for c in candidates if _is_model(c) and _field(c, "type") is not None
-              and data["type"] in get_args(_field(c, "type").annotation)]
+    chosen = [
+        c
+        for c in candidates
+        if _is_model(c) and _field(c, "type") is not None and data["type"] in get_args(_field(c, "type").annotation)
+    ]
     return chosen or candidates
 
 
@@ -144,8 +164,12 @@ def _describe(err: dict, loc: tuple, root: Any, data: Any) -> tuple[tuple, str, 
         return loc, f"missing required key {loc[-1]!r}", "", "parent"
     if kind == "union_tag_invalid":
         disc, expected = ctx["discriminator"].strip("'"), _quoted(ctx["expected_tags"])
-        return (loc + (disc,), f"unknown {disc} {ctx['tag']!r}; expected one of {', '.join(expected)}",
-                suggestion(ctx["tag"], expected), "value")
+        return (
+            loc + (disc,),
+            f"unknown {disc} {ctx['tag']!r}; expected one of {', '.join(expected)}",
+            suggestion(ctx["tag"], expected),
+            "value",
+        )
     if kind == "union_tag_not_found":
         disc = ctx["discriminator"].strip("'")
         tags = _tags(walk(root, loc, data), disc)

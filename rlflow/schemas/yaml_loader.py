@@ -23,7 +23,8 @@ Design decisions:
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
 from yaml.composer import Composer
@@ -103,26 +104,54 @@ class _Refused(Exception):
 def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:
     """Bytes -> text, refusing non-UTF-8 and binary data with the position of the first bad byte."""
     if len(raw) > MAX_BYTES:
-        return None, [Diagnostic(file, 1, 1, "", f"the file is {len(raw)} bytes; config files may hold at most "
-                                 f"{MAX_BYTES}", "is this a pipeline YAML file?")]
+        return None, [
+            Diagnostic(
+                file,
+                1,
+                1,
+                "",
+                f"the file is {len(raw)} bytes; config files may hold at most {MAX_BYTES}",
+                "is this a pipeline YAML file?",
+            )
+        ]
     if b"\x00" in raw:  # UTF-8 text never holds NUL; binary files nearly always do
         line, col = _offset_position(raw, raw.index(b"\x00"))
-        return None, [Diagnostic(file, line, col, "", "binary data: control character 0x00 is not allowed",
-                                 "is this a pipeline YAML file?")]
+        return None, [
+            Diagnostic(
+                file,
+                line,
+                col,
+                "",
+                "binary data: control character 0x00 is not allowed",
+                "is this a pipeline YAML file?",
+            )
+        ]
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line, col = _offset_position(raw, exc.start)
         return None, [
-            Diagnostic(file, line, col, "", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
-                       "pipeline files must be UTF-8 text")
+            Diagnostic(
+                file,
+                line,
+                col,
+                "",
+                f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                "pipeline files must be UTF-8 text",
+            )
         ]
     bad = _NON_PRINTABLE.search(text)
     if bad:
         line, col = _offset_position(text, bad.start())
         return None, [
-            Diagnostic(file, line, col, "", f"binary data: control character 0x{ord(bad.group()):02x} is not allowed",
-                       "is this a pipeline YAML file?")
+            Diagnostic(
+                file,
+                line,
+                col,
+                "",
+                f"binary data: control character 0x{ord(bad.group()):02x} is not allowed",
+                "is this a pipeline YAML file?",
+            )
         ]
     return text, []
 
@@ -152,8 +181,20 @@ def parse_yaml(
     deep = _too_many_brackets(text)
     if deep is not None:
         line, col = _offset_position(text, deep)
-        return None, builder.positions, [Diagnostic(file, line_map(line), col, "", f"brackets nest more than "
-                                                    f"{MAX_BRACKETS} deep", "pipelines are shallow")]
+        return (
+            None,
+            builder.positions,
+            [
+                Diagnostic(
+                    file,
+                    line_map(line),
+                    col,
+                    "",
+                    f"brackets nest more than {MAX_BRACKETS} deep",
+                    "pipelines are shallow",
+                )
+            ],
+        )
     try:
         node = _Composer(text).get_single_node()
     except yaml.MarkedYAMLError as exc:
@@ -161,8 +202,11 @@ def parse_yaml(
     except yaml.YAMLError as exc:  # reader errors carry no mark in every PyYAML version
         return None, builder.positions, [Diagnostic(file, 1, 1, "", f"YAML error: {exc}")]
     except RecursionError:  # the composer recurses once per nesting level
-        return None, builder.positions, [Diagnostic(file, 1, 1, "", "document nests too deeply",
-                                                    f"at most {MAX_DEPTH} levels")]
+        return (
+            None,
+            builder.positions,
+            [Diagnostic(file, 1, 1, "", "document nests too deeply", f"at most {MAX_DEPTH} levels")],
+        )
     if node is None:
         return None, builder.positions, []
     try:
@@ -207,11 +251,19 @@ class _Builder:
     def build(self, node: Node, path: tuple) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
-            raise _Refused(node, path, f"document expands to more than {MAX_NODES} nodes (alias bomb?)",
-                           "use fewer aliases; a pipeline is small")
+            raise _Refused(
+                node,
+                path,
+                f"document expands to more than {MAX_NODES} nodes (alias bomb?)",
+                "use fewer aliases; a pipeline is small",
+            )
         if len(path) > MAX_DEPTH:
-            raise _Refused(node, path, f"document nests deeper than {MAX_DEPTH} levels",
-                           "is an anchor used inside itself? pipelines are shallow")
+            raise _Refused(
+                node,
+                path,
+                f"document nests deeper than {MAX_DEPTH} levels",
+                "is an anchor used inside itself? pipelines are shallow",
+            )
         self.positions.values[path] = self.where(node)
         if isinstance(node, MappingNode):
             return self._mapping(node, path) if self._tag_ok(node, path, "map") else None
@@ -229,7 +281,7 @@ class _Builder:
         return False
 
     def _scalar(self, node: ScalarNode, path: tuple) -> Any:
-        kind = node.tag[len(_STD):] if node.tag.startswith(_STD) else None
+        kind = node.tag[len(_STD) :] if node.tag.startswith(_STD) else None
         value = node.value
         try:
             if kind == "str":
@@ -261,8 +313,12 @@ class _Builder:
                 continue
             if key in seen:
                 first_line = self.where(seen[key])[0]
-                self.error(key_node, path + (key,), f"duplicate key {key!r}, first set on line {first_line}",
-                           "keep one of them; YAML keys must be unique")
+                self.error(
+                    key_node,
+                    path + (key,),
+                    f"duplicate key {key!r}, first set on line {first_line}",
+                    "keep one of them; YAML keys must be unique",
+                )
                 continue
             seen[key] = key_node
             self.positions.keys[path + (key,)] = self.where(key_node)

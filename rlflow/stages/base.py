@@ -44,14 +44,33 @@ STATE_FIELDS = frozenset({"actor_weights", "rollout_weights"})
 SOURCE_FIELDS = ("prompts", "prompt_mask", "uid", "data_source", "raw_prompt", "reward_info")
 
 Role = Literal[
-    "rollout", "reward", "log_prob", "reference", "advantage", "filter", "update", "checkpoint", "weight_sync",
-    "validation", "transform",
+    "rollout",
+    "reward",
+    "log_prob",
+    "reference",
+    "advantage",
+    "filter",
+    "update",
+    "checkpoint",
+    "weight_sync",
+    "validation",
+    "transform",
 ]
 Dispatch = Literal["shard", "all", "driver"]
 Cadence = Literal["every_step", "save_freq", "test_freq"]
 
 # verl's timer names in PPOTrainerSync's order; the compiler breaks ties by this order.
-VERL_ORDER = ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "save_checkpoint", "update_weights", "testing")
+VERL_ORDER = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "adv",
+    "update_actor",
+    "save_checkpoint",
+    "update_weights",
+    "testing",
+)
 
 
 class StageConfig(BaseModel):

@@ -29,7 +29,9 @@ class GenerateConfig(StageConfig):
     top_k: int = Field(-1, ge=-1)
     do_sample: bool = True
     engine: Literal["torch", "hf", "vllm"] = "torch"
-    n: int | None = Field(None, ge=1, description="Samples per prompt; defaults to algorithm.n (validation uses its own).")
+    n: int | None = Field(
+        None, ge=1, description="Samples per prompt; defaults to algorithm.n (validation uses its own)."
+    )
 
 
 def generation_seed(seed: int, step: int, rank: int) -> int:
@@ -40,8 +42,12 @@ def generation_seed(seed: int, step: int, rank: int) -> int:
 def generation_params(ctx: StageContext) -> dict:
     cfg = ctx.config
     return {
-        "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k, "do_sample": cfg.do_sample,
-        "max_response_length": ctx.pipeline.data.max_response_length, "engine": cfg.engine,
+        "temperature": cfg.temperature,
+        "top_p": cfg.top_p,
+        "top_k": cfg.top_k,
+        "do_sample": cfg.do_sample,
+        "max_response_length": ctx.pipeline.data.max_response_length,
+        "engine": cfg.engine,
         "seed": generation_seed(ctx.pipeline.trainer.seed, ctx.step, ctx.rank),
     }
 

@@ -62,12 +62,17 @@ class GrpoAdvantage(StageKind):
 
         missing = [f for f in self.reads_fields if f not in batch]
         if missing:
-            raise StageError(f"step {ctx.step}, stage {ctx.stage_name!r}: the batch lacks {missing}; "
-                             f"a reward stage must write token_level_scores before the advantage")
+            raise StageError(
+                f"step {ctx.step}, stage {ctx.stage_name!r}: the batch lacks {missing}; "
+                f"a reward stage must write token_level_scores before the advantage"
+            )
         algorithm = ctx.pipeline.algorithm
         rewards, metrics = token_level_rewards(batch, algorithm)
         advantages, returns = core_algos.compute_grpo_outcome_advantage(
-            token_level_rewards=rewards, response_mask=batch["response_mask"], index=np.array(batch["uid"], dtype=object),
-            epsilon=1e-6, norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+            token_level_rewards=rewards,
+            response_mask=batch["response_mask"],
+            index=np.array(batch["uid"], dtype=object),
+            epsilon=1e-6,
+            norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
         )
         return Batch({"token_level_rewards": rewards, "advantages": advantages, "returns": returns}, metrics=metrics)

@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class LogProbConfig(StageConfig):
-    micro_batch_size: int | None = Field(None, gt=0, description="Samples per forward; defaults to trainer.log_prob_micro_batch_size.")
+    micro_batch_size: int | None = Field(
+        None, gt=0, description="Samples per forward; defaults to trainer.log_prob_micro_batch_size."
+    )
     engine: Literal["torch", "deepspeed"] = "torch"
 
 

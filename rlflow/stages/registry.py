@@ -26,8 +26,10 @@ _BUILTIN_FOR_ROLE: dict[str, type[StageKind]] = {}
 def register_stage(cls: type[StageKind]) -> type[StageKind]:
     """Class decorator: register a StageKind subclass under its ``name``; its role must be a known one."""
     if getattr(cls, "role", None) not in get_args(Role):
-        raise RegistryError(f"stage kind {getattr(cls, 'name', cls)!r}: role {getattr(cls, 'role', None)!r} is not one of "
-                            f"{', '.join(get_args(Role))} (set the class attribute `role`)")
+        raise RegistryError(
+            f"stage kind {getattr(cls, 'name', cls)!r}: role {getattr(cls, 'role', None)!r} is not one of "
+            f"{', '.join(get_args(Role))} (set the class attribute `role`)"
+        )
     STAGE_KINDS.register(cls.name, cls)
     return cls
 

@@ -57,8 +57,11 @@ class _Caches:
 
 
 def _caches(state: dict) -> _Caches:
-    return _Caches(state.setdefault("sql_connections", {}), state.setdefault("sql_gold_results", {}),
-                   state.setdefault("sql_warned", set()))
+    return _Caches(
+        state.setdefault("sql_connections", {}),
+        state.setdefault("sql_gold_results", {}),
+        state.setdefault("sql_warned", set()),
+    )
 
 
 def _connection(caches: _Caches, db_path: str):
@@ -72,11 +75,17 @@ def _gold(caches: _Caches, db_path: str, gold_sql: str, config) -> ExecResult:
     key = (db_path, gold_sql)
     result = caches.gold.get(key)
     if result is None:
-        result = caches.gold[key] = execute(_connection(caches, db_path), gold_sql, config.timeout_s, config.max_rows,
-                                            _max_bytes(config))
+        result = caches.gold[key] = execute(
+            _connection(caches, db_path), gold_sql, config.timeout_s, config.max_rows, _max_bytes(config)
+        )
         if not result.ok:
-            log.warning("gold SQL for %s gives %s (%s); its rows cannot score as correct: %s",
-                        db_path, result.status, result.message, gold_sql)
+            log.warning(
+                "gold SQL for %s gives %s (%s); its rows cannot score as correct: %s",
+                db_path,
+                result.status,
+                result.message,
+                gold_sql,
+            )
     return result
 
 
@@ -169,8 +178,10 @@ class Text2SqlReward(StageKind):
 
         config = ctx.config
         caches = _caches(ctx.state)
-        results = [_score_safely(text, info, config, caches)
-                   for text, info in zip(batch["response_text"], batch["reward_info"], strict=True)]
+        results = [
+            _score_safely(text, info, config, caches)
+            for text, info in zip(batch["response_text"], batch["reward_info"], strict=True)
+        ]
         scores = [score for score, _ in results]
         extras = [extra for _, extra in results]
         batch["token_level_scores"] = _place_on_last_token(scores, batch["response_mask"])

@@ -70,7 +70,9 @@ def val_metrics(batch: Batch, n: int, data_source_key: str = "data_source") -> d
     wrong = {u: c for u, c in Counter(uids).items() if c != n}
     if wrong:
         uid, count = next(iter(wrong.items()))
-        raise ValueError(f"validation batch: uid {uid!r} has {count} samples, expected n={n} ({len(wrong)} uid(s) differ)")
+        raise ValueError(
+            f"validation batch: uid {uid!r} has {count} samples, expected n={n} ({len(wrong)} uid(s) differ)"
+        )
     sources = batch.non_tensors.get(data_source_key) or ["unknown"] * len(batch)
     state = np.random.get_state()
     try:

@@ -39,32 +39,41 @@ REQUIRED_ACTOR_METRICS = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", 
 RESPONSE_LENGTH = 8
 
 
-def tiny_main_config(backend: str, project_root: str | Path, *, backend_config: dict | None = None,
-                     resource: str = "arctic") -> dict[str, Any]:
+def tiny_main_config(
+    backend: str, project_root: str | Path, *, backend_config: dict | None = None, resource: str = "arctic"
+) -> dict[str, Any]:
     """A main_config as the runtime builds it, for a tiny GRPO pipeline bound to ``backend``."""
     from rlflow.schemas.pipeline import Pipeline
 
     on = {"name": "x", "on": resource}
-    pipeline = Pipeline.model_validate({
-        "name": "conformance",
-        "model": {"path": "builtin:tiny-qwen2"},
-        "data": {"train": "train.json", "max_prompt_length": 16, "max_response_length": RESPONSE_LENGTH},
-        "algorithm": {"n": 2, "use_kl_loss": True, "kl_loss_coef": 0.001},
-        "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2, "optim": {"lr": 1e-3}, "seed": 1},
-        "resources": {resource: {"type": "remote", "backend": backend, "forwarders": 1, "config": backend_config or {}},
-                      "reward_pool": {"type": "cpu"}},
-        "stages": [
-            {**on, "name": "generate", "uses": "generate"},
-            {"name": "reward", "uses": "text2sql_reward", "on": "reward_pool"},
-            {**on, "name": "old_log_prob", "uses": "old_log_prob"},
-            {**on, "name": "ref_log_prob", "uses": "ref_log_prob"},
-            {"name": "advantage", "uses": "grpo_advantage", "on": "driver"},
-            {**on, "name": "update_actor", "uses": "update_actor"},
-            {**on, "name": "sync_weights", "uses": "sync_weights"},
-        ],
-    })
-    return {"pipeline": pipeline.model_dump(by_alias=True, mode="json"), "resource": resource,
-            "backend_config": dict(backend_config or {}), "project_root": str(project_root)}
+    pipeline = Pipeline.model_validate(
+        {
+            "name": "conformance",
+            "model": {"path": "builtin:tiny-qwen2"},
+            "data": {"train": "train.json", "max_prompt_length": 16, "max_response_length": RESPONSE_LENGTH},
+            "algorithm": {"n": 2, "use_kl_loss": True, "kl_loss_coef": 0.001},
+            "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2, "optim": {"lr": 1e-3}, "seed": 1},
+            "resources": {
+                resource: {"type": "remote", "backend": backend, "forwarders": 1, "config": backend_config or {}},
+                "reward_pool": {"type": "cpu"},
+            },
+            "stages": [
+                {**on, "name": "generate", "uses": "generate"},
+                {"name": "reward", "uses": "text2sql_reward", "on": "reward_pool"},
+                {**on, "name": "old_log_prob", "uses": "old_log_prob"},
+                {**on, "name": "ref_log_prob", "uses": "ref_log_prob"},
+                {"name": "advantage", "uses": "grpo_advantage", "on": "driver"},
+                {**on, "name": "update_actor", "uses": "update_actor"},
+                {**on, "name": "sync_weights", "uses": "sync_weights"},
+            ],
+        }
+    )
+    return {
+        "pipeline": pipeline.model_dump(by_alias=True, mode="json"),
+        "resource": resource,
+        "backend_config": dict(backend_config or {}),
+        "project_root": str(project_root),
+    }
 
 
 def prompt_batch(rows: int = 4, width: int = 6, seed: int = 0) -> Batch:
@@ -78,7 +87,14 @@ def prompt_batch(rows: int = 4, width: int = 6, seed: int = 0) -> Batch:
     return Batch({"prompts": prompts, "prompt_mask": mask}, {"uid": [f"u{i // 2}" for i in range(rows)]})
 
 
-GEN = {"max_response_length": RESPONSE_LENGTH, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "do_sample": True, "seed": 7}
+GEN = {
+    "max_response_length": RESPONSE_LENGTH,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "do_sample": True,
+    "seed": 7,
+}
 
 
 def _descendants() -> set[int]:
@@ -104,10 +120,13 @@ def _finite(t: torch.Tensor, mask: torch.Tensor) -> bool:
 
 def check_class(name: str, backend: RemoteBackend) -> None:
     cls = get(name)
-    assert type(backend) is cls, f"create_backend({name!r}) returned {type(backend).__name__}, registered is {cls.__name__}"
+    assert type(backend) is cls, (
+        f"create_backend({name!r}) returned {type(backend).__name__}, registered is {cls.__name__}"
+    )
     assert isinstance(cls.single_forwarder, bool), "single_forwarder must be a bool class attribute"
     assert backend.requires_single_forwarder() == cls.single_forwarder, (
-        "requires_single_forwarder() disagrees with the class attribute single_forwarder, which validation reads")
+        "requires_single_forwarder() disagrees with the class attribute single_forwarder, which validation reads"
+    )
 
 
 def check_handle(backend: RemoteBackend) -> dict[str, Any]:
@@ -131,7 +150,8 @@ def check_reconnect(name: str, main_config: dict, backend: RemoteBackend) -> Rem
 def check_init_sync(engine: RemoteBackend) -> None:
     metrics = engine.update_weights(0)
     assert isinstance(metrics, dict) and all(isinstance(v, (int, float)) for v in metrics.values()), (
-        f"update_weights must return a dict of numbers, got {metrics!r}")
+        f"update_weights must return a dict of numbers, got {metrics!r}"
+    )
     assert engine.set_global_steps(0) is None, "set_global_steps returns None"
 
 
@@ -141,7 +161,9 @@ def check_generate(engine: RemoteBackend) -> Batch:
     rows = len(batch)
     assert isinstance(out, Batch), f"generate must return a Batch, got {type(out).__name__}"
     responses, mask = out["responses"], out["response_mask"]
-    assert tuple(responses.shape) == (rows, RESPONSE_LENGTH), f"responses must be [{rows}, {RESPONSE_LENGTH}], got {tuple(responses.shape)}"
+    assert tuple(responses.shape) == (rows, RESPONSE_LENGTH), (
+        f"responses must be [{rows}, {RESPONSE_LENGTH}], got {tuple(responses.shape)}"
+    )
     assert not responses.is_floating_point(), f"responses must hold token ids, got {responses.dtype}"
     assert tuple(mask.shape) == tuple(responses.shape), "response_mask must have the shape of responses"
     assert set(mask.unique().tolist()) <= {0, 1}, "response_mask must hold 0 and 1 only"
@@ -151,7 +173,8 @@ def check_generate(engine: RemoteBackend) -> Batch:
     assert all(isinstance(v, (int, float)) for v in out.metrics.values()), "batch metrics must be numbers"
     greedy = dict(GEN, do_sample=False)
     assert torch.equal(engine.generate(batch, greedy)["responses"], engine.generate(batch, greedy)["responses"]), (
-        "greedy generation (do_sample=False) must be deterministic")
+        "greedy generation (do_sample=False) must be deterministic"
+    )
     return batch.update(out)
 
 
@@ -192,7 +215,8 @@ def check_sync(engine: RemoteBackend, global_steps: int) -> None:
     assert isinstance(metrics, dict), "update_weights must return a dict"
     assert engine.set_global_steps(global_steps) is None
     assert tuple(engine.generate(prompt_batch(), GEN)["responses"].shape) == (4, RESPONSE_LENGTH), (
-        "generate must work after a weight sync")
+        "generate must work after a weight sync"
+    )
 
 
 def check_checkpoint(engine: RemoteBackend, batch: Batch, directory: Path) -> None:

@@ -24,8 +24,14 @@ from benchmarks import common, run_all
 
 def _run(module: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run([sys.executable, "-m", f"benchmarks.{module}", "--quick", "--out", str(out), *extra],
-                          cwd=common.ROOT, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", "--quick", "--out", str(out), *extra],
+        cwd=common.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +69,8 @@ def test_generation_benchmark_compares_both_engines(results):
         assert 0 < arm["tokens_median"] <= rows * max_new
         assert arm["tokens_per_s_median"] > 0
     assert report["torch_over_hf"] == pytest.approx(
-        report["arms"]["torch"]["tokens_per_s_median"] / report["arms"]["hf"]["tokens_per_s_median"])
+        report["arms"]["torch"]["tokens_per_s_median"] / report["arms"]["hf"]["tokens_per_s_median"]
+    )
     assert report["vllm"]["status"] == "skipped"
 
 
@@ -78,8 +85,11 @@ def test_summary_turns_results_into_a_verdict_table(results, monkeypatch):
     text = path.read_text()
     assert path == results["folder"] / "SUMMARY_quick.md"
     assert "| benchmark " in text and "python -m benchmarks.run_all --quick" in text
-    compile_rows = [[cell.strip() for cell in line.strip("| ").split("|")] for line in text.splitlines()
-                    if line.startswith("| compile")]
+    compile_rows = [
+        [cell.strip() for cell in line.strip("| ").split("|")]
+        for line in text.splitlines()
+        if line.startswith("| compile")
+    ]
     assert len(compile_rows) == 2
     assert all(row[4] in ("yes", "**no**") and row[5] == results["compile"][1]["commit"] for row in compile_rows)
     assert any(line.startswith("| step") and "(not run)" in line for line in text.splitlines())

@@ -40,8 +40,14 @@ def test_the_readme_table_is_replaced_and_the_rest_kept(pages):
     assert readme.startswith("# project\n\nabove\n\n<!-- results:start -->\n") and readme.endswith("\n\nbelow\n")
     assert "stale table" not in readme
     row = next(line for line in readme.splitlines() if line.startswith("| compile"))
-    assert [cell.strip() for cell in row.strip("| ").split("|")] == \
-        ["compile", "compile figure", "1.0x", ">= 1", "yes", "abc1234"]
+    assert [cell.strip() for cell in row.strip("| ").split("|")] == [
+        "compile",
+        "compile figure",
+        "1.0x",
+        ">= 1",
+        "yes",
+        "abc1234",
+    ]
     assert any(line.startswith("| step") and "(not run)" in line for line in readme.splitlines())
     page = run_all.PAGE.read_text()
     assert "| `" in page and "abc1234" in page and "2026-01-02" in page
@@ -65,8 +71,13 @@ def test_a_result_without_a_commit_gets_its_files_last_commit_marked():
     path = common.RESULTS / "step.json"
     if "commit" in json.loads(path.read_text()):
         pytest.skip("step.json records its commit")
-    last = subprocess.run(["git", "log", "-1", "--format=%h", "--", str(path)], cwd=common.ROOT, capture_output=True,
-                          text=True, check=True).stdout.strip()
+    last = subprocess.run(
+        ["git", "log", "-1", "--format=%h", "--", str(path)],
+        cwd=common.ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert run_all.Source.read(path).commit == f"{last}*"
 
 
@@ -77,6 +88,7 @@ def test_a_readme_without_markers_is_refused_by_name(pages):
 
 
 def test_the_commit_is_the_checkouts_head():
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=common.ROOT, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=common.ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert common.commit_id() in (head, f"{head}-dirty")

@@ -6,11 +6,11 @@ import copy
 
 import jsonschema
 import pytest
-
-from rlflow.check.json_schema import pipeline_json_schema
-from rlflow.check import load_pipeline
-from rlflow.schemas.project import load_project_config
 from schema_helpers import BIRD, REPO
+
+from rlflow.check import load_pipeline
+from rlflow.check.json_schema import pipeline_json_schema
+from rlflow.schemas.project import load_project_config
 
 SCHEMA = pipeline_json_schema()
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
@@ -28,13 +28,16 @@ def _errors(mutate) -> list[str]:
     return [e.message for e in VALIDATOR.iter_errors(data)]
 
 
-@pytest.mark.parametrize("mutate, words", [
-    (lambda d: d["trainer"].update(sedd=1), "'sedd' was unexpected"),
-    (lambda d: d["stages"][0]["with"].update(temperatur=1), "'temperatur' was unexpected"),
-    (lambda d: d["stages"][0]["with"].update(temperature=-1), "-1 is less than the minimum of 0"),
-    (lambda d: d["resources"]["actor_pool"].update(type="lcoal"), "lcoal"),
-    (lambda d: d.pop("stages"), "'stages' is a required property"),
-])
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda d: d["trainer"].update(sedd=1), "'sedd' was unexpected"),
+        (lambda d: d["stages"][0]["with"].update(temperatur=1), "'temperatur' was unexpected"),
+        (lambda d: d["stages"][0]["with"].update(temperature=-1), "-1 is less than the minimum of 0"),
+        (lambda d: d["resources"]["actor_pool"].update(type="lcoal"), "lcoal"),
+        (lambda d: d.pop("stages"), "'stages' is a required property"),
+    ],
+)
 def test_schema_catches_editor_level_mistakes(mutate, words):
     assert any(words in message for message in _errors(mutate)), _errors(mutate)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from schema_helpers import MINIMAL, load_text, problems_of, write_project
 
 from rlflow.stages.registry import STAGE_KINDS
-from schema_helpers import MINIMAL, load_text, problems_of, write_project
 
 REMOTE = """\
 name: remote
@@ -40,13 +40,22 @@ def test_generate_on_another_local_pool_is_a_supported_cross_pool_sync(project_d
     assert load_text(project_dir, text).spec.stage("generate").on == "rollout"
 
 
-@pytest.mark.parametrize("generate_on, expected", [
-    ("pool", "11:42: stages[0].on: generate runs on local pool 'pool' but update_actor trains on remote backend "
-             "'srv', so the new weights cannot reach this rollout: a remote backend syncs weights only within itself "
-             "(run generate on 'srv')"),
-    ("other", "11:42: stages[0].on: generate runs on remote backend 'other' but update_actor trains on remote backend "
-              "'srv', so the new weights cannot reach this rollout"),
-])
+@pytest.mark.parametrize(
+    "generate_on, expected",
+    [
+        (
+            "pool",
+            "11:42: stages[0].on: generate runs on local pool 'pool' but update_actor trains on remote backend "
+            "'srv', so the new weights cannot reach this rollout: a remote backend syncs weights only within itself "
+            "(run generate on 'srv')",
+        ),
+        (
+            "other",
+            "11:42: stages[0].on: generate runs on remote backend 'other' but update_actor trains on remote backend "
+            "'srv', so the new weights cannot reach this rollout",
+        ),
+    ],
+)
 def test_weights_must_reach_the_rollout(generate_on, expected, project_dir):
     problems = problems_of(project_dir, REMOTE.replace("uses: generate, on: srv", f"uses: generate, on: {generate_on}"))
     assert any(p.startswith(expected) for p in problems), problems
@@ -69,8 +78,10 @@ def test_sync_weights_runs_where_the_actor_trains(project_dir):
 def test_kl_in_reward_needs_a_reference_too(project_dir):
     text = MINIMAL.replace("algorithm: {n: 4}", "algorithm: {n: 4, use_kl_in_reward: true, use_kl_loss: true}")
     problems = problems_of(project_dir, text)
-    assert problems[0].startswith("3:56: algorithm.use_kl_loss: use_kl_loss and use_kl_in_reward are true, "
-                                  "but no stage computes reference log-probs")
+    assert problems[0].startswith(
+        "3:56: algorithm.use_kl_loss: use_kl_loss and use_kl_in_reward are true, "
+        "but no stage computes reference log-probs"
+    )
 
 
 def test_data_parallel_size_uses_the_update_resource_and_generate_n(project_dir):
@@ -79,27 +90,45 @@ def test_data_parallel_size_uses_the_update_resource_and_generate_n(project_dir)
     odd = two.replace("algorithm: {n: 4}", "algorithm: {n: 3}")
     odd = odd.replace("ppo_mini_batch_size: 4", "ppo_mini_batch_size: 1")
     odd = odd.replace("train_batch_size: 8", "train_batch_size: 3")
-    assert any("ppo_mini_batch_size 1 x n 3 = 3 samples does not split evenly over the 2 data-parallel workers"
-               in p for p in problems_of(project_dir, odd))
-    fixed = odd.replace("{name: generate, uses: generate, on: pool}", "{name: generate, uses: generate, on: pool, "
-                        "with: {n: 2}}")
+    assert any(
+        "ppo_mini_batch_size 1 x n 3 = 3 samples does not split evenly over the 2 data-parallel workers" in p
+        for p in problems_of(project_dir, odd)
+    )
+    fixed = odd.replace(
+        "{name: generate, uses: generate, on: pool}", "{name: generate, uses: generate, on: pool, with: {n: 2}}"
+    )
     assert load_text(project_dir, fixed).spec  # the generate stage's own n decides
-    remote = REMOTE.replace("algorithm: {n: 4}", "algorithm: {n: 3}").replace("ppo_mini_batch_size: 4",
-                                                                               "ppo_mini_batch_size: 1")
+    remote = REMOTE.replace("algorithm: {n: 4}", "algorithm: {n: 3}").replace(
+        "ppo_mini_batch_size: 4", "ppo_mini_batch_size: 1"
+    )
     assert load_text(project_dir, remote.replace("train_batch_size: 8", "train_batch_size: 3")).spec  # remote: dp 1
 
 
-@pytest.mark.parametrize("nodes, pool, expected", [
-    ([{"name": "a", "gpus": 8, "cpus": 64}, {"name": "b", "gpus": 8, "cpus": 64}],
-     "{type: local, device: gpu, gpus_per_node: 8, nnodes: 2}", None),
-    ([{"name": "a", "gpus": 8, "cpus": 64}, {"name": "b", "gpus": 4, "cpus": 64}],
-     "{type: local, device: auto, gpus_per_node: 8, nnodes: 2}",
-     "6:52: resources.pool.gpus_per_node: pool pool wants 8 GPUs on each of 2 nodes; a has 8, b has 4"),
-    ([{"name": "a", "cpus": 64}], "{type: local, device: auto, gpus_per_node: 2, nnodes: 2}",
-     "6:63: resources.pool.nnodes: pool pool wants 2 nodes; the inventory has 1 (set nnodes: 1 or fewer)"),
-    ([{"name": "a", "cpus": 4}], "{type: local, device: cpu, cpus_per_worker: 6}",
-     "6:53: resources.pool.cpus_per_worker: each actor of pool wants 6 CPUs; the largest node (a) has 4"),
-])
+@pytest.mark.parametrize(
+    "nodes, pool, expected",
+    [
+        (
+            [{"name": "a", "gpus": 8, "cpus": 64}, {"name": "b", "gpus": 8, "cpus": 64}],
+            "{type: local, device: gpu, gpus_per_node: 8, nnodes: 2}",
+            None,
+        ),
+        (
+            [{"name": "a", "gpus": 8, "cpus": 64}, {"name": "b", "gpus": 4, "cpus": 64}],
+            "{type: local, device: auto, gpus_per_node: 8, nnodes: 2}",
+            "6:52: resources.pool.gpus_per_node: pool pool wants 8 GPUs on each of 2 nodes; a has 8, b has 4",
+        ),
+        (
+            [{"name": "a", "cpus": 64}],
+            "{type: local, device: auto, gpus_per_node: 2, nnodes: 2}",
+            "6:63: resources.pool.nnodes: pool pool wants 2 nodes; the inventory has 1 (set nnodes: 1 or fewer)",
+        ),
+        (
+            [{"name": "a", "cpus": 4}],
+            "{type: local, device: cpu, cpus_per_worker: 6}",
+            "6:53: resources.pool.cpus_per_worker: each actor of pool wants 6 CPUs; the largest node (a) has 4",
+        ),
+    ],
+)
 def test_inventory_fit(nodes, pool, expected, tmp_path, monkeypatch):
     write_project(tmp_path, {"inventory": {"nodes": nodes}})
     monkeypatch.chdir(tmp_path)
@@ -133,7 +162,8 @@ def test_plugin_stage_kinds_from_rlflow_yaml(tmp_path, monkeypatch):
         text = MINIMAL.replace("uses: text2sql_reward", "uses: test_judge_reward")
         assert load_text(tmp_path, text).spec.stage("reward").uses == "test_judge_reward"
         assert problems_of(tmp_path, text.replace("name: tiny", "name: strict")) == [
-            "10:5: stages[1].with: judges need a rubric"]
+            "10:5: stages[1].with: judges need a rubric"
+        ]
     finally:
         STAGE_KINDS.unregister("test_judge_reward")
         sys.modules.pop("my_reward_kinds", None)

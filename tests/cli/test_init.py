@@ -24,18 +24,22 @@ def test_writes_the_starter_project_and_says_what_next(tmp_path, monkeypatch):
     result = init("demo")
     assert result.exit_code == 0, result.output
     demo = tmp_path / "demo"
-    for shipped, copied in ((ASSETS / "rlflow.yaml", demo / "rlflow.yaml"),
-                            (PIPELINES / "bird_grpo.yaml", demo / "pipelines" / "bird_grpo.yaml"),
-                            (PIPELINES / "bird_grpo_remote.yaml", demo / "pipelines" / "bird_grpo_remote.yaml"),
-                            (BIRD_SAMPLE / "train.json", demo / "data" / "bird_sample" / "train.json"),
-                            (WARM_START / "model.safetensors", demo / "models" / "tiny-sql-warm" / "model.safetensors")):
+    for shipped, copied in (
+        (ASSETS / "rlflow.yaml", demo / "rlflow.yaml"),
+        (PIPELINES / "bird_grpo.yaml", demo / "pipelines" / "bird_grpo.yaml"),
+        (PIPELINES / "bird_grpo_remote.yaml", demo / "pipelines" / "bird_grpo_remote.yaml"),
+        (BIRD_SAMPLE / "train.json", demo / "data" / "bird_sample" / "train.json"),
+        (WARM_START / "model.safetensors", demo / "models" / "tiny-sql-warm" / "model.safetensors"),
+    ):
         assert copied.read_bytes() == shipped.read_bytes(), copied
     assert len(list((demo / "data" / "bird_sample" / "databases").glob("*/*.sqlite"))) == 5
     assert not list(demo.rglob("__init__.py")) and not list(demo.rglob("__pycache__"))
     assert "data/bird_sample/ (8 files)" in result.output and "models/tiny-sql-warm/ (7 files)" in result.output
-    assert result.output.rstrip().endswith("next, in demo:\n  rlflow validate pipelines/bird_grpo.yaml\n"
-                                           "  rlflow graph pipelines/bird_grpo.yaml\n"
-                                           "  rlflow run pipelines/bird_grpo.yaml")
+    assert result.output.rstrip().endswith(
+        "next, in demo:\n  rlflow validate pipelines/bird_grpo.yaml\n"
+        "  rlflow graph pipelines/bird_grpo.yaml\n"
+        "  rlflow run pipelines/bird_grpo.yaml"
+    )
 
 
 def test_the_project_resolves_everything_inside_itself(tmp_path, monkeypatch):

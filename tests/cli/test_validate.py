@@ -21,8 +21,14 @@ def line_of(path: Path, needle: str) -> int:
 
 
 def rlflow(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "rlflow.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_valid_pipeline_prints_ok_and_exits_0():
@@ -35,8 +41,9 @@ def test_valid_pipeline_prints_ok_and_exits_0():
 def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
     (tmp_path / "rlflow.yaml").write_text("vars: {model_path: m, bird_root: /b}\n")
     bad = tmp_path / "bad.yaml"
-    bad.write_text((REPO / BIRD).read_text().replace("on: reward_pool", "on: reward_pol")
-                   .replace("total_steps:", "total_step:"))
+    bad.write_text(
+        (REPO / BIRD).read_text().replace("on: reward_pool", "on: reward_pol").replace("total_steps:", "total_step:")
+    )
     worse = tmp_path / "worse.yaml"
     worse.write_text("name: [\n")
     result = rlflow("validate", str(REPO / BIRD), str(bad), str(worse), cwd=tmp_path)
@@ -66,8 +73,16 @@ def test_json_output():
     (entry,) = report["files"]
     assert entry["file"] == BIRD and entry["ok"] is False
     line = line_of(REPO / BIRD, "uses: text2sql_reward")
-    assert entry["diagnostics"] == [{"file": BIRD, "line": line, "col": 53, "path": "stages[1].on",
-                                     "message": "unknown resource 'reward_pol'", "fix": "did you mean 'reward_pool'?"}]
+    assert entry["diagnostics"] == [
+        {
+            "file": BIRD,
+            "line": line,
+            "col": 53,
+            "path": "stages[1].on",
+            "message": "unknown resource 'reward_pol'",
+            "fix": "did you mean 'reward_pool'?",
+        }
+    ]
     ok = json.loads(rlflow("validate", BIRD, "--json").stdout)
     assert ok == {"ok": True, "files": [{"file": BIRD, "ok": True, "stages": 7, "resources": 2, "diagnostics": []}]}
 
@@ -101,8 +116,13 @@ def test_validate_imports_no_heavy_module():
 
 
 def test_importtime_shows_no_heavy_module():
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "rlflow.cli.main", "validate", BIRD], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "rlflow.cli.main", "validate", BIRD],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0
     imported = {line.split("|")[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
     assert "pydantic" in imported and not imported & set(HEAVY)
@@ -124,12 +144,15 @@ def test_help(args):
     assert result.returncode == 0 and "Usage" in result.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ["pipelines/bird_grpo.yaml"],
-    ["pipelines/bird_grpo.yaml", "--json"],
-    ["pipelines/bird_grpo.yaml", "--set", "trainer.total_steps=0", "-s", "algorithm.n=1"],
-    ["pipelines/bird_grpo.yaml", "pipelines/missing.yaml", "--json"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["pipelines/bird_grpo.yaml"],
+        ["pipelines/bird_grpo.yaml", "--json"],
+        ["pipelines/bird_grpo.yaml", "--set", "trainer.total_steps=0", "-s", "algorithm.n=1"],
+        ["pipelines/bird_grpo.yaml", "pipelines/missing.yaml", "--json"],
+    ],
+)
 def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, monkeypatch):
     from typer.testing import CliRunner
 
@@ -144,8 +167,17 @@ def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, 
     assert fast.out + fast.err == full.output
 
 
-@pytest.mark.parametrize("argv", [[], ["run", "x.yaml"], ["validate"], ["validate", "--help"], ["validate", "-h"],
-                                  ["validate", "x.yaml", "--strict"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["run", "x.yaml"],
+        ["validate"],
+        ["validate", "--help"],
+        ["validate", "-h"],
+        ["validate", "x.yaml", "--strict"],
+    ],
+)
 def test_anything_else_goes_to_the_full_cli(argv):
     from rlflow.cli.validate_files import fast_path
 
@@ -153,8 +185,10 @@ def test_anything_else_goes_to_the_full_cli(argv):
 
 
 def test_plain_validate_never_imports_typer():
-    code = "import sys; sys.argv = ['rlflow', 'validate', 'pipelines/bird_grpo.yaml']\n" \
-           "from rlflow.cli.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n" \
-           "print('typer' in sys.modules, 'click' in sys.modules, file=sys.stderr)"
+    code = (
+        "import sys; sys.argv = ['rlflow', 'validate', 'pipelines/bird_grpo.yaml']\n"
+        "from rlflow.cli.main import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('typer' in sys.modules, 'click' in sys.modules, file=sys.stderr)"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.stderr.strip().splitlines()[-1] == "False False", result.stderr

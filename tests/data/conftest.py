@@ -19,8 +19,12 @@ def tokenizer():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<eos>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<pad>", "<eos>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
 
@@ -32,8 +36,15 @@ def bird_dir(tmp_path: Path) -> Path:
     for db_id in ("zoo", "farm"):
         make_db(root / "databases" / db_id / f"{db_id}.sqlite")
     train = [bird_record("zoo", "How many pets?", "SELECT COUNT(*) FROM pet", question_id=i) for i in range(3)]
-    train.append(bird_record("farm", "Which pets are cats?", "SELECT name FROM pet WHERE kind = 'cat'",
-                             evidence="cat refers to kind = 'cat'", question_id=3))
+    train.append(
+        bird_record(
+            "farm",
+            "Which pets are cats?",
+            "SELECT name FROM pet WHERE kind = 'cat'",
+            evidence="cat refers to kind = 'cat'",
+            question_id=3,
+        )
+    )
     dev = [bird_record("farm", "How many dogs?", "SELECT COUNT(*) FROM pet WHERE kind = 'dog'")]
     (root / "train.json").write_text(json.dumps(train))
     (root / "dev.json").write_text(json.dumps(dev))

@@ -24,8 +24,15 @@ def make_db(path: Path, rows: int = 3) -> Path:
 
 def bird_record(db_id: str, question: str, sql: str, **extra) -> dict:
     """A record as real BIRD writes it, extra keys included."""
-    return {"question_id": extra.pop("question_id", 0), "db_id": db_id, "question": question,
-            "evidence": extra.pop("evidence", ""), "SQL": sql, "difficulty": "simple", **extra}
+    return {
+        "question_id": extra.pop("question_id", 0),
+        "db_id": db_id,
+        "question": question,
+        "evidence": extra.pop("evidence", ""),
+        "SQL": sql,
+        "difficulty": "simple",
+        **extra,
+    }
 
 
 def pipeline(**data):

@@ -18,8 +18,12 @@ from rlflow.errors import DataError
 
 
 def sample_spec(**overrides):
-    data = {"train": "rlflow/assets/data/bird_sample/train.json", "val": "rlflow/assets/data/bird_sample/dev.json",
-            "databases": "rlflow/assets/data/bird_sample/databases", **overrides}
+    data = {
+        "train": "rlflow/assets/data/bird_sample/train.json",
+        "val": "rlflow/assets/data/bird_sample/dev.json",
+        "databases": "rlflow/assets/data/bird_sample/databases",
+        **overrides,
+    }
     return pipeline(**data)
 
 
@@ -29,8 +33,13 @@ def test_shipped_sample_loads_every_question(tokenizer):
     records = json.loads((SAMPLE / "train.json").read_text())
     assert isinstance(train, PromptDataset) and len(train) == len(records)
     assert len(val) == len(json.loads((SAMPLE / "dev.json").read_text()))
-    assert train.stats == {"loaded": len(records), "skipped_missing_db": 0, "dropped_bad_gold": 0,
-                           "dropped_too_long": 0, "truncated": 0}
+    assert train.stats == {
+        "loaded": len(records),
+        "skipped_missing_db": 0,
+        "dropped_bad_gold": 0,
+        "dropped_too_long": 0,
+        "truncated": 0,
+    }
     first, record = train[0], records[0]
     assert record["question"] in first.prompt and "CREATE TABLE" in first.prompt and "```sql" in first.prompt
     info = first.reward_info
@@ -61,7 +70,7 @@ def test_to_batch_left_pads_and_tags_rows(tokenizer):
     pad = max(lengths) - min(lengths)
     assert prompts[0, :pad].tolist() == [tokenizer.pad_token_id] * pad
     assert prompts[0, pad:].tolist() == list(train[short].input_ids)
-    assert batch["uid"] == ["4-0-%d" % short, "4-1-%d" % long_]
+    assert batch["uid"] == [f"4-0-{short}", f"4-1-{long_}"]
     assert batch["raw_prompt"] == [train[short].prompt, train[long_].prompt]
     assert batch["data_source"] == ["bird", "bird"]
     batch["reward_info"][0]["gold_sql"] = "changed"
@@ -106,9 +115,11 @@ def test_missing_database_is_skipped_counted_and_named_once(bird_dir, tokenizer,
 
 def test_failing_gold_sql_is_dropped_with_a_count(bird_dir, tokenizer, caplog):
     records = json.loads((bird_dir / "train.json").read_text())
-    records += [bird_record("zoo", "Bad column?", "SELECT colour FROM pet"),
-                bird_record("zoo", "Two statements?", "SELECT 1; SELECT 2"),
-                bird_record("zoo", "A write?", "DELETE FROM pet")]
+    records += [
+        bird_record("zoo", "Bad column?", "SELECT colour FROM pet"),
+        bird_record("zoo", "Two statements?", "SELECT 1; SELECT 2"),
+        bird_record("zoo", "A write?", "DELETE FROM pet"),
+    ]
     (bird_dir / "train.json").write_text(json.dumps(records))
     with caplog.at_level(logging.WARNING, logger="rlflow.data"):
         train = load_split(pipeline(train="bird/train.json"), "train", bird_dir.parent, tokenizer)
@@ -131,8 +142,10 @@ def test_over_long_prompts_follow_truncation(bird_dir, tokenizer, mode, caplog):
         full = tokenizer(train[0].prompt)["input_ids"]
         assert len(train) == 4 and train.stats["truncated"] == 4
         assert list(train[0].input_ids) == full[-8:], "left truncation keeps the tail (the question)"
-    assert len([r for r in caplog.records if "max_prompt_length" in r.getMessage()
-                or "longer prompts" in r.getMessage()]) == 1
+    assert (
+        len([r for r in caplog.records if "max_prompt_length" in r.getMessage() or "longer prompts" in r.getMessage()])
+        == 1
+    )
 
 
 def test_jsonl_and_parquet_load_like_bird(bird_dir, tokenizer):
@@ -141,8 +154,10 @@ def test_jsonl_and_parquet_load_like_bird(bird_dir, tokenizer):
     (bird_dir / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     pq.write_table(pa.Table.from_pylist(records), bird_dir / "train.parquet")
     (bird_dir / "train.json").write_text(json.dumps(records))
-    loaded = {fmt: load_split(pipeline(train=f"bird/train.{ext}", format=fmt), "train", bird_dir.parent, tokenizer)
-              for fmt, ext in (("bird", "json"), ("jsonl", "jsonl"), ("parquet", "parquet"))}
+    loaded = {
+        fmt: load_split(pipeline(train=f"bird/train.{ext}", format=fmt), "train", bird_dir.parent, tokenizer)
+        for fmt, ext in (("bird", "json"), ("jsonl", "jsonl"), ("parquet", "parquet"))
+    }
     prompts = {fmt: [(e.prompt, e.input_ids, e.data_source) for e in ds.examples] for fmt, ds in loaded.items()}
     assert prompts["bird"] == prompts["jsonl"] == prompts["parquet"]
     assert prompts["bird"][0][2] == "zoo_set" and prompts["bird"][1][2] == "bird"
@@ -170,7 +185,6 @@ def test_prompt_template_override_and_its_errors(bird_dir, tokenizer):
         load_split(spec, "train", bird_dir.parent, tokenizer)
 
 
-
 @pytest.mark.parametrize("name, spec_field", [("train.jsonl", "train"), ("mine.j2", "prompt_template")])
 def test_a_byte_that_is_not_utf8_is_named_with_its_line_and_offset(bird_dir, tokenizer, name, spec_field):
     records = json.loads((bird_dir / "train.json").read_text())
@@ -184,9 +198,11 @@ def test_a_byte_that_is_not_utf8_is_named_with_its_line_and_offset(bird_dir, tok
     with pytest.raises(DataError, match=f"{name}:2: byte 0xff at offset {offset} is not UTF-8.*save the file as UTF-8"):
         load_split(spec, "train", bird_dir.parent, tokenizer)
 
+
 def test_malformed_records_are_all_named(bird_dir, tokenizer):
-    (bird_dir / "train.json").write_text(json.dumps([{"db_id": "zoo", "question": "Q"}, "text",
-                                                     {"db_id": "zoo", "question": 3, "SQL": "SELECT 1"}]))
+    (bird_dir / "train.json").write_text(
+        json.dumps([{"db_id": "zoo", "question": "Q"}, "text", {"db_id": "zoo", "question": 3, "SQL": "SELECT 1"}])
+    )
     with pytest.raises(DataError) as err:
         load_split(pipeline(train="bird/train.json"), "train", bird_dir.parent, tokenizer)
     message = str(err.value)
@@ -200,8 +216,10 @@ def test_db_id_must_be_a_plain_name(bird_dir, tokenizer):
         load_split(pipeline(train="bird/train.json"), "train", bird_dir.parent, tokenizer)
 
 
-@pytest.mark.parametrize("field,value", [("val", "bird/../outside/dev.json"), ("databases", "bird/../../dbs"),
-                                         ("train", "bird/../train.json")])
+@pytest.mark.parametrize(
+    "field,value",
+    [("val", "bird/../outside/dev.json"), ("databases", "bird/../../dbs"), ("train", "bird/../train.json")],
+)
 def test_paths_escaping_the_data_root_are_refused(bird_dir, tokenizer, field, value):
     data = {"train": "bird/train.json", "root": "bird", field: value}
     with pytest.raises(DataError, match=f"data.{field}: .* outside the data root"):

@@ -29,7 +29,12 @@ PIPELINE = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
 
 def snapshot(*roots: Path) -> dict[str, str]:
     """Path -> content hash of every file under ``roots``."""
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -43,10 +48,20 @@ def sandbox(tmp_path: Path):
 
 
 def rlflow(project: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(project / "home"), "RAY_USAGE_STATS_ENABLED": "0",
-           "PYTHONPATH": f"{project}{os.pathsep}{REPO}"}  # this checkout, whatever is installed
-    return subprocess.run([sys.executable, "-m", "rlflow.cli.main", *args], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "HOME": str(project / "home"),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONPATH": f"{project}{os.pathsep}{REPO}",
+    }  # this checkout, whatever is installed
+    return subprocess.run(
+        [sys.executable, "-m", "rlflow.cli.main", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def assert_refused(result: subprocess.CompletedProcess, *expected: str) -> None:
@@ -60,9 +75,12 @@ HOSTILE_PIPELINES = {
     "template_escape": ("name: x\ndescription: \"{{ ''.__class__.__mro__[1].__subclasses__() }}\"\n", "unsafe"),
     "template_os": ("name: \"{{ cycler.__init__.__globals__.os.system('touch MARKER') }}\"\n", "unsafe"),
     "python_tag": ("name: !!python/object/apply:os.system ['touch MARKER']\n", "python/object/apply"),
-    "alias_bomb": ("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-                   "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
-                   "g: [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n", "alias"),
+    "alias_bomb": (
+        "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+        "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
+        "g: [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n",
+        "alias",
+    ),
     "binary_garbage": (None, "binary"),
 }
 
@@ -103,7 +121,6 @@ def test_a_database_id_that_escapes_is_refused(sandbox):
     assert {k: v for k, v in snapshot(sandbox).items() if "/runs/" not in k} == before
 
 
-
 def test_a_byte_that_is_not_utf8_in_a_data_file_is_named_and_no_run_dir_is_left(sandbox):
     train = sandbox / "data" / "train.json"
     raw = train.read_bytes()
@@ -115,6 +132,7 @@ def test_a_byte_that_is_not_utf8_in_a_data_file_is_named_and_no_run_dir_is_left(
     assert_refused(result, "train.json:", f"byte 0xe9 at offset {offset} is not UTF-8")
     assert len(result.stderr.strip().splitlines()) <= 3, result.stderr
     assert snapshot(sandbox) == before and not (sandbox / "runs").exists(), "a run that failed early left files"
+
 
 HOSTILE_SQL = [
     "DROP TABLE product",
@@ -132,13 +150,13 @@ HOSTILE_SQL = [
 def test_hostile_sql_is_refused_and_the_database_is_untouched(sandbox):
     import time
 
+    import torch
+
     from rlflow.batch import Batch
     from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
     from rlflow.stages.base import StageContext
     from rlflow.stages.text2sql_reward import Text2SqlReward, Text2SqlRewardConfig
-
-    import torch
 
     (sandbox / "p.yaml").write_text(PIPELINE)
     spec = load_pipeline(sandbox / "p.yaml", project=load_project_config(sandbox)).spec
@@ -148,8 +166,10 @@ def test_hostile_sql_is_refused_and_the_database_is_untouched(sandbox):
     rows = len(HOSTILE_SQL)
     batch = Batch(
         {"response_mask": torch.ones(rows, 8, dtype=torch.long)},
-        {"response_text": [f"```sql\n{sql}\n```" for sql in HOSTILE_SQL],
-         "reward_info": [{"db_path": str(db), "gold_sql": "SELECT count(*) FROM product", "db_id": "shop"}] * rows},
+        {
+            "response_text": [f"```sql\n{sql}\n```" for sql in HOSTILE_SQL],
+            "reward_info": [{"db_path": str(db), "gold_sql": "SELECT count(*) FROM product", "db_id": "shop"}] * rows,
+        },
     )
     config = Text2SqlRewardConfig(timeout_s=1.0)
     ctx = StageContext(pipeline=spec, config=config, stage_name="reward")
@@ -168,14 +188,22 @@ def reference_server(tmp_path_factory):
     from rlflow.schemas.pipeline import Pipeline
 
     root = tmp_path_factory.mktemp("backend")
-    pipeline = Pipeline.model_validate({
-        "name": "hostile", "data": {"train": "t.json", "max_prompt_length": 16, "max_response_length": 8},
-        "algorithm": {"n": 2}, "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2},
-        "resources": {"arctic": {"type": "remote", "backend": "reference"}},
-        "stages": [{"name": "generate", "uses": "generate", "on": "arctic"}],
-    })
-    main_config = {"pipeline": pipeline.model_dump(by_alias=True, mode="json"), "resource": "arctic",
-                   "backend_config": {"num_threads": 1}, "project_root": str(root)}
+    pipeline = Pipeline.model_validate(
+        {
+            "name": "hostile",
+            "data": {"train": "t.json", "max_prompt_length": 16, "max_response_length": 8},
+            "algorithm": {"n": 2},
+            "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2},
+            "resources": {"arctic": {"type": "remote", "backend": "reference"}},
+            "stages": [{"name": "generate", "uses": "generate", "on": "arctic"}],
+        }
+    )
+    main_config = {
+        "pipeline": pipeline.model_dump(by_alias=True, mode="json"),
+        "resource": "arctic",
+        "backend_config": {"num_threads": 1},
+        "project_root": str(root),
+    }
     backend = create_backend("reference", main_config)
     yield backend
     backend.destroy()

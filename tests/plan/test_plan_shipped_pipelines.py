@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from plan_helpers import REPO
 
+from rlflow.check import load_pipeline
 from rlflow.plan.compile import compile_plan
 from rlflow.plan.dataflow import VERL_INDEX
 from rlflow.plan.graphviz import render_graphviz
@@ -17,7 +18,6 @@ from rlflow.plan.render_dot import render_dot
 from rlflow.plan.render_json import render_json
 from rlflow.plan.render_mermaid import render_mermaid
 from rlflow.plan.render_text import render_text
-from rlflow.check import load_pipeline
 from rlflow.schemas.project import load_project_config
 
 PIPELINES = sorted((REPO / "pipelines").glob("*.yaml"))

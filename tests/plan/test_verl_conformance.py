@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rlflow.plan.compile import compile_plan
 from rlflow.check import load_pipeline
+from rlflow.plan.compile import compile_plan
 from rlflow.schemas.project import load_project_config
 
 REPO = Path(__file__).resolve().parents[2]

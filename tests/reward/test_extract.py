@@ -9,17 +9,20 @@ from rlflow.reward.extract import extract_sql
 FENCE = "```"
 
 
-@pytest.mark.parametrize("text,expected", [
-    (f"{FENCE}sql\nSELECT 1\n{FENCE}", "SELECT 1"),
-    (f"{FENCE}SQLite\nSELECT 1;\n{FENCE}", "SELECT 1;"),
-    (f"{FENCE}\nSELECT 1\n{FENCE}", "SELECT 1"),
-    (f"{FENCE}sql SELECT 1{FENCE}", "SELECT 1"),
-    (f"draft {FENCE}sql\nSELECT 1\n{FENCE} final {FENCE}sql\nSELECT 2\n{FENCE}", "SELECT 2"),
-    (f"{FENCE}python\nprint(1)\n{FENCE} then {FENCE}sql\nSELECT 3\n{FENCE}", "SELECT 3"),
-    (f"{FENCE}sql\nSELECT 4 and no closing fence", None),
-    (f"{FENCE}python\nprint(1)\n{FENCE}", None),
-    (f"{FENCE}sql\n\n{FENCE}", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (f"{FENCE}sql\nSELECT 1\n{FENCE}", "SELECT 1"),
+        (f"{FENCE}SQLite\nSELECT 1;\n{FENCE}", "SELECT 1;"),
+        (f"{FENCE}\nSELECT 1\n{FENCE}", "SELECT 1"),
+        (f"{FENCE}sql SELECT 1{FENCE}", "SELECT 1"),
+        (f"draft {FENCE}sql\nSELECT 1\n{FENCE} final {FENCE}sql\nSELECT 2\n{FENCE}", "SELECT 2"),
+        (f"{FENCE}python\nprint(1)\n{FENCE} then {FENCE}sql\nSELECT 3\n{FENCE}", "SELECT 3"),
+        (f"{FENCE}sql\nSELECT 4 and no closing fence", None),
+        (f"{FENCE}python\nprint(1)\n{FENCE}", None),
+        (f"{FENCE}sql\n\n{FENCE}", None),
+    ],
+)
 def test_fenced(text, expected):
     assert extract_sql(text, "fenced") == expected
 

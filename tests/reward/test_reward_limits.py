@@ -28,7 +28,7 @@ BOMBS = {
     "one_huge_value": "SELECT group_concat(hex(randomblob(1000000))) FROM (" + _TO_9999 + " SELECT i FROM r)",
     # text doubled in a recursive CTE, selected four times: 64 MB
     "growing_text": "WITH RECURSIVE s(t) AS (SELECT 'x' UNION ALL SELECT t || t FROM s WHERE length(t) < 8000000) "
-                    "SELECT t, t, t, t FROM s",
+    "SELECT t, t, t, t FROM s",
 }
 
 _SCRIPT = """
@@ -74,8 +74,11 @@ def test_a_memory_error_under_the_address_space_limit_is_one_rows_zero(company_d
     """With the size cap lifted, the worker's RLIMIT_AS is what stops the hex rows; the step goes on."""
     import resource
 
-    probe = subprocess.run([sys.executable, "-c", "import torch, rlflow.reward.stage\n"
-                            "print(open('/proc/self/statm').read().split()[0])"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch, rlflow.reward.stage\nprint(open('/proc/self/statm').read().split()[0])"],
+        capture_output=True,
+        text=True,
+    )
     mapped_mb = int(probe.stdout.split()[0]) * resource.getpagesize() // 2**20
     config = {"timeout_s": 30.0, "max_result_mb": 100_000.0}
     got = score_in_subprocess(company_db, BOMBS["hex_rows"], config, address_space_mb=mapped_mb + 400)

@@ -37,12 +37,12 @@ SCORES = {"correct_score": 1.0, "partial_score": 0.25, "format_score": 0.1}
 
 def test_scores_follow_the_outcome(company_db):
     responses = [
-        fenced("SELECT name FROM dept WHERE city = 'Boston'"),                    # correct
+        fenced("SELECT name FROM dept WHERE city = 'Boston'"),  # correct
         fenced("SELECT d.name FROM dept AS d WHERE d.city IN ('Boston') ORDER BY 1 DESC"),  # correct, other order
-        fenced("SELECT name FROM dept"),                                          # runs, wrong
-        fenced("SELECT nme FROM dept"),                                           # extracted, fails
-        "I cannot answer that.",                                                  # nothing extracted
-        fenced("DROP TABLE dept"),                                                # refused: 0 even with format_score
+        fenced("SELECT name FROM dept"),  # runs, wrong
+        fenced("SELECT nme FROM dept"),  # extracted, fails
+        "I cannot answer that.",  # nothing extracted
+        fenced("DROP TABLE dept"),  # refused: 0 even with format_score
     ]
     batch = make_batch(company_db, responses, [3, 6, 2, 1, 4, 5])
     out = Text2SqlReward().run(batch, context(**SCORES))
@@ -84,8 +84,9 @@ def test_extract_mode_is_honoured(company_db):
     batch = make_batch(company_db, [f"<answer>{GOLD}</answer>", GOLD], [2, 2])
     out = Text2SqlReward().run(batch, context(extract="fenced"))
     assert out["scores"].tolist() == [0.0, 0.0]
-    out = Text2SqlReward().run(make_batch(company_db, [f"<answer>{GOLD}</answer>", GOLD], [2, 2]),
-                               context(extract="answer_tag"))
+    out = Text2SqlReward().run(
+        make_batch(company_db, [f"<answer>{GOLD}</answer>", GOLD], [2, 2]), context(extract="answer_tag")
+    )
     assert out["scores"].tolist() == [1.0, 0.0]
 
 
@@ -116,17 +117,25 @@ def test_every_sample_gold_answer_scores_correct():
     """The shipped sample end to end: each gold SQL, answered as a model would, scores 1."""
     import hashlib
     import json
-    from pathlib import Path
 
     sample = BIRD_SAMPLE
     databases = sample / "databases"
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in databases.rglob("*") if p.is_file()}
     records = json.loads((sample / "dev.json").read_text())
-    batch = Batch({"response_mask": torch.ones(len(records), 4, dtype=torch.long)}, {
-        "response_text": [fenced(r["SQL"]) for r in records],
-        "reward_info": [{"db_path": str(databases / r["db_id"] / f"{r['db_id']}.sqlite"), "gold_sql": r["SQL"],
-                         "question_id": r["question_id"]} for r in records],
-    })
+    batch = Batch(
+        {"response_mask": torch.ones(len(records), 4, dtype=torch.long)},
+        {
+            "response_text": [fenced(r["SQL"]) for r in records],
+            "reward_info": [
+                {
+                    "db_path": str(databases / r["db_id"] / f"{r['db_id']}.sqlite"),
+                    "gold_sql": r["SQL"],
+                    "question_id": r["question_id"],
+                }
+                for r in records
+            ],
+        },
+    )
     out = Text2SqlReward().run(batch, context())
     assert out.metrics["reward/exec_acc"] == 1.0 and out["scores"].sum().item() == len(records)
     after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in databases.rglob("*") if p.is_file()}

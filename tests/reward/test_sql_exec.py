@@ -34,8 +34,10 @@ HOSTILE = {
     "printf_bomb": ("SELECT printf('%.*c', 2000000000, 'x')", "refused"),
     "two_statements": ("SELECT 1; DROP TABLE t", "refused"),
     "select_then_delete": ("SELECT * FROM emp; DELETE FROM emp", "refused"),
-    "recursive_cte": ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c",
-                      "timeout"),
+    "recursive_cte": (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c",
+        "timeout",
+    ),
     "cross_join_count": (CROSS_5, "timeout"),
     "cross_join_rows": ("SELECT * FROM emp a, emp b, emp c", "too_many_rows"),
     "huge_blob": ("SELECT zeroblob(1000000000)", "error"),
@@ -69,11 +71,13 @@ def test_hostile_sql_is_refused_or_stopped(company_db, tmp_path, name):
 def test_ordinary_queries_run(company_db):
     conn = connect_readonly(company_db)
     assert execute(conn, "SELECT COUNT(*) FROM emp;", 1, 10).rows == {(40,)}
-    result = execute(conn, "SELECT T2.name, COUNT(*) FROM emp AS T1 JOIN dept AS T2 ON T1.dept_id = T2.id "
-                           "GROUP BY T2.name", 1, 10)
+    result = execute(
+        conn, "SELECT T2.name, COUNT(*) FROM emp AS T1 JOIN dept AS T2 ON T1.dept_id = T2.id GROUP BY T2.name", 1, 10
+    )
     assert result.ok and sum(n for _, n in result.rows) == 40
-    assert execute(conn, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5) "
-                         "SELECT x FROM c", 1, 10).rows == {(i,) for i in range(1, 6)}
+    assert execute(
+        conn, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5) SELECT x FROM c", 1, 10
+    ).rows == {(i,) for i in range(1, 6)}
     assert execute(conn, "SELECT nope FROM emp", 1, 10).status == "error"
     assert execute(conn, "SELECT * FROM emp", 1, 40).ok
     assert execute(conn, "SELECT * FROM emp", 1, 39).status == "too_many_rows"

@@ -12,8 +12,13 @@ REPO = Path(__file__).resolve().parents[2]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 # Small enough for a 2-core machine: 4 prompts x 4 samples, short responses, 8 validation prompts.
 SMALL = [
-    "trainer.train_batch_size=4", "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=4",
-    "algorithm.n=4", "data.max_response_length=24", "data.max_val_samples=8", "model_path=builtin:tiny-qwen2",
+    "trainer.train_batch_size=4",
+    "trainer.ppo_mini_batch_size=2",
+    "trainer.ppo_micro_batch_size=4",
+    "algorithm.n=4",
+    "data.max_response_length=24",
+    "data.max_val_samples=8",
+    "model_path=builtin:tiny-qwen2",
 ]
 
 
@@ -27,9 +32,20 @@ def as_args(items: list[str]) -> list[str]:
 
 
 def rlflow(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    full_env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}",
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "rlflow.cli.main", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -39,8 +55,15 @@ def read_jsonl(path: Path) -> list[dict]:
 def start_rlflow(*args: str, cwd: Path = REPO) -> subprocess.Popen:
     """``rlflow`` in the background, in its own session (so a test can signal or kill it)."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}"}
-    return subprocess.Popen([sys.executable, "-m", "rlflow.cli.main", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlflow.cli.main", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def kill_tree(proc: subprocess.Popen) -> None:

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from runtime_helpers import REPO, kill_tree, read_jsonl, rlflow, small_sets, start_rlflow
+
 from rlflow.runtime import checkpoints
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo.yaml")
@@ -91,7 +91,9 @@ def small_disk(tmp_path: Path):
     """A 70 MB filesystem: room for one checkpoint of the tiny model (~46 MB), not two."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=70m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=70m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.strip()}")
     yield mount
@@ -100,8 +102,9 @@ def small_disk(tmp_path: Path):
 
 def test_out_of_disk_during_a_checkpoint_fails_clearly_and_keeps_the_last_one(small_disk):
     run_dir = small_disk / "run"
-    result = rlflow("run", PIPELINE, "--run-dir", str(run_dir),
-                    *small_sets("trainer.total_steps=3", "trainer.save_freq=1", *QUIET))
+    result = rlflow(
+        "run", PIPELINE, "--run-dir", str(run_dir), *small_sets("trainer.total_steps=3", "trainer.save_freq=1", *QUIET)
+    )
     assert result.returncode == 1
     assert "save_checkpoint" in result.stderr and "No space left on device" in result.stderr
     assert "Traceback" not in result.stderr

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
 
 
@@ -34,8 +33,21 @@ def ray_head():
     ray_cli = Path(sys.executable).with_name("ray")
     env = {**os.environ, "RAY_TMPDIR": str(temp), "RAY_USAGE_STATS_ENABLED": "0"}
     port = _closed_port()
-    subprocess.run([str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-                    "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=180)
+    subprocess.run(
+        [
+            str(ray_cli),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
     yield temp, f"127.0.0.1:{port}"
     _kill_processes_under(temp)  # `ray stop` would stop every Ray on the machine, not just this head
     shutil.rmtree(temp, ignore_errors=True)

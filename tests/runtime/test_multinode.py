@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
 
 from rlflow.assets import BIRD_SAMPLE
@@ -32,11 +31,22 @@ def test_two_node_pool_gets_one_bundle_per_node_and_trains(two_node_cluster, tmp
         f"ray: {{address: '{two_node_cluster.address}'}}\n"
     )
     run_dir = tmp_path / "run"
-    result = rlflow("run", str(REPO / "pipelines" / "bird_grpo.yaml"), "--run-dir", str(run_dir),
-                    *small_sets("trainer.total_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
-                                "resources.actor_pool.nnodes=2", "resources.actor_pool.cpus_per_worker=1",
-                                "resources.reward_pool.workers=1"),
-                    cwd=tmp_path, timeout=600)
+    result = rlflow(
+        "run",
+        str(REPO / "pipelines" / "bird_grpo.yaml"),
+        "--run-dir",
+        str(run_dir),
+        *small_sets(
+            "trainer.total_steps=1",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "resources.actor_pool.nnodes=2",
+            "resources.actor_pool.cpus_per_worker=1",
+            "resources.reward_pool.workers=1",
+        ),
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     workers = json.loads((run_dir / "workers.json").read_text())
     actor = workers["actor_pool"]["workers"]

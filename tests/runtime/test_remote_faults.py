@@ -13,8 +13,15 @@ import time
 from runtime_helpers import REPO, kill_tree, read_jsonl, small_sets, start_rlflow
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo_remote.yaml")
-TINY = ("trainer.train_batch_size=2", "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=2",
-        "algorithm.n=2", "data.max_response_length=16", "trainer.val_before_train=false", "trainer.test_freq=-1")
+TINY = (
+    "trainer.train_batch_size=2",
+    "trainer.ppo_mini_batch_size=2",
+    "trainer.ppo_micro_batch_size=2",
+    "algorithm.n=2",
+    "data.max_response_length=16",
+    "trainer.val_before_train=false",
+    "trainer.test_freq=-1",
+)
 
 
 def _backend_pid(run_dir) -> int | None:
@@ -64,11 +71,13 @@ def test_twenty_steps_survive_two_backend_restarts(tmp_path):
     killed = []
     try:
         for at_step in (5, 12):
-            assert _wait(lambda: at_step in _steps(run_dir), proc, timeout=900), proc.stderr.read()[-2000:]
+            assert _wait(lambda at_step=at_step: at_step in _steps(run_dir), proc, timeout=900), proc.stderr.read()[
+                -2000:
+            ]
             pid = _backend_pid(run_dir)
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
-            assert _wait(lambda: _backend_pid(run_dir) not in (None, pid), proc, timeout=600), "no new backend"
+            assert _wait(lambda pid=pid: _backend_pid(run_dir) not in (None, pid), proc, timeout=600), "no new backend"
         _, err = proc.communicate(timeout=900)
     finally:
         kill_tree(proc)

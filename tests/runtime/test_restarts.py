@@ -8,15 +8,24 @@ from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
 def _pipeline_with_death(project_dir, at_step: int):
     text = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
     marker = project_dir / "died.marker"
-    text += f"  - {{name: crash, uses: test_die_once, on: reward_pool, with: {{marker: '{marker}', at_step: {at_step}}}}}\n"
+    text += (
+        f"  - {{name: crash, uses: test_die_once, on: reward_pool, with: {{marker: '{marker}', at_step: {at_step}}}}}\n"
+    )
     (project_dir / "crash.yaml").write_text(text)
     return marker
 
 
 def test_dead_worker_fails_fast_with_the_cause(project_dir):
     marker = _pipeline_with_death(project_dir, at_step=1)
-    result = rlflow("run", "crash.yaml", "--run-dir", str(project_dir / "run"),
-                    *small_sets("trainer.total_steps=2", "trainer.val_before_train=false"), cwd=project_dir, timeout=300)
+    result = rlflow(
+        "run",
+        "crash.yaml",
+        "--run-dir",
+        str(project_dir / "run"),
+        *small_sets("trainer.total_steps=2", "trainer.val_before_train=false"),
+        cwd=project_dir,
+        timeout=300,
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert marker.exists()
     assert "stage 'crash'" in result.stderr and "of resource 'reward_pool' died" in result.stderr
@@ -26,9 +35,21 @@ def test_dead_worker_fails_fast_with_the_cause(project_dir):
 def test_dead_worker_restarts_and_resumes_without_losing_or_repeating_a_step(project_dir):
     _pipeline_with_death(project_dir, at_step=3)
     run_dir = project_dir / "run"
-    result = rlflow("run", "crash.yaml", "--run-dir", str(run_dir),
-                    *small_sets("trainer.total_steps=4", "trainer.save_freq=2", "trainer.max_restarts=1",
-                                "trainer.val_before_train=false", "trainer.test_freq=-1"), cwd=project_dir, timeout=600)
+    result = rlflow(
+        "run",
+        "crash.yaml",
+        "--run-dir",
+        str(run_dir),
+        *small_sets(
+            "trainer.total_steps=4",
+            "trainer.save_freq=2",
+            "trainer.max_restarts=1",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+        ),
+        cwd=project_dir,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "restart 1 of 1" in result.stderr
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4]

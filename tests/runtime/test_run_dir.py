@@ -32,8 +32,10 @@ def test_latest_run(tmp_path):
 
 def hold_lock_in_subprocess(path):
     """A separate process that claims ``path`` and sleeps; its stdout's first line says it holds it."""
-    code = ("import sys, time\nfrom rlflow.runtime.run_lock import claim_run_dir\n"
-            "lock = claim_run_dir(sys.argv[1])\nprint('held', flush=True)\ntime.sleep(120)\n")
+    code = (
+        "import sys, time\nfrom rlflow.runtime.run_lock import claim_run_dir\n"
+        "lock = claim_run_dir(sys.argv[1])\nprint('held', flush=True)\ntime.sleep(120)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc

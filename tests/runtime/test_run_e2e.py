@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from runtime_helpers import REPO, SMALL, read_jsonl, rlflow, small_sets
-from rlflow.plan.compile import compile_plan
+
 from rlflow.check import load_pipeline
+from rlflow.plan.compile import compile_plan
 from rlflow.schemas.project import load_project_config
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo.yaml")
@@ -36,12 +36,33 @@ def test_run_directory_holds_the_contract_files(two_step_run):
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
     assert "val-core/bird/exec_acc/mean@1" in metrics[0] and "val-core/bird/exec_acc/mean@1" in metrics[2]
-    for name in ("timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/adv",
-                 "timing_s/update_actor", "timing_s/save_checkpoint", "timing_s/update_weights", "timing_s/step",
-                 "critic/score/mean", "critic/advantages/mean", "response_length/mean", "prompt_length/mean",
-                 "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/kl_loss",
-                 "actor/grad_norm", "actor/lr", "perf/throughput", "timing_per_token_ms/gen",
-                 "training/global_step", "training/epoch", "reward/exec_acc"):
+    for name in (
+        "timing_s/gen",
+        "timing_s/reward",
+        "timing_s/old_log_prob",
+        "timing_s/ref",
+        "timing_s/adv",
+        "timing_s/update_actor",
+        "timing_s/save_checkpoint",
+        "timing_s/update_weights",
+        "timing_s/step",
+        "critic/score/mean",
+        "critic/advantages/mean",
+        "response_length/mean",
+        "prompt_length/mean",
+        "actor/pg_loss",
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "actor/entropy",
+        "actor/kl_loss",
+        "actor/grad_norm",
+        "actor/lr",
+        "perf/throughput",
+        "timing_per_token_ms/gen",
+        "training/global_step",
+        "training/epoch",
+        "reward/exec_acc",
+    ):
         assert name in metrics[1], name
     assert metrics[1]["training/global_step"] == 1
 
@@ -90,7 +111,12 @@ def test_resume_with_nothing_left_to_train_exits_non_zero(two_step_run):
 
 def test_resume_with_a_changed_pipeline_is_refused(two_step_run):
     run_dir = two_step_run
-    result = rlflow("run", PIPELINE, "--resume", str(run_dir),
-                    *small_sets(*TWO_STEPS, "trainer.total_steps=9", "algorithm.clip_ratio=0.3"))
+    result = rlflow(
+        "run",
+        PIPELINE,
+        "--resume",
+        str(run_dir),
+        *small_sets(*TWO_STEPS, "trainer.total_steps=9", "algorithm.clip_ratio=0.3"),
+    )
     assert result.returncode == 2
     assert "algorithm.clip_ratio: 0.2 -> 0.3" in result.stderr and "--force" in result.stderr

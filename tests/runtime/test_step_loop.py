@@ -23,8 +23,14 @@ from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.trainer import StepLoop, load_data
 
 NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/gen_seconds", "sync/seconds")  # wall-clock
-SETS = [*SMALL, "trainer.total_steps=2", "trainer.save_freq=1", "trainer.test_freq=1", "data.max_val_samples=4",
-        "trainer.val_before_train=true"]
+SETS = [
+    *SMALL,
+    "trainer.total_steps=2",
+    "trainer.save_freq=1",
+    "trainer.test_freq=1",
+    "data.max_val_samples=4",
+    "trainer.val_before_train=true",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -61,8 +67,19 @@ def test_two_steps_with_every_phase_and_an_exact_resume(tmp_path):
 
     trace = [json.loads(line) for line in (tmp_path / "a" / "trace.jsonl").read_text().splitlines()]
     step1 = [r["stage"] for r in trace if r["step"] == 1]
-    assert step1 == ["generate", "reward", "old_log_prob", "ref_log_prob", "advantage", "update_actor",
-                     "save_checkpoint", "sync_weights", "validate", "validate", "validate"]  # rollout, reward, metrics
+    assert step1 == [
+        "generate",
+        "reward",
+        "old_log_prob",
+        "ref_log_prob",
+        "advantage",
+        "update_actor",
+        "save_checkpoint",
+        "sync_weights",
+        "validate",
+        "validate",
+        "validate",
+    ]  # rollout, reward, metrics
 
     resumed = run_loop(tmp_path / "b", resume=ckpts / "step_1")
     assert [m["step"] for m in resumed] == [2]

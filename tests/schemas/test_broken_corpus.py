@@ -8,16 +8,25 @@ in-process; a handful go through the real CLI in a subprocess.
 from __future__ import annotations
 
 import pytest
-
 from schema_helpers import BROKEN, read_case, run_cli, write_project
-from rlflow.errors import ConfigError
+
 from rlflow.check import load_pipeline
+from rlflow.errors import ConfigError
 from rlflow.schemas.project import load_project_config
 
 NO_HEADER = {"empty.yaml": [(1, "the file is empty")]}
 CASES = sorted(BROKEN.glob("*.yaml"))
-CLI_CASES = ["python_tag_os_system", "sandbox_escape_os_system", "alias_bomb", "binary_garbage", "bad_set_path",
-             "inventory_gpu_shortfall", "empty", "template_line_shift", "base_unknown_stage"]
+CLI_CASES = [
+    "python_tag_os_system",
+    "sandbox_escape_os_system",
+    "alias_bomb",
+    "binary_garbage",
+    "bad_set_path",
+    "inventory_gpu_shortfall",
+    "empty",
+    "template_line_shift",
+    "base_unknown_stage",
+]
 
 
 def _expectations(path):

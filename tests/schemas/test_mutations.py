@@ -16,21 +16,24 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from rlflow.errors import ConfigError
-from rlflow.check import load_pipeline
-from rlflow.schemas.project import load_project_config
 from schema_helpers import BIRD, REPO
+
+from rlflow.check import load_pipeline
+from rlflow.errors import ConfigError
+from rlflow.schemas.project import load_project_config
 
 PROJECT = load_project_config(REPO)
 SOURCE = BIRD.read_text()
 DATA = load_pipeline(BIRD, project=PROJECT).data
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=False),
-                    st.text(max_size=12))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                       st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                      max_leaves=6)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(allow_nan=False), st.text(max_size=12)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=6,
+)
 text_chars = st.characters(blacklist_categories=("Cs",))
 
 
@@ -104,7 +107,7 @@ def test_text_mutations_only_raise_config_errors(folder, data):
     for _ in range(data.draw(st.integers(1, 3))):
         at = data.draw(st.integers(0, len(text)))
         cut = data.draw(st.integers(0, 3))
-        text = text[:at] + data.draw(st.text(text_chars, max_size=4)) + text[at + cut:]
+        text = text[:at] + data.draw(st.text(text_chars, max_size=4)) + text[at + cut :]
     path = folder / "mutated_text.yaml"
     path.write_text(text, encoding="utf-8")
     _check(path)

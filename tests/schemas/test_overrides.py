@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from rlflow.errors import ConfigError
-from rlflow.check import load_pipeline
-from rlflow.schemas.overrides import parse_settings
 from schema_helpers import BIRD, MINIMAL, load_text, problems_of
+
+from rlflow.check import load_pipeline
+from rlflow.errors import ConfigError
+from rlflow.schemas.overrides import parse_settings
 
 
 def test_values_are_read_as_yaml():
@@ -19,14 +19,24 @@ def test_values_are_read_as_yaml():
 def test_malformed_settings():
     _, problems = parse_settings(["novalue", "=3", "1abc=2"], "p")
     assert [p.message for p in problems] == [
-        "--set 'novalue': expected name=value", "--set '=3': expected name=value",
+        "--set 'novalue': expected name=value",
+        "--set '=3': expected name=value",
         "--set '1abc=2': '1abc' is not a valid variable name",
     ]
 
 
 def test_template_variable_and_paths(project_dir):
-    loaded = load_pipeline(BIRD, ["bird_root=/data/bird", "stages.0.with.temperature=0.7", "trainer.seed=7",
-                                  "trainer.optim.lr=3e-6", "algorithm.n=4", "description=from the command line"])
+    loaded = load_pipeline(
+        BIRD,
+        [
+            "bird_root=/data/bird",
+            "stages.0.with.temperature=0.7",
+            "trainer.seed=7",
+            "trainer.optim.lr=3e-6",
+            "algorithm.n=4",
+            "description=from the command line",
+        ],
+    )
     spec = loaded.spec
     assert spec.data.train == "/data/bird/train.json"
     assert spec.stages[0].with_ == {"temperature": 0.7}
@@ -42,21 +52,38 @@ def test_a_path_the_file_does_not_hold_yet(project_dir):
     assert spec.stages[1].with_ == {"timeout_s": 2}
 
 
-@pytest.mark.parametrize("setting, expected", [
-    ("trainer.sedd=3", "4:1: trainer.sedd: --set trainer.sedd=3: unknown key 'sedd' (did you mean 'seed'?)"),
-    ("trainr.seed=3", "1:1: trainr.seed: --set trainr.seed=3: unknown key 'trainr' (did you mean 'trainer'?)"),
-    ("stages.9.on=pool", "8:1: stages[9].on: --set stages.9.on=pool: index 9 is out of range (stages has 6 items)"),
-    ("stages.generate.on=pool", "8:1: stages.generate.on: --set stages.generate.on=pool: stages is a list; "
-                                "index it with a number (0..5)"),
-    ("stages.0.with.tempature=1", "9:5: stages[0].with.tempature: --set stages.0.with.tempature=1: unknown key "
-                                  "'tempature' for stage kind 'generate' (did you mean 'temperature'?)"),
-    ("trainer.seed.x=1", "4:1: trainer.seed.x: --set trainer.seed.x=1: trainer.seed is a single value, not a "
-                         "mapping (set it whole: --set trainer.seed=...)"),
-    ("modle_path=x", "1:1: --set modle_path=x: the pipeline has no template variable 'modle_path' "
-                     "(and no top-level field of that name) (did you mean 'model_path'?)"),
-    ("zzz=x", "1:1: --set zzz=x: the pipeline has no template variable 'zzz' "
-              "(and no top-level field of that name) (its variables: bird_root, model_path)"),
-])
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        ("trainer.sedd=3", "4:1: trainer.sedd: --set trainer.sedd=3: unknown key 'sedd' (did you mean 'seed'?)"),
+        ("trainr.seed=3", "1:1: trainr.seed: --set trainr.seed=3: unknown key 'trainr' (did you mean 'trainer'?)"),
+        ("stages.9.on=pool", "8:1: stages[9].on: --set stages.9.on=pool: index 9 is out of range (stages has 6 items)"),
+        (
+            "stages.generate.on=pool",
+            "8:1: stages.generate.on: --set stages.generate.on=pool: stages is a list; index it with a number (0..5)",
+        ),
+        (
+            "stages.0.with.tempature=1",
+            "9:5: stages[0].with.tempature: --set stages.0.with.tempature=1: unknown key "
+            "'tempature' for stage kind 'generate' (did you mean 'temperature'?)",
+        ),
+        (
+            "trainer.seed.x=1",
+            "4:1: trainer.seed.x: --set trainer.seed.x=1: trainer.seed is a single value, not a "
+            "mapping (set it whole: --set trainer.seed=...)",
+        ),
+        (
+            "modle_path=x",
+            "1:1: --set modle_path=x: the pipeline has no template variable 'modle_path' "
+            "(and no top-level field of that name) (did you mean 'model_path'?)",
+        ),
+        (
+            "zzz=x",
+            "1:1: --set zzz=x: the pipeline has no template variable 'zzz' "
+            "(and no top-level field of that name) (its variables: bird_root, model_path)",
+        ),
+    ],
+)
 def test_bad_paths_are_reported_with_did_you_mean(setting, expected, project_dir):
     problems = problems_of(project_dir, MINIMAL, [setting])
     assert expected in problems, problems
@@ -64,8 +91,9 @@ def test_bad_paths_are_reported_with_did_you_mean(setting, expected, project_dir
 
 def test_wrong_value_type_is_a_schema_error(project_dir):
     problems = problems_of(project_dir, MINIMAL, ["trainer.train_batch_size=many"])
-    assert ("4:29: trainer.train_batch_size: --set trainer.train_batch_size=many: expected an integer, "
-            "got string 'many'") in problems
+    assert (
+        "4:29: trainer.train_batch_size: --set trainer.train_batch_size=many: expected an integer, got string 'many'"
+    ) in problems
 
 
 def test_values_set_on_the_command_line_are_named_as_such_in_every_error(project_dir):

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from schema_helpers import BIRD, MINIMAL, REPO, load_text, problems_of
 
+from rlflow.check import load_pipeline
 from rlflow.errors import ConfigError
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path
-from rlflow.check import load_pipeline
 from rlflow.schemas.loader import LoadedPipeline
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.schemas.project import load_project_config
-from schema_helpers import BIRD, MINIMAL, REPO, load_text, problems_of
 
 PIPELINES = sorted((REPO / "pipelines").glob("*.yaml"))
 
@@ -78,8 +78,10 @@ def test_a_broken_stage_does_not_cause_false_alarms(project_dir):
     text = MINIMAL.replace("on: pool}\n  - {name: reward", "on: pool, x: 1}\n  - {name: reward")
     text = text.replace("{name: reward, uses: text2sql_reward, on: rw}", "{name: reward, uses: 7, on: rw}")
     problems = problems_of(project_dir, text)
-    assert problems == ["9:48: stages[0].x: unknown key 'x' (known keys: name, on, timeout_s, uses, with)",
-                        "10:26: stages[1].uses: expected a string, got integer 7"]
+    assert problems == [
+        "9:48: stages[0].x: unknown key 'x' (known keys: name, on, timeout_s, uses, with)",
+        "10:26: stages[1].uses: expected a string, got integer 7",
+    ]
 
 
 def test_broken_resources_silence_resource_rules(project_dir):
@@ -97,11 +99,15 @@ def test_every_diagnostic_has_a_file_and_a_line(project_dir):
 
 
 def test_diagnostic_text_and_paths():
-    d = Diagnostic("bird_grpo.yaml", 14, 5, "stages[2].on", "unknown resource 'actor_pol'",
-                   "did you mean 'actor_pool'?")
+    d = Diagnostic(
+        "bird_grpo.yaml", 14, 5, "stages[2].on", "unknown resource 'actor_pol'", "did you mean 'actor_pool'?"
+    )
     assert str(d) == "bird_grpo.yaml:14:5: stages[2].on: unknown resource 'actor_pol' (did you mean 'actor_pool'?)"
     assert str(Diagnostic("f", 1, 1, "", "empty")) == "f:1:1: empty"
     assert d.to_dict()["fix"] == "did you mean 'actor_pool'?"
-    assert parse_path("stages[2].with.temperature") == parse_path("stages.2.with.temperature") == (
-        "stages", 2, "with", "temperature")
+    assert (
+        parse_path("stages[2].with.temperature")
+        == parse_path("stages.2.with.temperature")
+        == ("stages", 2, "with", "temperature")
+    )
     assert format_path(("stages", 2, "on")) == "stages[2].on"

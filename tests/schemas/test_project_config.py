@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+from schema_helpers import REPO
 
 from rlflow.errors import ConfigError
 from rlflow.schemas.project import ProjectConfig, find_project_file, load_project_config
-from schema_helpers import REPO
 
 
 def test_found_by_walking_up_from_a_subfolder(tmp_path, monkeypatch):
@@ -42,23 +43,32 @@ def test_the_repository_config_loads():
 
 def test_config_is_frozen(tmp_path):
     config = load_project_config(tmp_path)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         config.runs_dir = "x"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("ray: {adress: auto}\n", "rlflow.yaml:1:7: ray.adress: unknown key 'adress' (did you mean 'address'?)"),
-    ("logging:\n  sinks: [console, wandbb]\n",
-     "rlflow.yaml:2:20: logging.sinks[1]: 'wandbb' is not one of console, jsonl, tensorboard, wandb, mlflow "
-     "(did you mean 'wandb'?)"),
-    ("inventory:\n  nodes:\n    - {name: a, gpus: -1, cpus: 4}\n",
-     "rlflow.yaml:3:23: inventory.nodes[0].gpus: should be greater than or equal to 0; got -1"),
-    ("inventory:\n  nodes:\n    - {name: a, cpus: 4}\n    - {name: a, cpus: 4}\n",
-     "rlflow.yaml:4:14: inventory.nodes[1].name: duplicate node name 'a' (also nodes[0])"),
-    ("- a\n", "rlflow.yaml:1:1: rlflow.yaml must be a mapping of settings (see docs/pipeline_format.md)"),
-    ("vars: {a: 1, a: 2}\n", "rlflow.yaml:1:14: vars.a: duplicate key 'a', first set on line 1"),
-    ("runs_dir: [a\n", "rlflow.yaml:2:1: YAML syntax error"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("ray: {adress: auto}\n", "rlflow.yaml:1:7: ray.adress: unknown key 'adress' (did you mean 'address'?)"),
+        (
+            "logging:\n  sinks: [console, wandbb]\n",
+            "rlflow.yaml:2:20: logging.sinks[1]: 'wandbb' is not one of console, jsonl, tensorboard, wandb, mlflow "
+            "(did you mean 'wandb'?)",
+        ),
+        (
+            "inventory:\n  nodes:\n    - {name: a, gpus: -1, cpus: 4}\n",
+            "rlflow.yaml:3:23: inventory.nodes[0].gpus: should be greater than or equal to 0; got -1",
+        ),
+        (
+            "inventory:\n  nodes:\n    - {name: a, cpus: 4}\n    - {name: a, cpus: 4}\n",
+            "rlflow.yaml:4:14: inventory.nodes[1].name: duplicate node name 'a' (also nodes[0])",
+        ),
+        ("- a\n", "rlflow.yaml:1:1: rlflow.yaml must be a mapping of settings (see docs/pipeline_format.md)"),
+        ("vars: {a: 1, a: 2}\n", "rlflow.yaml:1:14: vars.a: duplicate key 'a', first set on line 1"),
+        ("runs_dir: [a\n", "rlflow.yaml:2:1: YAML syntax error"),
+    ],
+)
 def test_errors_are_positioned(text, expected, tmp_path, monkeypatch):
     (tmp_path / "rlflow.yaml").write_text(text)
     monkeypatch.chdir(tmp_path)

@@ -20,20 +20,27 @@ def test_undefined_variable_is_positioned_with_did_you_mean():
     for source in ("a: 1\nb: {{ bird_rot }}/x\n", "a: 1\nb: {{ bird_rot | upper }}/x\n"):
         text, problems = render(source, {"bird_root": "/d"}, "f")
         assert text is None
-        assert str(problems[0]) == ("f:2:7: undefined template variable 'bird_rot' (did you mean 'bird_root'?; "
-                                    "define it under vars: in rlflow.yaml or pass --set bird_rot=...)")
+        assert str(problems[0]) == (
+            "f:2:7: undefined template variable 'bird_rot' (did you mean 'bird_root'?; "
+            "define it under vars: in rlflow.yaml or pass --set bird_rot=...)"
+        )
 
 
-@pytest.mark.parametrize("source, words", [
-    ("a: {{ ''.__class__.__mro__ }}", "access to attribute '__class__'"),
-    ("a: {{ cycler.__init__.__globals__.os.system('touch x') }}", "access to attribute '__init__'"),
-    ("a: {{ lipsum.__globals__ }}", "__globals__"),
-    ("a: {{ 10 ** 100000000 }}", "exponent 100000000 is too large"),
-    ("a: {{ 'x' * 100000000 }}", "repetition would build"),
-    ("{% for i in range(90000) %}xxxxxxxxxxxxxxxxxxxx{% endfor %}", "renders more than"),
-    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
-     "loops over range() may run at most 100000 times in all"),
-])
+@pytest.mark.parametrize(
+    "source, words",
+    [
+        ("a: {{ ''.__class__.__mro__ }}", "access to attribute '__class__'"),
+        ("a: {{ cycler.__init__.__globals__.os.system('touch x') }}", "access to attribute '__init__'"),
+        ("a: {{ lipsum.__globals__ }}", "__globals__"),
+        ("a: {{ 10 ** 100000000 }}", "exponent 100000000 is too large"),
+        ("a: {{ 'x' * 100000000 }}", "repetition would build"),
+        ("{% for i in range(90000) %}xxxxxxxxxxxxxxxxxxxx{% endfor %}", "renders more than"),
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "loops over range() may run at most 100000 times in all",
+        ),
+    ],
+)
 def test_sandbox_refusals_are_diagnostics(source, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text, problems = render(source, {}, "f")
@@ -60,7 +67,7 @@ def test_template_variables():
 
 names = st.sampled_from(["x", "y", "model_path", "true", "none", "False", "dict"])
 values = st.one_of(st.text(max_size=8), st.integers(), st.floats(allow_nan=False), st.booleans(), st.none())
-pieces = st.one_of(st.text(alphabet="ab :-{}\n#", max_size=6), names.map(lambda n: "{{ %s }}" % n))
+pieces = st.one_of(st.text(alphabet="ab :-{}\n#", max_size=6), names.map(lambda n: "{{ " + n + " }}"))
 
 
 @settings(max_examples=200, deadline=None)

@@ -20,8 +20,22 @@ def test_core_schema_scalars():
         "lr: 1e-6\nx: 1.5\ninf: -.inf\nday: 2024-01-01\nq: '1'\n"
     )
     assert problems == []
-    assert data == {"on": "yes", "no": "off", "t": True, "f": False, "n": None, "e": None, "i": 31, "o": 15,
-                    "d": -12, "lr": 1e-6, "x": 1.5, "inf": -math.inf, "day": "2024-01-01", "q": "1"}
+    assert data == {
+        "on": "yes",
+        "no": "off",
+        "t": True,
+        "f": False,
+        "n": None,
+        "e": None,
+        "i": 31,
+        "o": 15,
+        "d": -12,
+        "lr": 1e-6,
+        "x": 1.5,
+        "inf": -math.inf,
+        "day": "2024-01-01",
+        "q": "1",
+    }
 
 
 def test_positions_of_keys_and_values_are_one_based():
@@ -49,14 +63,17 @@ def test_merge_keys_and_anchors():
     assert data["l"] == [{"x": 1, "y": 2}]
 
 
-@pytest.mark.parametrize("text, tag", [
-    ("a: !!python/object/apply:os.system ['echo hi']", "!!python/object/apply:os.system"),
-    ("a: !!python/name:os.system", "!!python/name:os.system"),
-    ("a: !!binary aGk=", "!!binary"),
-    ("a: !!set {x}", "!!set"),
-    ("a: !custom 1", "!custom"),
-    ("!!python/object:os.Foo {a: 1}", "!!python/object:os.Foo"),
-])
+@pytest.mark.parametrize(
+    "text, tag",
+    [
+        ("a: !!python/object/apply:os.system ['echo hi']", "!!python/object/apply:os.system"),
+        ("a: !!python/name:os.system", "!!python/name:os.system"),
+        ("a: !!binary aGk=", "!!binary"),
+        ("a: !!set {x}", "!!set"),
+        ("a: !custom 1", "!custom"),
+        ("!!python/object:os.Foo {a: 1}", "!!python/object:os.Foo"),
+    ],
+)
 def test_any_non_standard_tag_is_refused(text, tag):
     data, _, problems = load(text)
     assert len(problems) == 1 and f"tag {tag} is not allowed" in problems[0]
@@ -73,26 +90,33 @@ def test_alias_bomb_is_refused_quickly():
     lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
     data, _, problems = load("\n".join(lines))
     assert data is None
-    assert problems == [f"f.yaml:5:1: a4: document expands to more than {MAX_NODES} nodes (alias bomb?) "
-                        "(use fewer aliases; a pipeline is small)"]
+    assert problems == [
+        f"f.yaml:5:1: a4: document expands to more than {MAX_NODES} nodes (alias bomb?) "
+        "(use fewer aliases; a pipeline is small)"
+    ]
 
 
 def test_self_referencing_alias_and_deep_nesting_are_refused():
     data, _, problems = load("loop: &s [*s]")
     assert data is None and "nests deeper than 64 levels (is an anchor used inside itself?" in problems[0]
     assert load("a: " + "[" * 100 + "]" * 100)[2] == [
-        "f.yaml:1:1: a: document nests deeper than 64 levels (is an anchor used inside itself? pipelines are shallow)"]
-    assert load("a: " + "[" * 5000 + "]" * 5000)[2] == ["f.yaml:1:204: brackets nest more than 200 deep "
-                                                        "(pipelines are shallow)"]
+        "f.yaml:1:1: a: document nests deeper than 64 levels (is an anchor used inside itself? pipelines are shallow)"
+    ]
+    assert load("a: " + "[" * 5000 + "]" * 5000)[2] == [
+        "f.yaml:1:204: brackets nest more than 200 deep (pipelines are shallow)"
+    ]
 
 
-@pytest.mark.parametrize("text, where, words", [
-    ("a:\n\tb: 1\n", "2:1", "YAML does not allow tabs"),
-    ("a: [1, 2\n", "2:1", "expected ',' or ']'"),
-    ("a: 'open\nb: 1\n", "1:4", "while scanning a quoted scalar"),
-    ("a: 1\n---\nb: 2\n", "2:1", "expected a single document"),
-    ("? [a]\n: 1\n", "1:3", "mapping keys must be plain text"),
-])
+@pytest.mark.parametrize(
+    "text, where, words",
+    [
+        ("a:\n\tb: 1\n", "2:1", "YAML does not allow tabs"),
+        ("a: [1, 2\n", "2:1", "expected ',' or ']'"),
+        ("a: 'open\nb: 1\n", "1:4", "while scanning a quoted scalar"),
+        ("a: 1\n---\nb: 2\n", "2:1", "expected a single document"),
+        ("? [a]\n: 1\n", "1:3", "mapping keys must be plain text"),
+    ],
+)
 def test_syntax_errors_carry_positions(text, where, words):
     _, _, problems = load(text)
     assert len(problems) == 1 and problems[0].startswith(f"f.yaml:{where}:") and words in problems[0], problems
@@ -112,8 +136,9 @@ def test_decode_refuses_binary_and_non_utf8():
     assert decode_text("naïve: 1\n".encode(), "f")[0] == "naïve: 1\n"
     assert decode_text(b"\xef\xbb\xbfa: 1", "f")[0] == "a: 1"  # a BOM is dropped
     _, problems = decode_text(b"a: 1\nb: \x00\x01", "f")
-    assert str(problems[0]) == ("f:2:4: binary data: control character 0x00 is not allowed "
-                                "(is this a pipeline YAML file?)")
+    assert str(problems[0]) == (
+        "f:2:4: binary data: control character 0x00 is not allowed (is this a pipeline YAML file?)"
+    )
     _, problems = decode_text(b"a: caf\xe9\n", "f")
     assert str(problems[0]).startswith("f:1:7: not UTF-8 text (byte 0xe9 at offset 6)")
     _, problems = decode_text(b"a: \x07bell", "f")

@@ -19,8 +19,9 @@ from rlflow.stages.base import StageContext
 TEXTS = ["How many singers are there?", "List the names of all shops in Boston.", "SELECT"]
 
 
-def make_pipeline(*, algorithm: dict | None = None, trainer: dict | None = None, generate: dict | None = None,
-                  with_ref: bool = False) -> Pipeline:
+def make_pipeline(
+    *, algorithm: dict | None = None, trainer: dict | None = None, generate: dict | None = None, with_ref: bool = False
+) -> Pipeline:
     stages = [
         {"name": "generate", "uses": "generate", "on": "pool", "with": generate or {}},
         {"name": "old_log_prob", "uses": "old_log_prob", "on": "pool"},
@@ -30,14 +31,22 @@ def make_pipeline(*, algorithm: dict | None = None, trainer: dict | None = None,
     ]
     if with_ref:
         stages.insert(2, {"name": "ref_log_prob", "uses": "ref_log_prob", "on": "pool"})
-    return Pipeline.model_validate({
-        "name": "stage-test",
-        "data": {"train": "train.json", "max_prompt_length": 32, "max_response_length": 8},
-        "algorithm": {"n": 2, **(algorithm or {})},
-        "trainer": {"train_batch_size": 3, "ppo_mini_batch_size": 3, "seed": 7, "optim": {"lr": 1e-3}, **(trainer or {})},
-        "resources": {"pool": {"type": "local", "device": "cpu"}},
-        "stages": stages,
-    })
+    return Pipeline.model_validate(
+        {
+            "name": "stage-test",
+            "data": {"train": "train.json", "max_prompt_length": 32, "max_response_length": 8},
+            "algorithm": {"n": 2, **(algorithm or {})},
+            "trainer": {
+                "train_batch_size": 3,
+                "ppo_mini_batch_size": 3,
+                "seed": 7,
+                "optim": {"lr": 1e-3},
+                **(trainer or {}),
+            },
+            "resources": {"pool": {"type": "local", "device": "cpu"}},
+            "stages": stages,
+        }
+    )
 
 
 def data_batch(tokenizer, step: int = 1, texts: list[str] = TEXTS) -> Batch:
@@ -54,8 +63,14 @@ def data_batch(tokenizer, step: int = 1, texts: list[str] = TEXTS) -> Batch:
 def run_stage(pipeline: Pipeline, engine, name: str, batch: Batch, step: int = 1, config: dict | None = None) -> Batch:
     spec = pipeline.stage(name)
     kind = get_stage_kind(spec.uses)
-    ctx = StageContext(pipeline=pipeline, config=kind.parse_config(spec.with_ if config is None else config),
-                       stage_name=name, step=step, engine=engine, reads=kind.reads(pipeline, spec))
+    ctx = StageContext(
+        pipeline=pipeline,
+        config=kind.parse_config(spec.with_ if config is None else config),
+        stage_name=name,
+        step=step,
+        engine=engine,
+        reads=kind.reads(pipeline, spec),
+    )
     return kind().run(batch, ctx)
 
 

@@ -9,11 +9,10 @@ import torch
 from rlflow.batch import Batch
 from rlflow.errors import StageError
 from rlflow.stages.base import StageContext
-from rlflow.stages.group_filter import GroupFilter
 from rlflow.stages.group_filter import GroupFilter, group_ids, group_std
+from rlflow.stages.registry import get_stage_kind
 
 run_group_filter = GroupFilter().run
-from rlflow.stages.registry import get_stage_kind
 
 
 def context(**config) -> StageContext:

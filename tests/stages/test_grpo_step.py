@@ -19,8 +19,11 @@ ORDER = ("generate", "old_log_prob", "ref_log_prob", "advantage", "update_actor"
 def train(seed_steps: int = 2) -> tuple[list[dict], list[torch.Tensor]]:
     from rlflow.backends.local.local_engine import LocalEngine
 
-    pipeline = make_pipeline(algorithm={"use_kl_loss": True, "kl_loss_coef": 0.01}, with_ref=True,
-                             trainer={"ppo_mini_batch_size": 1, "optim": {"lr": 5e-3}})
+    pipeline = make_pipeline(
+        algorithm={"use_kl_loss": True, "kl_loss_coef": 0.01},
+        with_ref=True,
+        trainer={"ppo_mini_batch_size": 1, "optim": {"lr": 5e-3}},
+    )
     engine = LocalEngine(pipeline)
     history = []
     for step in range(1, seed_steps + 1):
@@ -43,11 +46,28 @@ def test_two_grpo_steps_are_deterministic_and_fully_reported():
     assert first == second  # bit for bit, step after step
     assert all(torch.equal(a, b) for a, b in zip(first_params, second_params))
     step1, step2 = first
-    for name in ("actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/entropy",
-                 "actor/kl_loss", "actor/kl_coef", "actor/grad_norm", "actor/lr", "sync/bytes",
-                 "critic/score/mean", "critic/rewards/mean", "critic/advantages/max", "critic/returns/min",
-                 "response_length/mean", "response_length/clip_ratio", "prompt_length/max",
-                 "timing_per_token_ms/gen", "perf/throughput", "perf/total_num_tokens"):
+    for name in (
+        "actor/pg_loss",
+        "actor/pg_clipfrac",
+        "actor/pg_clipfrac_lower",
+        "actor/ppo_kl",
+        "actor/entropy",
+        "actor/kl_loss",
+        "actor/kl_coef",
+        "actor/grad_norm",
+        "actor/lr",
+        "sync/bytes",
+        "critic/score/mean",
+        "critic/rewards/mean",
+        "critic/advantages/max",
+        "critic/returns/min",
+        "response_length/mean",
+        "response_length/clip_ratio",
+        "prompt_length/max",
+        "timing_per_token_ms/gen",
+        "perf/throughput",
+        "perf/total_num_tokens",
+    ):
         assert name in step1 and math.isfinite(step1[name]), name
     assert step2["actor/kl_loss"] > 0  # the policy has moved away from the reference
     assert step1["rollout/policy_version"] == 0.0 and step2["rollout/policy_version"] == 1.0

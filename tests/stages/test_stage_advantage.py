@@ -24,13 +24,25 @@ def scored_batch(seed: int = 0) -> Batch:
     old = -torch.rand(rows, width, generator=gen)
     ref = old + 0.2 * torch.randn(rows, width, generator=gen)
     uids = ["a", "a", "a", "b", "b", "b", "c", "d"]  # groups of 3, 3, and two singletons
-    return Batch({"token_level_scores": token_scores, "response_mask": mask, "old_log_probs": old,
-                  "ref_log_prob": ref, "scores": scores}, {"uid": uids})
+    return Batch(
+        {
+            "token_level_scores": token_scores,
+            "response_mask": mask,
+            "old_log_probs": old,
+            "ref_log_prob": ref,
+            "scores": scores,
+        },
+        {"uid": uids},
+    )
 
 
 def run(batch: Batch, **algorithm) -> Batch:
-    ctx = StageContext(pipeline=make_pipeline(algorithm=algorithm), config=GrpoAdvantage.parse_config({}),
-                       stage_name="advantage", step=1)
+    ctx = StageContext(
+        pipeline=make_pipeline(algorithm=algorithm),
+        config=GrpoAdvantage.parse_config({}),
+        stage_name="advantage",
+        step=1,
+    )
     return GrpoAdvantage().run(batch, ctx)
 
 
@@ -41,8 +53,11 @@ def test_advantages_equal_verls_grpo(norm):
     batch = scored_batch()
     out = run(batch, norm_adv_by_std_in_grpo=norm)
     adv, ret = core_algos.compute_grpo_outcome_advantage(
-        batch["token_level_scores"], batch["response_mask"], np.array(batch["uid"], dtype=object),
-        epsilon=1e-6, norm_adv_by_std_in_grpo=norm,
+        batch["token_level_scores"],
+        batch["response_mask"],
+        np.array(batch["uid"], dtype=object),
+        epsilon=1e-6,
+        norm_adv_by_std_in_grpo=norm,
     )
     assert torch.equal(out["advantages"], adv) and torch.equal(out["returns"], ret)
     assert torch.equal(out["token_level_rewards"], batch["token_level_scores"])
@@ -75,10 +90,13 @@ def test_kl_in_reward_follows_verls_apply_kl_penalty(kind):
     assert out.metrics["actor/reward_kl_penalty"] == pytest.approx(per_row.mean().item(), rel=1e-6)
     assert out.metrics["actor/reward_kl_penalty_coeff"] == 0.05
     if kind == "kl":  # verl's compute_rewards is the same formula, unmasked
-        expected = core_algos.compute_rewards(batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], 0.05)
+        expected = core_algos.compute_rewards(
+            batch["token_level_scores"], batch["old_log_probs"], batch["ref_log_prob"], 0.05
+        )
         assert torch.equal(out["token_level_rewards"][mask.bool()], expected[mask.bool()])
     adv, _ = core_algos.compute_grpo_outcome_advantage(
-        out["token_level_rewards"], batch["response_mask"], np.array(batch["uid"], dtype=object))
+        out["token_level_rewards"], batch["response_mask"], np.array(batch["uid"], dtype=object)
+    )
     assert torch.equal(out["advantages"], adv)
 
 

@@ -38,7 +38,9 @@ def test_config_n_overrides_the_algorithm_and_greedy_rows_agree(engine):
     pipeline = make_pipeline()
     out = run_stage(pipeline, engine, "generate", data_batch(engine.tokenizer), config={"n": 3, "do_sample": False})
     assert len(out) == 9
-    assert torch.equal(out["responses"][0], out["responses"][1]) and torch.equal(out["responses"][1], out["responses"][2])
+    assert torch.equal(out["responses"][0], out["responses"][1]) and torch.equal(
+        out["responses"][1], out["responses"][2]
+    )
 
 
 def test_hf_engine_through_the_stage_matches_torch_when_greedy(engine):

@@ -13,8 +13,9 @@ from rlflow.stages.sync_weights import SyncWeights
 
 
 def context(kind, engine, **kw) -> StageContext:
-    return StageContext(pipeline=make_pipeline(), config=kind.parse_config({}), stage_name=kind.name,
-                        engine=engine, **kw)
+    return StageContext(
+        pipeline=make_pipeline(), config=kind.parse_config({}), stage_name=kind.name, engine=engine, **kw
+    )
 
 
 def test_colocated_sync_reports_zero_bytes_and_sets_the_policy_version(engine):

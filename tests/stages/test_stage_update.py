@@ -8,8 +8,17 @@ from stage_helpers import data_batch, make_pipeline, run_stage, text_reward
 
 from rlflow.errors import StageError
 
-ACTOR_METRICS = {"actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/kl_loss",
-                 "actor/kl_coef", "actor/grad_norm", "actor/lr", "actor/loss"}
+ACTOR_METRICS = {
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/pg_clipfrac_lower",
+    "actor/ppo_kl",
+    "actor/kl_loss",
+    "actor/kl_coef",
+    "actor/grad_norm",
+    "actor/lr",
+    "actor/loss",
+}
 
 
 def prepared(pipeline, engine, step: int = 1):

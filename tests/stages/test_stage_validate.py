@@ -20,9 +20,17 @@ def scored(scores: list[float], uids: list[str], sources: list[str], extra: list
 
 def test_mean_at_n_per_data_source_for_reward_and_extras():
     batch = scored(
-        [1.0, 0.0, 1.0, 1.0, 0.0, 0.0], ["a", "a", "b", "b", "c", "c"], ["bird", "bird", "bird", "bird", "spider", "spider"],
-        [{"exec_acc": 1.0, "format_ok": 1.0}, {"exec_acc": 0.0, "format_ok": 1.0}, {"exec_acc": 1.0, "format_ok": 0.0},
-         {"exec_acc": 1.0, "format_ok": 1.0}, {"exec_acc": 0.0, "format_ok": 0.0}, {"exec_acc": 0.0, "format_ok": 1.0}],
+        [1.0, 0.0, 1.0, 1.0, 0.0, 0.0],
+        ["a", "a", "b", "b", "c", "c"],
+        ["bird", "bird", "bird", "bird", "spider", "spider"],
+        [
+            {"exec_acc": 1.0, "format_ok": 1.0},
+            {"exec_acc": 0.0, "format_ok": 1.0},
+            {"exec_acc": 1.0, "format_ok": 0.0},
+            {"exec_acc": 1.0, "format_ok": 1.0},
+            {"exec_acc": 0.0, "format_ok": 0.0},
+            {"exec_acc": 0.0, "format_ok": 1.0},
+        ],
     )
     metrics = val_metrics(batch, n=2)
     assert metrics["val-core/bird/reward/mean@2"] == pytest.approx(0.75)

@@ -36,7 +36,7 @@ class InProcessBackend(RemoteBackend):
         self._id = backend_id
 
     @classmethod
-    def from_config(cls, main_config: dict[str, Any], *, handle: dict[str, Any] | None = None) -> "InProcessBackend":
+    def from_config(cls, main_config: dict[str, Any], *, handle: dict[str, Any] | None = None) -> InProcessBackend:
         if handle is None:
             return cls(main_config, uuid.uuid4().hex)
         if not isinstance(handle.get("id"), str):

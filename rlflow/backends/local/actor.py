@@ -47,12 +47,21 @@ def verl_actor_config(pipeline):
 
     a, t = pipeline.algorithm, pipeline.trainer
     return ActorConfig(
-        strategy="fsdp", rollout_n=a.n, ppo_mini_batch_size=t.ppo_mini_batch_size,
+        strategy="fsdp",
+        rollout_n=a.n,
+        ppo_mini_batch_size=t.ppo_mini_batch_size,
         ppo_micro_batch_size_per_gpu=t.ppo_micro_batch_size or t.ppo_mini_batch_size * a.n,
-        clip_ratio=a.clip_ratio, clip_ratio_low=a.clip_ratio_low, clip_ratio_high=a.clip_ratio_high,
-        clip_ratio_c=a.clip_ratio_c, loss_agg_mode=a.loss_agg_mode, entropy_coeff=a.entropy_coeff,
-        use_kl_loss=a.use_kl_loss, kl_loss_coef=a.kl_loss_coef, kl_loss_type=a.kl_loss_type,
-        ppo_epochs=t.ppo_epochs, use_torch_compile=False,
+        clip_ratio=a.clip_ratio,
+        clip_ratio_low=a.clip_ratio_low,
+        clip_ratio_high=a.clip_ratio_high,
+        clip_ratio_c=a.clip_ratio_c,
+        loss_agg_mode=a.loss_agg_mode,
+        entropy_coeff=a.entropy_coeff,
+        use_kl_loss=a.use_kl_loss,
+        kl_loss_coef=a.kl_loss_coef,
+        kl_loss_type=a.kl_loss_type,
+        ppo_epochs=t.ppo_epochs,
+        use_torch_compile=False,
     )
 
 
@@ -75,8 +84,12 @@ def build_scheduler(optimizer: torch.optim.Optimizer, optim, total_steps: int | 
             "trainer.optim.lr_scheduler: cosine needs the number of training steps; set trainer.total_steps "
             "(or let the runtime pass total_training_steps to the engine)"
         )
-    return get_cosine_schedule_with_warmup(optimizer, num_warmup_steps=optim.lr_warmup_steps,
-                                           num_training_steps=total_steps, min_lr_ratio=optim.min_lr_ratio)
+    return get_cosine_schedule_with_warmup(
+        optimizer,
+        num_warmup_steps=optim.lr_warmup_steps,
+        num_training_steps=total_steps,
+        min_lr_ratio=optim.min_lr_ratio,
+    )
 
 
 class Actor:
@@ -88,18 +101,25 @@ class Actor:
         self.world_size = world_size
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.params, pipeline.trainer.optim)
-        self.scheduler = build_scheduler(self.optimizer, pipeline.trainer.optim,
-                                         total_training_steps or pipeline.trainer.total_steps)
+        self.scheduler = build_scheduler(
+            self.optimizer, pipeline.trainer.optim, total_training_steps or pipeline.trainer.total_steps
+        )
         self.loss_config = verl_actor_config(pipeline)
         self.device = next(model.parameters()).device
 
     # ---- one update -------------------------------------------------------------------------
-    def update(self, batch: Batch, *, temperature: float = 1.0, step: int = 0, stage: str = "update_actor") -> dict[str, float]:
+    def update(
+        self, batch: Batch, *, temperature: float = 1.0, step: int = 0, stage: str = "update_actor"
+    ) -> dict[str, float]:
         a, t = self.pipeline.algorithm, self.pipeline.trainer
         if a.use_kl_loss and "ref_log_prob" not in batch:
-            raise BackendError(f"step {step}, stage {stage!r}: use_kl_loss needs ref_log_prob in the batch; "
-                               f"add a ref_log_prob stage before update_actor")
-        total_rows = int(distributed.all_reduce(torch.tensor([float(len(batch))], device=self.device), self.world_size).item())
+            raise BackendError(
+                f"step {step}, stage {stage!r}: use_kl_loss needs ref_log_prob in the batch; "
+                f"add a ref_log_prob stage before update_actor"
+            )
+        total_rows = int(
+            distributed.all_reduce(torch.tensor([float(len(batch))], device=self.device), self.world_size).item()
+        )
         num_mini = max(1, math.ceil(total_rows / (t.ppo_mini_batch_size * a.n)))
         self.model.train()
         history: list[dict[str, float]] = []
@@ -115,11 +135,17 @@ class Actor:
 
     def _set_global_batch_info(self, mini: Batch) -> None:
         """Tell verl's loss aggregation the mini-batch's size over every data-parallel rank."""
-        counts = torch.tensor([float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0], device=self.device)
+        counts = torch.tensor(
+            [float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0], device=self.device
+        )
         rows, tokens = distributed.all_reduce(counts, self.world_size).tolist()
         info = self.loss_config.global_batch_info
-        info.update(dp_size=self.world_size, batch_num_tokens=max(tokens, 1.0), global_batch_size=max(rows, 1.0),
-                    loss_scale_factor=self.loss_config.loss_scale_factor)
+        info.update(
+            dp_size=self.world_size,
+            batch_num_tokens=max(tokens, 1.0),
+            global_batch_size=max(rows, 1.0),
+            loss_scale_factor=self.loss_config.loss_scale_factor,
+        )
 
     def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
         self._set_global_batch_info(mini)
@@ -152,8 +178,10 @@ class Actor:
             return
         self.optimizer.zero_grad(set_to_none=True)
         step, stage, epoch, index = where
-        detail = "on another rank" if bad is None else (
-            f"in micro-batch {bad[0]}: loss={bad[1]}, " + ", ".join(f"{k}={v:.6g}" for k, v in bad[2].items())
+        detail = (
+            "on another rank"
+            if bad is None
+            else (f"in micro-batch {bad[0]}: loss={bad[1]}, " + ", ".join(f"{k}={v:.6g}" for k, v in bad[2].items()))
         )
         raise StageError(
             f"step {step}, stage {stage!r}: non-finite actor loss in epoch {epoch}, mini-batch {index} {detail}; "
@@ -167,13 +195,21 @@ class Actor:
         cfg, a = self.loss_config, self.pipeline.algorithm
         mask = micro["response_mask"].to(self.device).bool()
         log_prob, entropy = forward_log_probs(
-            self.model, micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"],
-            temperature=temperature, with_entropy=a.entropy_coeff != 0,
+            self.model,
+            micro["prompts"],
+            micro["prompt_mask"],
+            micro["responses"],
+            micro["response_mask"],
+            temperature=temperature,
+            with_entropy=a.entropy_coeff != 0,
         )
         pg_loss, pg_metrics = core_algos.compute_policy_loss_vanilla(
-            old_log_prob=micro["old_log_probs"].to(self.device), log_prob=log_prob,
-            advantages=micro["advantages"].to(self.device), response_mask=mask,
-            loss_agg_mode=cfg.loss_agg_mode, config=cfg,
+            old_log_prob=micro["old_log_probs"].to(self.device),
+            log_prob=log_prob,
+            advantages=micro["advantages"].to(self.device),
+            response_mask=mask,
+            loss_agg_mode=cfg.loss_agg_mode,
+            config=cfg,
         )
         loss = pg_loss
         parts = {"actor/pg_loss": float(pg_loss.detach()), **pg_metrics}
@@ -196,7 +232,7 @@ class Actor:
         values = distributed.all_reduce(values, self.world_size).tolist()
         count = max(values[-1], 1.0)
         out = {k: v / self.world_size for k, v in zip(SUMMED, values[: len(SUMMED)])}
-        out.update({k: v / count for k, v in zip(AVERAGED, values[len(SUMMED): -1])})
+        out.update({k: v / count for k, v in zip(AVERAGED, values[len(SUMMED) : -1])})
         if not a.use_kl_loss:
             out.pop("actor/kl_loss")
         if a.entropy_coeff == 0:

@@ -40,8 +40,13 @@ def rng_state(device: torch.device) -> dict[str, Any]:
     version, internal, py_gauss = random.getstate()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
         "python": {"version": version, "internal": list(internal), "gauss": py_gauss},
     }
     if device.type == "cuda":
@@ -85,15 +90,19 @@ def load(path: str | Path, rank: int, *, model, expect_trainer_state: bool) -> t
     src = rank_dir(path, rank)
     weights = src / "model" / "model.safetensors"
     if not weights.exists():
-        raise BackendError(f"checkpoint {path}: no {weights.relative_to(Path(path))} for rank {rank}; "
-                           f"was it written by a run with as many workers?")
+        raise BackendError(
+            f"checkpoint {path}: no {weights.relative_to(Path(path))} for rank {rank}; "
+            f"was it written by a run with as many workers?"
+        )
     device = next(model.parameters()).device
     load_model(model, str(weights), strict=True, device=str(device))
     trainer_state = None
     if expect_trainer_state:
         if not (src / "trainer.pt").exists():
-            raise BackendError(f"checkpoint {path}: rank {rank} has no trainer.pt (optimizer state); "
-                               f"it was written by an engine without the actor role")
+            raise BackendError(
+                f"checkpoint {path}: rank {rank} has no trainer.pt (optimizer state); "
+                f"it was written by an engine without the actor role"
+            )
         trainer_state = torch.load(src / "trainer.pt", map_location=device, weights_only=True)
     set_rng_state(torch.load(src / "rng.pt", weights_only=True), device)
     meta = json.loads((src / "meta.json").read_text())

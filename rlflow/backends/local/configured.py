@@ -31,28 +31,52 @@ from typing import Any
 
 import torch
 
-from rlflow.backends.local.local_engine import ALL_ROLES, LocalEngine
 from rlflow.backends.local.factory import EngineChoice
-from rlflow.data.tokenizer import BUILTIN_PREFIX, resolve_path
+from rlflow.backends.local.local_engine import ALL_ROLES, LocalEngine
 from rlflow.batch import Batch
+from rlflow.data.tokenizer import BUILTIN_PREFIX, resolve_path
 
 
 class ConfiguredLocalEngine(LocalEngine):
     """A ``LocalEngine`` whose trainer and rollout follow the pipeline's engine choices."""
 
-    def __init__(self, pipeline, *, choice: EngineChoice, device: str = "cpu", rank: int = 0, world_size: int = 1,
-                 roles: frozenset = ALL_ROLES, project_root=None, dist: dict | None = None,
-                 total_training_steps: int | None = None) -> None:
-        super().__init__(pipeline, device=device, rank=rank, world_size=world_size, roles=roles,
-                         project_root=project_root, dist=dist, total_training_steps=total_training_steps)
+    def __init__(
+        self,
+        pipeline,
+        *,
+        choice: EngineChoice,
+        device: str = "cpu",
+        rank: int = 0,
+        world_size: int = 1,
+        roles: frozenset = ALL_ROLES,
+        project_root=None,
+        dist: dict | None = None,
+        total_training_steps: int | None = None,
+    ) -> None:
+        super().__init__(
+            pipeline,
+            device=device,
+            rank=rank,
+            world_size=world_size,
+            roles=roles,
+            project_root=project_root,
+            dist=dist,
+            total_training_steps=total_training_steps,
+        )
         self.choice = choice
         self.deepspeed = None
         if self.actor is not None and choice.training == "deepspeed":
             from rlflow.backends.local.deepspeed_actor import DeepSpeedActor
 
             self.actor = self.deepspeed = DeepSpeedActor(
-                copy.deepcopy(self.model), pipeline, rank=rank, world_size=world_size, device=self.device, dist=dist,
-                zero_stage=choice.zero_stage, total_training_steps=total_training_steps,
+                copy.deepcopy(self.model),
+                pipeline,
+                rank=rank,
+                world_size=world_size,
+                device=self.device,
+                dist=dist,
+                zero_stage=choice.zero_stage,
+                total_training_steps=total_training_steps,
             )
         self.vllm = None
         if "rollout" in self.roles and choice.rollout == "vllm":
@@ -62,9 +86,12 @@ class ConfiguredLocalEngine(LocalEngine):
         from rlflow.backends.local.vllm_rollout import VllmRollout
 
         spec, data = self.pipeline.model, self.pipeline.data
-        options = {"dtype": spec.dtype, "seed": self.pipeline.trainer.seed,
-                   "max_model_len": data.max_prompt_length + data.max_response_length,
-                   "device": "cpu" if self.device.type == "cpu" else "cuda"}
+        options = {
+            "dtype": spec.dtype,
+            "seed": self.pipeline.trainer.seed,
+            "max_model_len": data.max_prompt_length + data.max_response_length,
+            "device": "cpu" if self.device.type == "cpu" else "cuda",
+        }
         if spec.path.startswith(BUILTIN_PREFIX) or spec.tokenizer is not None:
             return VllmRollout.from_model(self.model, self.tokenizer, **options)
         return VllmRollout(resolve_path(spec.path, project_root), **options)
@@ -85,8 +112,12 @@ class ConfiguredLocalEngine(LocalEngine):
         if self.deepspeed is None:
             return super().compute_log_prob(batch, params)
         self._need("actor", "compute_log_prob")
-        log_probs, entropys = self.deepspeed.log_probs(batch, micro_batch_size=params.get("micro_batch_size"),
-                                                       temperature=float(params.get("temperature", 1.0)), with_entropy=True)
+        log_probs, entropys = self.deepspeed.log_probs(
+            batch,
+            micro_batch_size=params.get("micro_batch_size"),
+            temperature=float(params.get("temperature", 1.0)),
+            with_entropy=True,
+        )
         return Batch({"old_log_probs": log_probs, "entropys": entropys})
 
     # ---- weights ----------------------------------------------------------------------------
@@ -97,7 +128,10 @@ class ConfiguredLocalEngine(LocalEngine):
         if self.vllm is not None:
             moved += self.vllm.load_weights(self._model_weights())["sync/bytes"]
         if moved:
-            metrics = {"sync/bytes": float(moved), "sync/seconds": metrics["sync/seconds"] + time.perf_counter() - start}
+            metrics = {
+                "sync/bytes": float(moved),
+                "sync/seconds": metrics["sync/seconds"] + time.perf_counter() - start,
+            }
         return metrics
 
     def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:

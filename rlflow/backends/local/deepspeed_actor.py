@@ -75,8 +75,12 @@ def ds_config(pipeline, *, world_size: int, zero_stage: int, num_params: int = D
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": max(1, math.ceil(rows_per_rank / micro)),
         "gradient_clipping": t.grad_clip,
-        "zero_optimization": {"stage": zero_stage, "reduce_bucket_size": bucket, "allgather_bucket_size": bucket,
-                              **({"stage3_prefetch_bucket_size": bucket} if zero_stage == 3 else {})},
+        "zero_optimization": {
+            "stage": zero_stage,
+            "reduce_bucket_size": bucket,
+            "allgather_bucket_size": bucket,
+            **({"stage3_prefetch_bucket_size": bucket} if zero_stage == 3 else {}),
+        },
         "zero_allow_untested_optimizer": True,
         "bf16": {"enabled": dtype == "bfloat16"},
         "fp16": {"enabled": dtype == "float16"},
@@ -90,17 +94,29 @@ def init_deepspeed_distributed(rank: int, world_size: int, device: torch.device,
     if device.type == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if world_size > 1 and not (dist and "master_addr" in dist and "master_port" in dist):
-        raise BackendError(f"deepspeed engine rank {rank}/{world_size}: data parallelism needs "
-                           f"dist={{'master_addr', 'master_port'}} from the runtime; got {sorted(dist or {})}")
+        raise BackendError(
+            f"deepspeed engine rank {rank}/{world_size}: data parallelism needs "
+            f"dist={{'master_addr', 'master_port'}} from the runtime; got {sorted(dist or {})}"
+        )
     addr, port = (dist["master_addr"], dist["master_port"]) if dist else ("127.0.0.1", _free_port())
-    os.environ.update(MASTER_ADDR=str(addr), MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_RANK=str(torch.cuda.current_device() if device.type == "cuda" else 0))
+    os.environ.update(
+        MASTER_ADDR=str(addr),
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(torch.cuda.current_device() if device.type == "cuda" else 0),
+    )
     import deepspeed
 
     if device.type == "cpu":
         _skip_shm_comm_op()
-    deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", rank=rank,
-                               world_size=world_size, auto_mpi_discovery=False, verbose=False)
+    deepspeed.init_distributed(
+        dist_backend="nccl" if device.type == "cuda" else "gloo",
+        rank=rank,
+        world_size=world_size,
+        auto_mpi_discovery=False,
+        verbose=False,
+    )
 
 
 def _skip_shm_comm_op() -> None:
@@ -125,8 +141,18 @@ def _free_port() -> int:
 class DeepSpeedActor(Actor):
     """The torch actor's update, with DeepSpeed's engine doing backward, reduction, clipping and step."""
 
-    def __init__(self, model, pipeline, *, rank: int, world_size: int, device: torch.device, dist: dict | None,
-                 zero_stage: int, total_training_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        model,
+        pipeline,
+        *,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        dist: dict | None,
+        zero_stage: int,
+        total_training_steps: int | None = None,
+    ) -> None:
         if not 0 <= zero_stage <= 3:
             raise BackendError(f"update_actor.with.zero_stage: {zero_stage} is not a ZeRO stage; use 0, 1, 2 or 3")
         init_deepspeed_distributed(rank, world_size, device, dist)
@@ -134,10 +160,15 @@ class DeepSpeedActor(Actor):
         import deepspeed
 
         self.zero_stage = zero_stage
-        self.config = ds_config(pipeline, world_size=world_size, zero_stage=zero_stage,
-                                num_params=sum(p.numel() for p in model.parameters()))
-        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.optimizer, config=self.config,
-                                                    dist_init_required=False)
+        self.config = ds_config(
+            pipeline,
+            world_size=world_size,
+            zero_stage=zero_stage,
+            num_params=sum(p.numel() for p in model.parameters()),
+        )
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=self.optimizer, config=self.config, dist_init_required=False
+        )
         self.model = self.engine  # forwards go through DeepSpeed (ZeRO-3 gathers in its hooks)
         self.module = model
 
@@ -180,16 +211,29 @@ class DeepSpeedActor(Actor):
         """A loss with zero gradient that still runs the forward (and DeepSpeed's hooks) once."""
         if len(micro) == 0:
             one = torch.zeros((1, 1), dtype=torch.long)
-            micro = Batch({"prompts": one, "prompt_mask": torch.ones_like(one), "responses": one,
-                           "response_mask": torch.ones_like(one)})
-        log_prob, _ = forward_log_probs(self.model, micro["prompts"], micro["prompt_mask"], micro["responses"],
-                                        micro["response_mask"], temperature=temperature)
+            micro = Batch(
+                {
+                    "prompts": one,
+                    "prompt_mask": torch.ones_like(one),
+                    "responses": one,
+                    "response_mask": torch.ones_like(one),
+                }
+            )
+        log_prob, _ = forward_log_probs(
+            self.model,
+            micro["prompts"],
+            micro["prompt_mask"],
+            micro["responses"],
+            micro["response_mask"],
+            temperature=temperature,
+        )
         return (log_prob.nan_to_num(0.0) * 0.0).sum()
 
     # ---- log-probs --------------------------------------------------------------------------
     @torch.no_grad()
-    def log_probs(self, batch: Batch, *, micro_batch_size: int | None, temperature: float,
-                  with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def log_probs(
+        self, batch: Batch, *, micro_batch_size: int | None, temperature: float, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropy) through DeepSpeed's module, the same number of forwards on every rank."""
         self.engine.eval()
         size = micro_batch_size or max(len(batch), 1)
@@ -198,14 +242,23 @@ class DeepSpeedActor(Actor):
             if len(part) == 0:
                 self._zero_loss(part, temperature)
                 continue
-            lp, ent = forward_log_probs(self.model, part["prompts"], part["prompt_mask"], part["responses"],
-                                        part["response_mask"], temperature=temperature, with_entropy=with_entropy)
+            lp, ent = forward_log_probs(
+                self.model,
+                part["prompts"],
+                part["prompt_mask"],
+                part["responses"],
+                part["response_mask"],
+                temperature=temperature,
+                with_entropy=with_entropy,
+            )
             log_probs.append(lp.cpu())
             if ent is not None:
                 entropys.append(ent.cpu())
         empty = torch.zeros((0, batch["responses"].shape[1]))
-        return (torch.cat(log_probs) if log_probs else empty,
-                (torch.cat(entropys) if entropys else empty) if with_entropy else None)
+        return (
+            torch.cat(log_probs) if log_probs else empty,
+            (torch.cat(entropys) if entropys else empty) if with_entropy else None,
+        )
 
     # ---- weights ----------------------------------------------------------------------------
     def dense_state_dict(self) -> dict[str, torch.Tensor]:
@@ -234,8 +287,10 @@ class DeepSpeedActor(Actor):
     def load_checkpoint(self, path: str | Path) -> None:
         src = Path(path) / CHECKPOINT_DIR
         if not (src / "latest").exists():
-            raise BackendError(f"checkpoint {path}: no DeepSpeed state in {src} (no 'latest' file); it was written "
-                               f"by another engine: resume with update_actor.with.engine as it was")
+            raise BackendError(
+                f"checkpoint {path}: no DeepSpeed state in {src} (no 'latest' file); it was written "
+                f"by another engine: resume with update_actor.with.engine as it was"
+            )
         loaded, _ = self.engine.load_checkpoint(str(src), load_optimizer_states=True, load_lr_scheduler_states=False)
         if loaded is None:
             raise BackendError(f"checkpoint {path}: DeepSpeed could not load {src}; see the worker's log")

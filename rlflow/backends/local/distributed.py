@@ -32,8 +32,11 @@ def init_group(rank: int, world_size: int, device: torch.device, options: dict |
         )
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(
-        backend, init_method=f"tcp://{options['master_addr']}:{options['master_port']}", rank=rank,
-        world_size=world_size, timeout=timedelta(seconds=float(options.get("timeout_s", 1800))),
+        backend,
+        init_method=f"tcp://{options['master_addr']}:{options['master_port']}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=float(options.get("timeout_s", 1800))),
     )
 
 
@@ -60,7 +63,7 @@ def average_gradients(params: list[torch.nn.Parameter], world_size: int) -> None
     offset = 0
     for p, g in zip(params, grads):
         n = g.numel()
-        p.grad = flat[offset: offset + n].view_as(p).clone()
+        p.grad = flat[offset : offset + n].view_as(p).clone()
         offset += n
 
 

@@ -68,8 +68,10 @@ class EngineChoice:
     def problem(self) -> str | None:
         """Why these engines cannot work together, or None: the actor's log-probs run in its training engine."""
         if self.log_prob == "deepspeed" and self.training != "deepspeed":
-            return (f"old_log_prob runs on deepspeed but update_actor on {self.training}: the actor's log-probs run "
-                    "in its training engine; set both to deepspeed, or both to torch")
+            return (
+                f"old_log_prob runs on deepspeed but update_actor on {self.training}: the actor's log-probs run "
+                "in its training engine; set both to deepspeed, or both to torch"
+            )
         return None
 
 

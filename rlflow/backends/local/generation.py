@@ -95,19 +95,32 @@ def _prefill(model, prompts: torch.Tensor, mask: torch.Tensor, positions: torch.
     """
     starts = shared_prompt_starts(prompts, mask)
     if starts is None:
-        return model(input_ids=prompts, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                     use_cache=True, logits_to_keep=1).logits[:, -1]
+        return model(
+            input_ids=prompts,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
     first = starts.nonzero().squeeze(-1)
-    logits = model(input_ids=prompts[first], attention_mask=mask[first], position_ids=positions[first],
-                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    logits = model(
+        input_ids=prompts[first],
+        attention_mask=mask[first],
+        position_ids=positions[first],
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits[:, -1]
     row_to_group = starts.long().cumsum(0) - 1
     cache.reorder_cache(row_to_group)
     return logits.index_select(0, row_to_group)
 
 
 @torch.no_grad()
-def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams,
-           *, use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def sample(
+    model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams, *, use_cache: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``responses`` [B, R] (right-padded with pad) and ``response_mask`` [B, R], on the model's device."""
     from transformers import DynamicCache
 
@@ -129,13 +142,24 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
         end = width + t
         if not use_cache:
             full = torch.cat([prompts[rows], out[rows, :t]], dim=1)
-            logits = model(input_ids=full, attention_mask=mask[rows, :end], position_ids=positions[rows, :end],
-                           use_cache=False, logits_to_keep=1).logits[:, -1]
+            logits = model(
+                input_ids=full,
+                attention_mask=mask[rows, :end],
+                position_ids=positions[rows, :end],
+                use_cache=False,
+                logits_to_keep=1,
+            ).logits[:, -1]
         elif t == 0:
             logits = _prefill(model, prompts, mask[:, :width], positions[:, :width], cache)
         else:
-            logits = model(input_ids=last[:, None], attention_mask=mask[rows, :end], position_ids=positions[rows, end - 1: end],
-                           past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+            logits = model(
+                input_ids=last[:, None],
+                attention_mask=mask[rows, :end],
+                position_ids=positions[rows, end - 1 : end],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits[:, -1]
         last = next_tokens(logits, params, generator).masked_fill(done, params.pad_token_id)
         out[rows, t] = last
         done |= torch.isin(last, eos)
@@ -152,25 +176,30 @@ def sample(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: Samp
 
 
 @torch.no_grad()
-def sample_hf(model, prompts: torch.Tensor, prompt_mask: torch.Tensor,
-              params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_hf(
+    model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract through HF ``generate`` (seeded through a forked global RNG)."""
     from transformers import GenerationConfig
 
     device = next(model.parameters()).device
     prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
     config = GenerationConfig(
-        max_new_tokens=params.max_new_tokens, min_new_tokens=0, do_sample=not params.greedy,
+        max_new_tokens=params.max_new_tokens,
+        min_new_tokens=0,
+        do_sample=not params.greedy,
         temperature=params.temperature if not params.greedy else None,
         top_p=params.top_p if not params.greedy else None,
         top_k=(params.top_k if params.top_k > 0 else 0) if not params.greedy else None,
-        eos_token_id=list(params.eos_token_ids), pad_token_id=params.pad_token_id, bos_token_id=None,
+        eos_token_id=list(params.eos_token_ids),
+        pad_token_id=params.pad_token_id,
+        bos_token_id=None,
     )
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(params.seed)
         full = model.generate(input_ids=prompts, attention_mask=prompt_mask, generation_config=config)
-    new = full[:, prompts.shape[1]:]
+    new = full[:, prompts.shape[1] :]
     out = torch.full((prompts.shape[0], params.max_new_tokens), params.pad_token_id, dtype=torch.long, device=device)
     out[:, : new.shape[1]] = new
     mask = response_mask_from_tokens(out, params.eos_token_ids)

@@ -33,8 +33,8 @@ from rlflow.backends.engine import Engine
 from rlflow.backends.local import checkpoint, distributed, generation
 from rlflow.backends.local.logprob import batch_log_probs
 from rlflow.backends.local.models import load_model
-from rlflow.data.tokenizer import load_tokenizer
 from rlflow.batch import Batch
+from rlflow.data.tokenizer import load_tokenizer
 from rlflow.errors import BackendError
 
 log = logging.getLogger("rlflow.backends.local")
@@ -49,7 +49,9 @@ def resolve_device(device: str) -> torch.device:
         if torch.cuda.is_available():
             return torch.device("cuda", torch.cuda.current_device())
         if device == "gpu":
-            raise BackendError("local engine: device 'gpu' asked for, but torch sees no CUDA device; use device: cpu or auto")
+            raise BackendError(
+                "local engine: device 'gpu' asked for, but torch sees no CUDA device; use device: cpu or auto"
+            )
         return torch.device("cpu")
     resolved = torch.device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
@@ -60,12 +62,23 @@ def resolve_device(device: str) -> torch.device:
 class LocalEngine(Engine):
     """Roles ``actor`` / ``rollout`` / ``ref`` of one worker on one device."""
 
-    def __init__(self, pipeline, *, device: str = "cpu", rank: int = 0, world_size: int = 1,
-                 roles: frozenset = ALL_ROLES, project_root: Path | None = None, dist: dict | None = None,
-                 total_training_steps: int | None = None) -> None:
+    def __init__(
+        self,
+        pipeline,
+        *,
+        device: str = "cpu",
+        rank: int = 0,
+        world_size: int = 1,
+        roles: frozenset = ALL_ROLES,
+        project_root: Path | None = None,
+        dist: dict | None = None,
+        total_training_steps: int | None = None,
+    ) -> None:
         unknown = set(roles) - ALL_ROLES
         if unknown or not roles:
-            raise BackendError(f"local engine: roles must be a non-empty subset of {sorted(ALL_ROLES)}, got {sorted(roles)}")
+            raise BackendError(
+                f"local engine: roles must be a non-empty subset of {sorted(ALL_ROLES)}, got {sorted(roles)}"
+            )
         self.pipeline, self.rank, self.world_size = pipeline, rank, world_size
         self.roles = frozenset(roles)
         self.device = resolve_device(device)
@@ -75,7 +88,9 @@ class LocalEngine(Engine):
         if "actor" in self.roles:  # only the actor's gradients need a process group
             distributed.init_group(rank, world_size, self.device, dist)
         self.tokenizer = load_tokenizer(pipeline.model, project_root)
-        model = load_model(pipeline.model, self.tokenizer, seed=pipeline.trainer.seed, root=project_root, device=self.device)
+        model = load_model(
+            pipeline.model, self.tokenizer, seed=pipeline.trainer.seed, root=project_root, device=self.device
+        )
         distributed.broadcast_parameters(model, world_size if "actor" in self.roles else 1)
         self.ref = None
         if "ref" in self.roles and pipeline.algorithm.uses_reference:
@@ -101,8 +116,10 @@ class LocalEngine(Engine):
         module = self.ref if role == "ref" else self.model
         if role not in self.roles or module is None:
             why = " (the algorithm uses no KL)" if role == "ref" and not self.pipeline.algorithm.uses_reference else ""
-            raise BackendError(f"local engine rank {self.rank}: {what} needs the {role!r} role, which this worker "
-                               f"does not hold{why}; it holds {sorted(self.roles)}")
+            raise BackendError(
+                f"local engine rank {self.rank}: {what} needs the {role!r} role, which this worker "
+                f"does not hold{why}; it holds {sorted(self.roles)}"
+            )
         return module
 
     # ---- rollout ----------------------------------------------------------------------------
@@ -119,32 +136,41 @@ class LocalEngine(Engine):
         out = Batch({"responses": responses, "response_mask": mask}, {"response_text": self._decode(responses, mask)})
         # a ratio, not a count: the runtime averages shard metrics
         first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids))
-        out.metrics = {"rollout/empty_response_ratio": first_is_eos.float().mean().item(),
-                       "rollout/policy_version": float(self.global_steps)}
+        out.metrics = {
+            "rollout/empty_response_ratio": first_is_eos.float().mean().item(),
+            "rollout/policy_version": float(self.global_steps),
+        }
         return out
 
     def _check_generation_engine(self, engine: str) -> None:
         if engine not in GENERATION_ENGINES:
-            raise BackendError(f"generate: engine {engine!r} is not available in the local backend "
-                               f"(it offers {', '.join(GENERATION_ENGINES)}); set the generate stage's engine to torch")
+            raise BackendError(
+                f"generate: engine {engine!r} is not available in the local backend "
+                f"(it offers {', '.join(GENERATION_ENGINES)}); set the generate stage's engine to torch"
+            )
 
     def _sampling_params(self, params: dict[str, Any]) -> generation.SamplingParams:
         return generation.SamplingParams(
             max_new_tokens=int(params.get("max_response_length", self.pipeline.data.max_response_length)),
-            eos_token_ids=self.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
-            temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
-            top_k=int(params.get("top_k", -1)), do_sample=bool(params.get("do_sample", True)),
+            eos_token_ids=self.eos_token_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
+            temperature=float(params.get("temperature", 1.0)),
+            top_p=float(params.get("top_p", 1.0)),
+            top_k=int(params.get("top_k", -1)),
+            do_sample=bool(params.get("do_sample", True)),
             seed=int(params.get("seed", 0)),
         )
 
-    def _sample(self, model, engine: str, batch: Batch, sp: generation.SamplingParams,
-                params: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(
+        self, model, engine: str, batch: Batch, sp: generation.SamplingParams, params: dict[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(responses, response_mask) for the rows of ``batch``; subclasses add engines."""
         model.eval()
         if engine == "hf":
             return generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp)
-        return generation.sample(model, batch["prompts"], batch["prompt_mask"], sp,
-                                 use_cache=bool(params.get("use_cache", True)))
+        return generation.sample(
+            model, batch["prompts"], batch["prompt_mask"], sp, use_cache=bool(params.get("use_cache", True))
+        )
 
     def _decode(self, responses: torch.Tensor, mask: torch.Tensor) -> list[str]:
         rows = responses.tolist()
@@ -155,22 +181,35 @@ class LocalEngine(Engine):
     def compute_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
         model = self._need("actor", "compute_log_prob")
         model.eval()
-        log_probs, entropys = batch_log_probs(model, batch, micro_batch_size=params.get("micro_batch_size"),
-                                              temperature=float(params.get("temperature", 1.0)), with_entropy=True)
+        log_probs, entropys = batch_log_probs(
+            model,
+            batch,
+            micro_batch_size=params.get("micro_batch_size"),
+            temperature=float(params.get("temperature", 1.0)),
+            with_entropy=True,
+        )
         return Batch({"old_log_probs": log_probs, "entropys": entropys})
 
     def compute_ref_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
         ref = self._need("ref", "compute_ref_log_prob")
-        log_probs, _ = batch_log_probs(ref, batch, micro_batch_size=params.get("micro_batch_size"),
-                                       temperature=float(params.get("temperature", 1.0)), with_entropy=False)
+        log_probs, _ = batch_log_probs(
+            ref,
+            batch,
+            micro_batch_size=params.get("micro_batch_size"),
+            temperature=float(params.get("temperature", 1.0)),
+            with_entropy=False,
+        )
         return Batch({"ref_log_prob": log_probs})
 
     # ---- update -----------------------------------------------------------------------------
     def update_actor(self, batch: Batch, params: dict[str, Any]) -> dict[str, float]:
         self._need("actor", "update_actor")
-        return self.actor.update(batch, temperature=float(params.get("temperature", 1.0)),
-                                 step=int(params.get("global_steps", self.global_steps)),
-                                 stage=str(params.get("stage", "update_actor")))
+        return self.actor.update(
+            batch,
+            temperature=float(params.get("temperature", 1.0)),
+            step=int(params.get("global_steps", self.global_steps)),
+            stage=str(params.get("stage", "update_actor")),
+        )
 
     # ---- weights ----------------------------------------------------------------------------
     def update_weights(self, global_steps: int) -> dict[str, float]:
@@ -203,8 +242,10 @@ class LocalEngine(Engine):
         missing, unexpected = model.load_state_dict(state, strict=False)
         missing = [k for k in missing if not _tied(model, k)]
         if missing or unexpected:
-            raise BackendError(f"load_rollout_weights: weights do not match the rollout model "
-                               f"(missing {missing[:5]}, unexpected {unexpected[:5]}); are both pools on the same model.path?")
+            raise BackendError(
+                f"load_rollout_weights: weights do not match the rollout model "
+                f"(missing {missing[:5]}, unexpected {unexpected[:5]}); are both pools on the same model.path?"
+            )
         size = sum(t.numel() * t.element_size() for t in state.values())
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -213,10 +254,20 @@ class LocalEngine(Engine):
     # ---- checkpoints ------------------------------------------------------------------------
     def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:
         model = self._need("actor" if self.actor else "rollout", "save_checkpoint")
-        meta = {"global_steps": int(global_steps), "rank": self.rank, "world_size": self.world_size,
-                "roles": sorted(self.roles)}
-        out = checkpoint.save(path, self.rank, model=model, tokenizer=self.tokenizer,
-                              trainer_state=self.actor.state_dict() if self.actor else None, meta=meta)
+        meta = {
+            "global_steps": int(global_steps),
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "roles": sorted(self.roles),
+        }
+        out = checkpoint.save(
+            path,
+            self.rank,
+            model=model,
+            tokenizer=self.tokenizer,
+            trainer_state=self.actor.state_dict() if self.actor else None,
+            meta=meta,
+        )
         return {"path": str(out), "global_steps": int(global_steps)}
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:

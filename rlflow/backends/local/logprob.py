@@ -36,9 +36,16 @@ from rlflow.backends.local.generation import position_ids_from_mask, shared_prom
 from rlflow.batch import Batch
 
 
-def forward_log_probs(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
-                      response_mask: torch.Tensor, *, temperature: float = 1.0,
-                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def forward_log_probs(
+    model,
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log_probs`` [B, R] (and ``entropy`` [B, R] when asked) on the model's device."""
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
@@ -66,17 +73,29 @@ def _may_share_prompts(model) -> bool:
     return not (torch.is_grad_enabled() and inner.training and getattr(inner, "is_gradient_checkpointing", False))
 
 
-def _joint_logits(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
-                  response_mask: torch.Tensor) -> torch.Tensor:
+def _joint_logits(
+    model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
     """Logits [B, R, V] that predict each response token: one forward over prompt + response."""
     mask = torch.cat([prompt_mask, response_mask], dim=1)
     input_ids = torch.cat([prompts, responses], dim=1)
-    return model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=False,
-                 logits_to_keep=responses.shape[1] + 1).logits[:, :-1]
+    return model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=position_ids_from_mask(mask),
+        use_cache=False,
+        logits_to_keep=responses.shape[1] + 1,
+    ).logits[:, :-1]
 
 
-def _shared_prefix_logits(model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
-                          response_mask: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+def _shared_prefix_logits(
+    model,
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    starts: torch.Tensor,
+) -> torch.Tensor:
     """The same logits, each prompt encoded once and its KV cache fanned out to the rows that share it.
 
     The prompt's last token runs with the responses, so that every logit that is scored comes
@@ -92,15 +111,23 @@ def _shared_prefix_logits(model, prompts: torch.Tensor, prompt_mask: torch.Tenso
     cache = DynamicCache()
     if head:
         first = starts.nonzero().squeeze(-1)
-        model(input_ids=prompts[first, :head], attention_mask=prompt_mask[first, :head],
-              position_ids=positions[first, :head], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(
+            input_ids=prompts[first, :head],
+            attention_mask=prompt_mask[first, :head],
+            position_ids=positions[first, :head],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         cache.reorder_cache(starts.long().cumsum(0) - 1)  # row -> its group's cache entry
-    return model(input_ids=feed, attention_mask=mask, position_ids=positions[:, head:], past_key_values=cache,
-                 use_cache=True).logits
+    return model(
+        input_ids=feed, attention_mask=mask, position_ids=positions[:, head:], past_key_values=cache, use_cache=True
+    ).logits
 
 
-def trim_padding(prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
-                 response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def trim_padding(
+    prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The same rows without the leading prompt columns and trailing response columns that every row masks."""
     start = int(prompt_mask.bool().any(0).to(torch.int8).argmax())  # the first used column; 0 when none is
     used_response = response_mask.bool().any(0).nonzero()
@@ -114,18 +141,28 @@ def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def batch_log_probs(model, batch: Batch, *, micro_batch_size: int | None, temperature: float,
-                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def batch_log_probs(
+    model, batch: Batch, *, micro_batch_size: int | None, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropy) of every row of ``batch``, ``micro_batch_size`` rows per forward, on the CPU."""
     size = micro_batch_size or max(len(batch), 1)
     log_probs, entropys = [], []
     for part in batch.chunks(size):
-        lp, ent = forward_log_probs(model, part["prompts"], part["prompt_mask"], part["responses"],
-                                    part["response_mask"], temperature=temperature, with_entropy=with_entropy)
+        lp, ent = forward_log_probs(
+            model,
+            part["prompts"],
+            part["prompt_mask"],
+            part["responses"],
+            part["response_mask"],
+            temperature=temperature,
+            with_entropy=with_entropy,
+        )
         log_probs.append(lp.cpu())
         if ent is not None:
             entropys.append(ent.cpu())
     width = batch["responses"].shape[1]
     empty = torch.zeros((0, width))
-    return (torch.cat(log_probs) if log_probs else empty,
-            (torch.cat(entropys) if entropys else empty) if with_entropy else None)
+    return (
+        torch.cat(log_probs) if log_probs else empty,
+        (torch.cat(entropys) if entropys else empty) if with_entropy else None,
+    )

@@ -27,14 +27,20 @@ if TYPE_CHECKING:  # pragma: no cover
 # Shapes of the built-in models (Qwen2Config keyword arguments); vocab comes from the tokenizer.
 BUILTIN_MODELS: dict[str, dict[str, Any]] = {
     "tiny-qwen2": dict(
-        hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, rope_theta=10000.0,
-        tie_word_embeddings=True, rms_norm_eps=1e-6,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
     ),
 }
 
 
-def load_model(model_spec: "ModelSpec", tokenizer, *, seed: int, root: Path | None = None, device: str = "cpu"):
+def load_model(model_spec: ModelSpec, tokenizer, *, seed: int, root: Path | None = None, device: str = "cpu"):
     """The causal LM of ``model_spec`` on ``device`` in ``model_spec.dtype``."""
     import torch
 
@@ -54,8 +60,11 @@ def _build_builtin(name: str, tokenizer, seed: int):
 
     vocab = -(-len(tokenizer) // 64) * 64  # round up: friendlier matmul shapes
     config = Qwen2Config(
-        vocab_size=vocab, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None, **BUILTIN_MODELS[name],
+        vocab_size=vocab,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        **BUILTIN_MODELS[name],
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -104,6 +113,6 @@ def build_prompt_batch(tokenizer, texts: list[str], max_prompt_length: int) -> B
     mask = torch.zeros((len(ids), width), dtype=torch.long)
     for i, row in enumerate(ids):
         if row:
-            prompts[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row):] = 1
+            prompts[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
     return Batch({"prompts": prompts, "prompt_mask": mask})

@@ -38,8 +38,8 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 
@@ -70,9 +70,18 @@ def sleep_mode_available() -> bool:
 class VllmRollout:
     """One vLLM engine serving a worker's ``generate`` calls."""
 
-    def __init__(self, model_dir: str | Path, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
-                 device: str = "cpu", gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-                 sleep_mode: bool | None = None, owned_dir: bool = False) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        dtype: str = "float32",
+        seed: int = 0,
+        max_model_len: int = 2048,
+        device: str = "cpu",
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+        sleep_mode: bool | None = None,
+        owned_dir: bool = False,
+    ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -88,9 +97,18 @@ class VllmRollout:
             self.token_budget = None
             kwargs = {"gpu_memory_utilization": gpu_memory_utilization}
         try:
-            self.llm = LLM(model=str(self.model_dir), tokenizer=str(self.model_dir), dtype=dtype, seed=seed,
-                           max_model_len=max_model_len, enforce_eager=device == "cpu", enable_sleep_mode=self.sleep_mode,
-                           distributed_executor_backend="uni", enable_prefix_caching=False, **kwargs)
+            self.llm = LLM(
+                model=str(self.model_dir),
+                tokenizer=str(self.model_dir),
+                dtype=dtype,
+                seed=seed,
+                max_model_len=max_model_len,
+                enforce_eager=device == "cpu",
+                enable_sleep_mode=self.sleep_mode,
+                distributed_executor_backend="uni",
+                enable_prefix_caching=False,
+                **kwargs,
+            )
         except (OSError, ValueError, RuntimeError) as exc:
             raise BackendError(f"generate: vLLM could not start on {self.model_dir}: {exc}") from exc
         self._state = "awake"
@@ -98,7 +116,7 @@ class VllmRollout:
         self.sleep()
 
     @classmethod
-    def from_model(cls, model, tokenizer, **kwargs) -> "VllmRollout":
+    def from_model(cls, model, tokenizer, **kwargs) -> VllmRollout:
         """Save an in-memory model to a temporary directory (removed on ``close``) and serve it."""
         directory = save_model_dir(model, tokenizer)
         try:
@@ -127,17 +145,23 @@ class VllmRollout:
             self._state = "awake"
 
     # ---- generation -------------------------------------------------------------------------
-    def generate(self, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    def generate(
+        self, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``responses`` [B, R] right-padded with pad and ``response_mask`` [B, R], on the CPU."""
         from vllm.inputs import TokensPrompt
 
         rows = prompts.tolist()
         keep = prompt_mask.bool().tolist()
         inputs = [TokensPrompt(prompt_token_ids=[t for t, k in zip(r, m) if k]) for r, m in zip(rows, keep)]
-        too_long = [i for i, p in enumerate(inputs) if len(p["prompt_token_ids"]) + params.max_new_tokens > self.max_model_len]
+        too_long = [
+            i for i, p in enumerate(inputs) if len(p["prompt_token_ids"]) + params.max_new_tokens > self.max_model_len
+        ]
         if too_long:
-            raise BackendError(f"generate: prompt {too_long[0]} plus max_response_length={params.max_new_tokens} exceeds "
-                               f"vLLM's max_model_len={self.max_model_len}; shorten prompts or raise data.max_prompt_length")
+            raise BackendError(
+                f"generate: prompt {too_long[0]} plus max_response_length={params.max_new_tokens} exceeds "
+                f"vLLM's max_model_len={self.max_model_len}; shorten prompts or raise data.max_prompt_length"
+            )
         sampling = [self._sampling(params, i) for i in range(len(inputs))]
         self._wake_all()
         try:
@@ -174,13 +198,22 @@ class VllmRollout:
     def _sampling(params: SamplingParams, row: int):
         from vllm import SamplingParams as VllmSamplingParams
 
-        common = {"max_tokens": params.max_new_tokens, "stop_token_ids": list(params.eos_token_ids),
-                  "ignore_eos": False, "detokenize": False, "n": 1}
+        common = {
+            "max_tokens": params.max_new_tokens,
+            "stop_token_ids": list(params.eos_token_ids),
+            "ignore_eos": False,
+            "detokenize": False,
+            "n": 1,
+        }
         if params.greedy:
             return VllmSamplingParams(temperature=0.0, **common)
-        return VllmSamplingParams(temperature=params.temperature, top_p=params.top_p,
-                                  top_k=params.top_k if params.top_k > 0 else -1,
-                                  seed=(params.seed + row) % (2**63), **common)
+        return VllmSamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,
+            seed=(params.seed + row) % (2**63),
+            **common,
+        )
 
     # ---- weights ----------------------------------------------------------------------------
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:

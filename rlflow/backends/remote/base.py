@@ -27,7 +27,8 @@ import abc
 import asyncio
 import inspect
 import threading
-from typing import Any, Awaitable, ClassVar
+from collections.abc import Awaitable
+from typing import Any, ClassVar
 
 from rlflow.backends.engine import Engine
 from rlflow.errors import BackendError
@@ -43,7 +44,7 @@ class RemoteBackend(Engine):
 
     @classmethod
     @abc.abstractmethod
-    def from_config(cls, main_config: dict[str, Any], *, handle: dict[str, Any] | None = None) -> "RemoteBackend":
+    def from_config(cls, main_config: dict[str, Any], *, handle: dict[str, Any] | None = None) -> RemoteBackend:
         """Start the backend (``handle`` is None) or reconnect to a running one (start nothing).
 
         ``main_config``: ``{"pipeline": <resolved pipeline dict>, "resource": <name>,

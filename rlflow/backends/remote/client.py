@@ -121,7 +121,9 @@ class BackendClient:
 
     # -- calls -------------------------------------------------------------------------------
 
-    def call(self, method: str, args: dict[str, Any] | None = None, batch: Batch | None = None, *, retries: int | None = None) -> Any:
+    def call(
+        self, method: str, args: dict[str, Any] | None = None, batch: Batch | None = None, *, retries: int | None = None
+    ) -> Any:
         """Run ``method`` on the server; a Batch reply comes back as a Batch, anything else as plain data."""
         header: dict[str, Any] = {"kind": "call", "method": method, "id": uuid.uuid4().hex, "args": args or {}}
         tensors = None
@@ -161,7 +163,9 @@ class BackendClient:
                 return reply, tensors
             except TimeoutError as exc:  # the call may still be running: retrying would only queue behind it
                 self._drop()
-                raise BackendError(f"{self._where(method)}: no answer within call_timeout_s={self.call_timeout_s}") from exc
+                raise BackendError(
+                    f"{self._where(method)}: no answer within call_timeout_s={self.call_timeout_s}"
+                ) from exc
             except OSError as exc:  # reset, broken pipe, EOF (wire.ConnectionClosed): reconnect and retry
                 self._drop()
                 failure = exc

@@ -45,8 +45,14 @@ class ReferenceBackend(RemoteBackend):
     single_forwarder = True
     config_model = ReferenceConfig
 
-    def __init__(self, client: "BackendClient", *, process: subprocess.Popen | None = None, workdir: Path | None = None,
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        client: BackendClient,
+        *,
+        process: subprocess.Popen | None = None,
+        workdir: Path | None = None,
+        log_path: Path | None = None,
+    ) -> None:
         self._client = client
         self._process = process  # set only on the instance that started the server
         self._workdir = workdir
@@ -56,7 +62,7 @@ class ReferenceBackend(RemoteBackend):
     # -- lifecycle ---------------------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, main_config: dict[str, Any], *, handle: dict[str, Any] | None = None) -> "ReferenceBackend":
+    def from_config(cls, main_config: dict[str, Any], *, handle: dict[str, Any] | None = None) -> ReferenceBackend:
         config = _parse_config(main_config)
         if handle is None and config.handle is not None:
             handle = config.handle
@@ -69,7 +75,7 @@ class ReferenceBackend(RemoteBackend):
         return cls._start(main_config, config)
 
     @classmethod
-    def _start(cls, main_config: dict[str, Any], config: ReferenceConfig) -> "ReferenceBackend":
+    def _start(cls, main_config: dict[str, Any], config: ReferenceConfig) -> ReferenceBackend:
         workdir = Path(config.log_dir or tempfile.mkdtemp(prefix="rlflow-backend-"))
         workdir.mkdir(parents=True, exist_ok=True)
         process, handle, log_path = _launch(main_config, config, workdir)
@@ -120,16 +126,16 @@ class ReferenceBackend(RemoteBackend):
 
     # -- Engine ------------------------------------------------------------------------------
 
-    def generate(self, batch: "Batch", params: dict[str, Any]) -> "Batch":
+    def generate(self, batch: Batch, params: dict[str, Any]) -> Batch:
         return self._batch_call("generate", batch, params)
 
-    def compute_log_prob(self, batch: "Batch", params: dict[str, Any]) -> "Batch":
+    def compute_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
         return self._batch_call("compute_log_prob", batch, params)
 
-    def compute_ref_log_prob(self, batch: "Batch", params: dict[str, Any]) -> "Batch":
+    def compute_ref_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:
         return self._batch_call("compute_ref_log_prob", batch, params)
 
-    def update_actor(self, batch: "Batch", params: dict[str, Any]) -> dict[str, float]:
+    def update_actor(self, batch: Batch, params: dict[str, Any]) -> dict[str, float]:
         metrics = self._client.call("update_actor", {"params": params}, batch)
         return {**metrics, **self._client.totals()}
 
@@ -146,7 +152,7 @@ class ReferenceBackend(RemoteBackend):
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         return self._client.call("load_checkpoint", {"path": str(path)})
 
-    def _batch_call(self, method: str, batch: "Batch", params: dict[str, Any]) -> "Batch":
+    def _batch_call(self, method: str, batch: Batch, params: dict[str, Any]) -> Batch:
         out = self._client.call(method, {"params": params}, batch)
         out.metrics.update(self._client.totals())
         return out
@@ -159,12 +165,13 @@ def _parse_config(main_config: dict[str, Any]) -> ReferenceConfig:
     except ValidationError as exc:
         resource = main_config["resource"]
         problems = "; ".join(
-            f"resources.{resource}.config.{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()
+            f"resources.{resource}.config.{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+            for e in exc.errors()
         )
         raise BackendError(f"remote backend {NAME!r}: invalid config: {problems}") from None
 
 
-def _client(handle: dict[str, Any], config: ReferenceConfig) -> "BackendClient":
+def _client(handle: dict[str, Any], config: ReferenceConfig) -> BackendClient:
     from rlflow.backends.remote.client import BackendClient
 
     return BackendClient(
@@ -191,19 +198,36 @@ def _read_handle_file(path: str, project_root: str) -> dict[str, Any]:
 
 def _launch(main_config: dict[str, Any], config: ReferenceConfig, workdir: Path) -> tuple[subprocess.Popen, dict, Path]:
     """Start the server process and wait for its handle; on any failure nothing is left running."""
-    serve = ServeConfig(main_config=main_config, backend=NAME, token=secrets.token_urlsafe(32), **config.server_settings())
+    serve = ServeConfig(
+        main_config=main_config, backend=NAME, token=secrets.token_urlsafe(32), **config.server_settings()
+    )
     config_path, handle_path, log_path = workdir / "serve.json", workdir / "handle.json", workdir / "server.log"
     handle_path.unlink(missing_ok=True)
     fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(serve.model_dump_json())
-    cmd = [sys.executable, "-m", "rlflow.backends.remote.server", "--config", str(config_path),
-           "--handle-file", str(handle_path), "--parent-pid", str(os.getpid())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlflow.backends.remote.server",
+        "--config",
+        str(config_path),
+        "--handle-file",
+        str(handle_path),
+        "--parent-pid",
+        str(os.getpid()),
+    ]
     root = Path(main_config["project_root"])
     with open(log_path, "ab") as log:
         # its own session: a Ctrl-C at the driver's terminal reaches the driver, whose destroy() stops us
-        process = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   cwd=root if root.is_dir() else None, start_new_session=True)
+        process = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=root if root.is_dir() else None,
+            start_new_session=True,
+        )
     try:
         handle = _wait_for_handle(process, handle_path, log_path, config.startup_timeout_s)
     except BaseException:
@@ -249,4 +273,3 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError as exc:
         return f"(log unreadable: {exc})"
-

@@ -14,7 +14,8 @@ that forgot to clean up cannot leak a server holding GPUs.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rlflow.backends.remote import reference
 from rlflow.backends.remote.base import RemoteBackend, check_main_config

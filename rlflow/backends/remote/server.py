@@ -43,9 +43,10 @@ import threading
 import time
 import traceback
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlflow.backends.engine import Engine
 from rlflow.backends.remote import wire
@@ -81,7 +82,9 @@ class Method:
 METHODS: dict[str, Method] = {
     "generate": Method(lambda e, a, b: e.generate(b, _arg(a, "params", dict)), takes_batch=True),
     "compute_log_prob": Method(lambda e, a, b: e.compute_log_prob(b, _arg(a, "params", dict)), takes_batch=True),
-    "compute_ref_log_prob": Method(lambda e, a, b: e.compute_ref_log_prob(b, _arg(a, "params", dict)), takes_batch=True),
+    "compute_ref_log_prob": Method(
+        lambda e, a, b: e.compute_ref_log_prob(b, _arg(a, "params", dict)), takes_batch=True
+    ),
     "update_actor": Method(
         lambda e, a, b: _floats(e.update_actor(b, _arg(a, "params", dict))), takes_batch=True, remembered=True
     ),
@@ -99,7 +102,11 @@ def _floats(metrics: dict[str, Any]) -> dict[str, float]:
 
 def error_header(exc: BaseException, call_id: Any = None, *, tb: bool = False) -> dict[str, Any]:
     detail = "".join(traceback.format_exception(exc)[-8:]) if tb else ""
-    return {"kind": "error", "id": call_id, "error": {"type": type(exc).__name__, "message": str(exc), "traceback": detail}}
+    return {
+        "kind": "error",
+        "id": call_id,
+        "error": {"type": type(exc).__name__, "message": str(exc), "traceback": detail},
+    }
 
 
 class BackendServer:
@@ -206,8 +213,10 @@ class BackendServer:
         if not self._refusing.acquire(blocking=False):
             self._tcp.shutdown_request(sock)
             return
-        busy = ServerBusy(f"the backend server already serves max_connections={self.max_connections} connections; "
-                          "stop idle clients or raise max_connections in the resource config")
+        busy = ServerBusy(
+            f"the backend server already serves max_connections={self.max_connections} connections; "
+            "stop idle clients or raise max_connections in the resource config"
+        )
 
         def answer() -> None:
             try:
@@ -218,7 +227,7 @@ class BackendServer:
 
         threading.Thread(target=answer, name="rlflow-backend-busy", daemon=True).start()
 
-    def start_in_thread(self) -> "BackendServer":
+    def start_in_thread(self) -> BackendServer:
         self._thread = threading.Thread(target=self.serve_forever, name="rlflow-backend-server", daemon=True)
         self._thread.start()
         return self
@@ -301,7 +310,7 @@ class _TCPServer(socketserver.ThreadingTCPServer):
 
     def process_request(self, request, client_address) -> None:
         if not self.owner._admit():
-            self.owner._turn_away(request, "%s:%s" % client_address[:2])
+            self.owner._turn_away(request, "{}:{}".format(*client_address[:2]))
             return
         super().process_request(request, client_address)
 
@@ -328,7 +337,7 @@ class _Handler(socketserver.BaseRequestHandler):
             owner._track(self.request, False)
 
     def _handle(self, owner: BackendServer, sock: socket.socket) -> None:
-        peer = "%s:%s" % self.client_address[:2]
+        peer = "{}:{}".format(*self.client_address[:2])
         deadline = time.monotonic() + owner.handshake_timeout_s
         try:
             header, _, _ = wire.recv_frame(sock, HELLO_MAX_BYTES, deadline)
@@ -437,7 +446,9 @@ def write_handle(path: Path, handle: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def serve(config: Any, *, handle_file: Path | None = None, parent_pid: int | None = None, print_handle: bool = False) -> None:
+def serve(
+    config: Any, *, handle_file: Path | None = None, parent_pid: int | None = None, print_handle: bool = False
+) -> None:
     """Build the engine, listen, announce the handle, serve until shut down (a ServeConfig in).
 
     The handle holds the token: it goes to ``handle_file`` (mode 0600) and, with
@@ -495,7 +506,9 @@ def _watch_parent(parent_pid: int, stop: Callable[[], Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     from rlflow.backends.remote.config import ServeConfig
 
-    parser = argparse.ArgumentParser(prog="python -m rlflow.backends.remote.server", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m rlflow.backends.remote.server", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--config", required=True, type=Path, help="ServeConfig JSON file")
     parser.add_argument("--handle-file", type=Path, help="write the handle JSON here once serving")
     parser.add_argument("--parent-pid", type=int, help="shut down when this parent process exits")

@@ -47,8 +47,16 @@ _TUPLE_EXT = 1
 DTYPES: dict[str, torch.dtype] = {
     str(dt).removeprefix("torch."): dt
     for dt in (
-        torch.float64, torch.float32, torch.float16, torch.bfloat16,
-        torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
         torch.complex64,
     )
 }
@@ -114,7 +122,9 @@ def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
 def describe(name: str, tensor: torch.Tensor) -> dict[str, Any]:
     dtype = str(tensor.dtype).removeprefix("torch.")
     if dtype not in DTYPES:
-        raise BackendError(f"tensor {name!r} has dtype {dtype}, which the wire does not carry; known: {', '.join(DTYPES)}")
+        raise BackendError(
+            f"tensor {name!r} has dtype {dtype}, which the wire does not carry; known: {', '.join(DTYPES)}"
+        )
     return {"name": name, "dtype": dtype, "shape": list(tensor.shape), "nbytes": tensor.numel() * tensor.element_size()}
 
 
@@ -269,7 +279,11 @@ def batch_to_wire(batch: Batch) -> tuple[dict[str, Any], dict[str, torch.Tensor]
 
 
 def batch_from_wire(part: Any, tensors: dict[str, torch.Tensor]) -> Batch:
-    if not isinstance(part, dict) or not isinstance(part.get("non_tensors"), dict) or not isinstance(part.get("metrics"), dict):
+    if (
+        not isinstance(part, dict)
+        or not isinstance(part.get("non_tensors"), dict)
+        or not isinstance(part.get("metrics"), dict)
+    ):
         raise MalformedFrame("frame field 'batch' must be a map with 'non_tensors' and 'metrics' maps")
     try:
         return Batch(dict(tensors), {k: list(v) for k, v in part["non_tensors"].items()}, dict(part["metrics"]))

@@ -31,21 +31,28 @@ MINI_PROMPTS = 2  # two mini-batches per update: the second sees a ratio != 1, s
 
 def make_pipeline(engine: str, zero_stage: int) -> Pipeline:
     update = {"engine": engine, "zero_stage": zero_stage} if engine == "deepspeed" else {}
-    return Pipeline.model_validate({
-        "name": "ds-compare",
-        "data": {"train": "train.json", "max_prompt_length": 32, "max_response_length": RESPONSE},
-        "algorithm": {"n": N},
-        "trainer": {"train_batch_size": len(PROMPTS), "ppo_mini_batch_size": MINI_PROMPTS, "ppo_micro_batch_size": 1,
-                    "seed": 5, "optim": {"lr": 1e-3}},
-        "resources": {"pool": {"type": "local", "device": "cpu"}},
-        "stages": [
-            {"name": "generate", "uses": "generate", "on": "pool"},
-            {"name": "old_log_prob", "uses": "old_log_prob", "on": "pool", "with": {"engine": engine}},
-            {"name": "advantage", "uses": "grpo_advantage", "on": "driver"},
-            {"name": "update_actor", "uses": "update_actor", "on": "pool", "with": update},
-            {"name": "sync_weights", "uses": "sync_weights", "on": "pool"},
-        ],
-    })
+    return Pipeline.model_validate(
+        {
+            "name": "ds-compare",
+            "data": {"train": "train.json", "max_prompt_length": 32, "max_response_length": RESPONSE},
+            "algorithm": {"n": N},
+            "trainer": {
+                "train_batch_size": len(PROMPTS),
+                "ppo_mini_batch_size": MINI_PROMPTS,
+                "ppo_micro_batch_size": 1,
+                "seed": 5,
+                "optim": {"lr": 1e-3},
+            },
+            "resources": {"pool": {"type": "local", "device": "cpu"}},
+            "stages": [
+                {"name": "generate", "uses": "generate", "on": "pool"},
+                {"name": "old_log_prob", "uses": "old_log_prob", "on": "pool", "with": {"engine": engine}},
+                {"name": "advantage", "uses": "grpo_advantage", "on": "driver"},
+                {"name": "update_actor", "uses": "update_actor", "on": "pool", "with": update},
+                {"name": "sync_weights", "uses": "sync_weights", "on": "pool"},
+            ],
+        }
+    )
 
 
 def make_batch(tokenizer) -> Batch:
@@ -58,7 +65,9 @@ def make_batch(tokenizer) -> Batch:
     batch["responses"] = torch.randint(5, len(tokenizer), (rows, RESPONSE), generator=gen)
     lengths = torch.randint(2, RESPONSE + 1, (rows,), generator=gen)
     batch["response_mask"] = (torch.arange(RESPONSE)[None, :] < lengths[:, None]).long()
-    batch["advantages"] = torch.randn(rows, 1, generator=gen).expand(rows, RESPONSE).contiguous() * batch["response_mask"]
+    batch["advantages"] = (
+        torch.randn(rows, 1, generator=gen).expand(rows, RESPONSE).contiguous() * batch["response_mask"]
+    )
     return batch
 
 
@@ -70,8 +79,11 @@ def data_parallel_order(batch: Batch, world: int) -> Batch:
 
 
 def one_update(engine, shard: Batch, step: int) -> tuple[dict, float]:
-    shard.update(engine.compute_log_prob(shard.select(("prompts", "prompt_mask", "responses", "response_mask")),
-                                         {"temperature": 1.0}))
+    shard.update(
+        engine.compute_log_prob(
+            shard.select(("prompts", "prompt_mask", "responses", "response_mask")), {"temperature": 1.0}
+        )
+    )
     start = time.perf_counter()
     metrics = engine.update_actor(shard, {"temperature": 1.0, "global_steps": step})
     seconds = time.perf_counter() - start
@@ -104,8 +116,16 @@ def train(engine, rank: int, world: int, steps: int, checkpoint: str | None, reo
     return out
 
 
-def run(engine_name: str, zero_stages: list[int], rank: int, world: int, port: int | None, steps: int,
-        checkpoint: str | None, reorder_for: int = 1) -> dict[str, dict]:
+def run(
+    engine_name: str,
+    zero_stages: list[int],
+    rank: int,
+    world: int,
+    port: int | None,
+    steps: int,
+    checkpoint: str | None,
+    reorder_for: int = 1,
+) -> dict[str, dict]:
     """One engine per ZeRO stage in turn, in one process group; results keyed by stage."""
     from rlflow.backends.local.factory import create_local_engine
     from rlflow.check.engines import engine_choice
@@ -117,8 +137,11 @@ def run(engine_name: str, zero_stages: list[int], rank: int, world: int, port: i
         for stage in zero_stages:
             start = time.perf_counter()
             pipeline = make_pipeline(engine_name, stage)
-            engines.append(create_local_engine(pipeline, engine_choice(pipeline), device="cpu", rank=rank,
-                                               world_size=world, dist=dist))
+            engines.append(
+                create_local_engine(
+                    pipeline, engine_choice(pipeline), device="cpu", rank=rank, world_size=world, dist=dist
+                )
+            )
             setup = time.perf_counter() - start
             where = f"{checkpoint}/zero{stage}" if checkpoint else None
             results[str(stage)] = {"setup_seconds": setup, **train(engines[-1], rank, world, steps, where, reorder_for)}
@@ -140,8 +163,16 @@ def main() -> None:
     parser.add_argument("--checkpoint")
     parser.add_argument("--reorder-for", type=int, default=1)
     args = parser.parse_args()
-    result = run(args.engine, [int(z) for z in args.zero_stages.split(",")], args.rank, args.world, args.port, args.steps, args.checkpoint,
-                 args.reorder_for)
+    result = run(
+        args.engine,
+        [int(z) for z in args.zero_stages.split(",")],
+        args.rank,
+        args.world,
+        args.port,
+        args.steps,
+        args.checkpoint,
+        args.reorder_for,
+    )
     with open(args.out, "w") as fh:
         json.dump(result, fh)
 

@@ -14,25 +14,38 @@ from rlflow.schemas.pipeline import Pipeline
 PROMPTS = ["How many singers are there?", "List the names of all shops in Boston.", "SELECT"]
 
 
-def make_pipeline(*, algorithm: dict | None = None, trainer: dict | None = None, data: dict | None = None,
-                  generate: dict | None = None, model: dict | None = None) -> Pipeline:
+def make_pipeline(
+    *,
+    algorithm: dict | None = None,
+    trainer: dict | None = None,
+    data: dict | None = None,
+    generate: dict | None = None,
+    model: dict | None = None,
+) -> Pipeline:
     """A valid pipeline for the tiny model with the given section overrides."""
-    return Pipeline.model_validate({
-        "name": "local-test",
-        "model": model or {},
-        "data": {"train": "train.json", "max_prompt_length": 32, "max_response_length": 8, **(data or {})},
-        "algorithm": {"n": 2, **(algorithm or {})},
-        "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2, "seed": 5,
-                    "optim": {"lr": 1e-3}, **(trainer or {})},
-        "resources": {"pool": {"type": "local", "device": "cpu"}},
-        "stages": [
-            {"name": "generate", "uses": "generate", "on": "pool", "with": generate or {}},
-            {"name": "old_log_prob", "uses": "old_log_prob", "on": "pool"},
-            {"name": "advantage", "uses": "grpo_advantage", "on": "driver"},
-            {"name": "update_actor", "uses": "update_actor", "on": "pool"},
-            {"name": "sync_weights", "uses": "sync_weights", "on": "pool"},
-        ],
-    })
+    return Pipeline.model_validate(
+        {
+            "name": "local-test",
+            "model": model or {},
+            "data": {"train": "train.json", "max_prompt_length": 32, "max_response_length": 8, **(data or {})},
+            "algorithm": {"n": 2, **(algorithm or {})},
+            "trainer": {
+                "train_batch_size": 2,
+                "ppo_mini_batch_size": 2,
+                "seed": 5,
+                "optim": {"lr": 1e-3},
+                **(trainer or {}),
+            },
+            "resources": {"pool": {"type": "local", "device": "cpu"}},
+            "stages": [
+                {"name": "generate", "uses": "generate", "on": "pool", "with": generate or {}},
+                {"name": "old_log_prob", "uses": "old_log_prob", "on": "pool"},
+                {"name": "advantage", "uses": "grpo_advantage", "on": "driver"},
+                {"name": "update_actor", "uses": "update_actor", "on": "pool"},
+                {"name": "sync_weights", "uses": "sync_weights", "on": "pool"},
+            ],
+        }
+    )
 
 
 def sharpen(model, seed: int = 0, scale: float = 0.15):

@@ -40,22 +40,32 @@ def test_missing_extra_names_the_extra(monkeypatch):
     assert factory.missing_extra("torch") is None
     assert factory.missing_extra("hf") is None
     monkeypatch.setattr(factory.importlib.util, "find_spec", lambda name: None)
-    assert factory.missing_extra("deepspeed") == "engine 'deepspeed' needs the deepspeed extra: pip install 'rlflow[deepspeed]'"
+    assert (
+        factory.missing_extra("deepspeed")
+        == "engine 'deepspeed' needs the deepspeed extra: pip install 'rlflow[deepspeed]'"
+    )
     assert factory.missing_extra("vllm") == "engine 'vllm' needs the vllm extra: pip install 'rlflow[vllm]'"
     with pytest.raises(BackendError, match=r"generate.with.engine: engine 'vllm' needs the vllm extra"):
         factory.require("vllm", "generate.with.engine")
 
 
 def test_missing_extra_imports_nothing():
-    code = ("import sys, rlflow.backends.local.factory as e; e.missing_extra('deepspeed'); e.missing_extra('vllm'); "
-            "print(sorted(m for m in ('torch', 'deepspeed', 'vllm', 'verl', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys, rlflow.backends.local.factory as e; e.missing_extra('deepspeed'); e.missing_extra('vllm'); "
+        "print(sorted(m for m in ('torch', 'deepspeed', 'vllm', 'verl', 'transformers') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_engine_choice_reads_the_stages():
     choice = engine_choice(deepspeed_worker.make_pipeline("deepspeed", 3))
-    assert (choice.training, choice.zero_stage, choice.log_prob, choice.rollout) == ("deepspeed", 3, "deepspeed", "torch")
+    assert (choice.training, choice.zero_stage, choice.log_prob, choice.rollout) == (
+        "deepspeed",
+        3,
+        "deepspeed",
+        "torch",
+    )
     assert not choice.default
     assert engine_choice(deepspeed_worker.make_pipeline("torch", 0)).default
 
@@ -93,9 +103,24 @@ def _run_ranks(tmp_path: Path, world: int, *args: str) -> list[dict]:
     port = str(_free_port())
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "PYTHONWARNINGS": "ignore"}
     procs = [
-        subprocess.Popen([sys.executable, str(HERE / "deepspeed_worker.py"), str(tmp_path / f"rank{r}.json"),
-                          "--rank", str(r), "--world", str(world), "--port", port, *args],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "deepspeed_worker.py"),
+                str(tmp_path / f"rank{r}.json"),
+                "--rank",
+                str(r),
+                "--world",
+                str(world),
+                "--port",
+                port,
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
         for r in range(world)
     ]
     logs = []
@@ -114,11 +139,23 @@ def _run_ranks(tmp_path: Path, world: int, *args: str) -> list[dict]:
 @pytest.mark.slow
 def test_two_workers_zero2_and_zero3_match_torch(tmp_path):
     pytest.importorskip("deepspeed", reason="the deepspeed extra is not installed: pip install 'rlflow[deepspeed]'")
-    reference = deepspeed_worker.run("torch", [0], rank=0, world=1, port=None, steps=3, checkpoint=None, reorder_for=2)["0"]
+    reference = deepspeed_worker.run("torch", [0], rank=0, world=1, port=None, steps=3, checkpoint=None, reorder_for=2)[
+        "0"
+    ]
     losses = [s["actor/pg_loss"] for s in reference["steps"]]
     assert max(losses) - min(losses) > 1e-3  # the loss moves, so agreement is not agreement on a constant
-    ranks = _run_ranks(tmp_path, 2, "--engine", "deepspeed", "--zero-stages", "2,3", "--steps", "3",
-                       "--checkpoint", str(tmp_path / "ckpt"))
+    ranks = _run_ranks(
+        tmp_path,
+        2,
+        "--engine",
+        "deepspeed",
+        "--zero-stages",
+        "2,3",
+        "--steps",
+        "3",
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+    )
     for stage in ("2", "3"):
         _check_against_reference(reference, [r[stage] for r in ranks], stage)
         ckpt = tmp_path / "ckpt" / f"zero{stage}"
@@ -129,7 +166,13 @@ def test_two_workers_zero2_and_zero3_match_torch(tmp_path):
 def _check_against_reference(reference: dict, ranks: list[dict], stage: str) -> None:
     for step, (want, got) in enumerate(zip(reference["steps"], ranks[0]["steps"]), start=1):
         for name in ("actor/pg_loss", "actor/loss", "actor/ppo_kl", "actor/grad_norm", "actor/pg_clipfrac"):
-            assert got[name] == pytest.approx(want[name], rel=RTOL, abs=1e-6), (stage, step, name, got[name], want[name])
+            assert got[name] == pytest.approx(want[name], rel=RTOL, abs=1e-6), (
+                stage,
+                step,
+                name,
+                got[name],
+                want[name],
+            )
     assert ranks[0]["steps"] == ranks[1]["steps"]  # metrics are reduced over the group
     assert ranks[0]["fingerprint"] == ranks[1]["fingerprint"]  # replicas stay identical
     assert ranks[0]["fingerprint"] == pytest.approx(reference["fingerprint"], rel=FINGERPRINT_RTOL)

@@ -18,8 +18,9 @@ from rlflow.errors import BackendError, StageError
 def training_batch(model, prompt_batch, tokenizer, *, n: int = 2, seed: int = 0) -> Batch:
     """Rollout rows with off-policy old log-probs, advantages and reference log-probs."""
     rows = prompt_batch.repeat_interleave(n)
-    p = SamplingParams(max_new_tokens=8, eos_token_ids=(tokenizer.eos_token_id,),
-                       pad_token_id=tokenizer.pad_token_id, seed=seed)
+    p = SamplingParams(
+        max_new_tokens=8, eos_token_ids=(tokenizer.eos_token_id,), pad_token_id=tokenizer.pad_token_id, seed=seed
+    )
     responses, mask = sample(model, rows["prompts"], rows["prompt_mask"], p)
     rows.update(Batch({"responses": responses, "response_mask": mask}))
     current, _ = batch_log_probs(model, rows, micro_batch_size=None, temperature=1.0, with_entropy=False)
@@ -37,19 +38,22 @@ def params_of(model) -> list[torch.Tensor]:
 def test_update_equals_verls_loss_applied_by_hand(sharp_model, prompt_batch, tokenizer):
     from verl.trainer.ppo import core_algos
 
-    pipeline = make_pipeline(algorithm={"use_kl_loss": True, "kl_loss_coef": 0.05, "entropy_coeff": 0.01,
-                                        "clip_ratio_high": 0.28},
-                             trainer={"ppo_mini_batch_size": 3, "grad_clip": 0.5})
+    pipeline = make_pipeline(
+        algorithm={"use_kl_loss": True, "kl_loss_coef": 0.05, "entropy_coeff": 0.01, "clip_ratio_high": 0.28},
+        trainer={"ppo_mini_batch_size": 3, "grad_clip": 0.5},
+    )
     batch = training_batch(sharp_model, prompt_batch, tokenizer)
     by_hand = copy.deepcopy(sharp_model).train()
     metrics = Actor(sharp_model, pipeline).update(batch, step=1)
 
     cfg, a = verl_actor_config(pipeline), pipeline.algorithm
     mask = batch["response_mask"].bool()
-    lp, ent = forward_log_probs(by_hand, batch["prompts"], batch["prompt_mask"], batch["responses"],
-                                batch["response_mask"], with_entropy=True)
-    pg, pg_metrics = core_algos.compute_policy_loss_vanilla(batch["old_log_probs"], lp, batch["advantages"], mask,
-                                                            "token-mean", config=cfg)
+    lp, ent = forward_log_probs(
+        by_hand, batch["prompts"], batch["prompt_mask"], batch["responses"], batch["response_mask"], with_entropy=True
+    )
+    pg, pg_metrics = core_algos.compute_policy_loss_vanilla(
+        batch["old_log_probs"], lp, batch["advantages"], mask, "token-mean", config=cfg
+    )
     kl = core_algos.agg_loss(core_algos.kl_penalty(lp, batch["ref_log_prob"], "low_var_kl"), mask, "token-mean")
     entropy = core_algos.agg_loss(ent, mask, "token-mean")
     (pg - a.entropy_coeff * entropy + a.kl_loss_coef * kl).backward()
@@ -113,16 +117,19 @@ def test_rows_with_empty_response_masks_are_harmless(sharp_model, prompt_batch, 
     mask = batch["response_mask"].clone()
     mask[0] = 0
     batch["response_mask"] = mask
-    metrics = Actor(sharp_model, make_pipeline(algorithm={"loss_agg_mode": "seq-mean-token-sum"},
-                                               trainer={"ppo_mini_batch_size": 3})).update(batch)
+    metrics = Actor(
+        sharp_model,
+        make_pipeline(algorithm={"loss_agg_mode": "seq-mean-token-sum"}, trainer={"ppo_mini_batch_size": 3}),
+    ).update(batch)
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
 
 
 def test_gradient_clipping_bounds_the_sgd_step(sharp_model, prompt_batch, tokenizer):
     batch = training_batch(sharp_model, prompt_batch, tokenizer)
     before = params_of(sharp_model)
-    pipeline = make_pipeline(trainer={"ppo_mini_batch_size": 3, "grad_clip": 1e-3,
-                                      "optim": {"name": "sgd", "lr": 1.0, "weight_decay": 0.0}})
+    pipeline = make_pipeline(
+        trainer={"ppo_mini_batch_size": 3, "grad_clip": 1e-3, "optim": {"name": "sgd", "lr": 1.0, "weight_decay": 0.0}}
+    )
     metrics = Actor(sharp_model, pipeline).update(batch)
     delta = torch.sqrt(sum(((p - q) ** 2).sum() for p, q in zip(params_of(sharp_model), before)))
     assert metrics["actor/grad_norm"] > 1e-3
@@ -132,7 +139,9 @@ def test_gradient_clipping_bounds_the_sgd_step(sharp_model, prompt_batch, tokeni
 def test_warmup_then_constant_learning_rate(sharp_model, prompt_batch, tokenizer):
     batch = training_batch(sharp_model, prompt_batch, tokenizer)
     before = params_of(sharp_model)
-    actor = Actor(sharp_model, make_pipeline(trainer={"ppo_mini_batch_size": 3, "optim": {"lr": 1e-3, "lr_warmup_steps": 2}}))
+    actor = Actor(
+        sharp_model, make_pipeline(trainer={"ppo_mini_batch_size": 3, "optim": {"lr": 1e-3, "lr_warmup_steps": 2}})
+    )
     lrs = [actor.update(batch)["actor/lr"] for _ in range(3)]
     assert lrs == [pytest.approx(5e-4), pytest.approx(1e-3), pytest.approx(1e-3)]
     assert not all(torch.equal(p, q) for p, q in zip(before, params_of(sharp_model)))

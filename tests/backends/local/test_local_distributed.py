@@ -22,8 +22,13 @@ def _rank(rank: int, port: int, folder: str) -> None:
 
     torch.set_num_threads(1)
     batch = Batch(torch.load(f"{folder}/batch.pt"))
-    engine = LocalEngine(make_pipeline(trainer=TRAINER), rank=rank, world_size=2, roles=frozenset({"actor"}),
-                         dist={"master_addr": "127.0.0.1", "master_port": port})
+    engine = LocalEngine(
+        make_pipeline(trainer=TRAINER),
+        rank=rank,
+        world_size=2,
+        roles=frozenset({"actor"}),
+        dist={"master_addr": "127.0.0.1", "master_port": port},
+    )
     try:
         metrics = engine.update_actor(batch.split(2)[rank], {})
         torch.save(engine.model.state_dict(), f"{folder}/rank_{rank}.pt")
@@ -50,7 +55,9 @@ def test_two_ranks_stay_identical_and_match_one_rank(tmp_path):
     batch.update(single.generate(batch, {"max_response_length": 8, "seed": 1}))
     batch.update(single.compute_log_prob(batch, {}))
     gen = torch.Generator().manual_seed(0)
-    batch["advantages"] = torch.randn(len(batch), 1, generator=gen).expand_as(batch["old_log_probs"]) * batch["response_mask"]
+    batch["advantages"] = (
+        torch.randn(len(batch), 1, generator=gen).expand_as(batch["old_log_probs"]) * batch["response_mask"]
+    )
     tensors = batch.select(("prompts", "prompt_mask", "responses", "response_mask", "old_log_probs", "advantages"))
     torch.save(tensors.tensors, tmp_path / "batch.pt")
 

@@ -83,8 +83,14 @@ def test_reference_exists_only_with_kl_and_starts_equal_to_the_actor():
     old = kl.compute_log_prob(batch, {})["old_log_probs"]
     ref = kl.compute_ref_log_prob(batch, {})["ref_log_prob"]
     assert torch.equal(old, ref)
-    kl.update_actor(batch.update(Batch({"old_log_probs": old, "ref_log_prob": ref,
-                                        "advantages": torch.ones_like(old) * batch["response_mask"]})), {})
+    kl.update_actor(
+        batch.update(
+            Batch(
+                {"old_log_probs": old, "ref_log_prob": ref, "advantages": torch.ones_like(old) * batch["response_mask"]}
+            )
+        ),
+        {},
+    )
     assert torch.equal(kl.compute_ref_log_prob(batch, {})["ref_log_prob"], ref)  # frozen
     assert not torch.equal(kl.compute_log_prob(batch, {})["old_log_probs"], old)
 
@@ -111,8 +117,10 @@ def test_separate_rollout_serves_the_exported_actor_weights():
     # the rollout now generates exactly what the actor's weights generate
     colocated = LocalEngine(pipeline)
     colocated.load_rollout_weights(state)
-    assert torch.equal(rollout.generate(prompts(rollout), greedy)["responses"],
-                       colocated.generate(prompts(colocated), greedy)["responses"])
+    assert torch.equal(
+        rollout.generate(prompts(rollout), greedy)["responses"],
+        colocated.generate(prompts(colocated), greedy)["responses"],
+    )
     with pytest.raises(BackendError, match="do not match"):
         rollout.load_rollout_weights({"bogus.weight": torch.zeros(1)})
 

@@ -59,9 +59,15 @@ def test_sampling_is_seeded_per_call(sharp_model, prompt_batch, tokenizer):
 
 
 def test_top_k_one_and_tiny_top_p_are_greedy(sharp_model, prompt_batch, tokenizer):
-    greedy, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False))
-    top_k, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, top_k=1, seed=3))
-    top_p, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, top_p=1e-6, seed=4))
+    greedy, _ = sample(
+        sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False)
+    )
+    top_k, _ = sample(
+        sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, top_k=1, seed=3)
+    )
+    top_p, _ = sample(
+        sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, top_p=1e-6, seed=4)
+    )
     assert torch.equal(greedy, top_k) and torch.equal(greedy, top_p)
 
 
@@ -77,7 +83,9 @@ def test_next_tokens_draws_from_the_distribution():
 
 
 def test_rows_stop_at_eos_and_keep_padding(sharp_model, prompt_batch, tokenizer):
-    greedy, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False))
+    greedy, _ = sample(
+        sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False)
+    )
     # Declare row 0's third greedy token the EOS: row 0 must stop right there, with the EOS kept in its mask.
     eos = int(greedy[0, 2])
     p = params(tokenizer, do_sample=False, eos_token_ids=(eos,))
@@ -85,7 +93,7 @@ def test_rows_stop_at_eos_and_keep_padding(sharp_model, prompt_batch, tokenizer)
     first_eos = (out[0] == eos).nonzero()[0].item()
     assert first_eos <= 2
     assert mask[0].tolist() == [1] * (first_eos + 1) + [0] * (out.shape[1] - first_eos - 1)
-    assert (out[0, first_eos + 1:] == tokenizer.pad_token_id).all()
+    assert (out[0, first_eos + 1 :] == tokenizer.pad_token_id).all()
     for row, row_mask in zip(out.tolist(), mask.tolist()):  # every row: mask = prefix up to its first EOS
         n = row.index(eos) + 1 if eos in row else len(row)
         assert row_mask == [1] * n + [0] * (len(row) - n)
@@ -96,7 +104,9 @@ def test_finished_rows_leave_the_decode_batch_and_the_rest_agree_with_hf_generat
     greedy, _ = sample(sharp_model, rows["prompts"], rows["prompt_mask"], params(tokenizer, do_sample=False))
     p = params(tokenizer, do_sample=False, eos_token_ids=(int(greedy[0, 1]), int(greedy[2, 3])))
     widths = []
-    hook = sharp_model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    hook = sharp_model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]), with_kwargs=True
+    )
     ours, ours_mask = sample(sharp_model, rows["prompts"], rows["prompt_mask"], p)
     hook.remove()
     hf, hf_mask = sample_hf(sharp_model, rows["prompts"], rows["prompt_mask"], p)
@@ -109,16 +119,31 @@ def test_finished_rows_leave_the_decode_batch_and_the_rest_agree_with_hf_generat
 
 
 def test_eos_as_first_token_gives_an_empty_response_with_a_mask_of_one(sharp_model, prompt_batch, tokenizer):
-    greedy, _ = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False))
+    greedy, _ = sample(
+        sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False)
+    )
     eos = int(greedy[1, 0])
-    out, mask = sample(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"],
-                       params(tokenizer, do_sample=False, eos_token_ids=(eos,)))
+    out, mask = sample(
+        sharp_model,
+        prompt_batch["prompts"],
+        prompt_batch["prompt_mask"],
+        params(tokenizer, do_sample=False, eos_token_ids=(eos,)),
+    )
     assert out[1, 0] == eos and mask[1].sum() == 1
-    hf, hf_mask = sample_hf(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"],
-                            params(tokenizer, do_sample=False, eos_token_ids=(eos,)))
+    hf, hf_mask = sample_hf(
+        sharp_model,
+        prompt_batch["prompts"],
+        prompt_batch["prompt_mask"],
+        params(tokenizer, do_sample=False, eos_token_ids=(eos,)),
+    )
     assert torch.equal(out, hf) and torch.equal(mask, hf_mask)
 
 
 def test_response_mask_from_tokens():
     tokens = torch.tensor([[5, 6, 1, 0], [1, 0, 0, 0], [5, 6, 7, 8], [5, 9, 6, 1]])
-    assert response_mask_from_tokens(tokens, (1, 9)).tolist() == [[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]]
+    assert response_mask_from_tokens(tokens, (1, 9)).tolist() == [
+        [1, 1, 1, 0],
+        [1, 0, 0, 0],
+        [1, 1, 1, 1],
+        [1, 1, 0, 0],
+    ]

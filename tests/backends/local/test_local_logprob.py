@@ -11,8 +11,9 @@ from rlflow.batch import Batch
 
 
 def rollout(model, prompt_batch, tokenizer, steps: int = 8) -> Batch:
-    p = SamplingParams(max_new_tokens=steps, eos_token_ids=(tokenizer.eos_token_id,),
-                       pad_token_id=tokenizer.pad_token_id, seed=2)
+    p = SamplingParams(
+        max_new_tokens=steps, eos_token_ids=(tokenizer.eos_token_id,), pad_token_id=tokenizer.pad_token_id, seed=2
+    )
     responses, mask = sample(model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
     return Batch({**prompt_batch.tensors, "responses": responses, "response_mask": mask})
 
@@ -23,9 +24,9 @@ def direct_log_probs(model, batch: Batch, i: int, temperature: float) -> tuple[t
     n = int(batch["response_mask"][i].sum())
     ids = torch.cat([prompt, batch["responses"][i, :n]])[None]
     with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float() / temperature
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
     log_probs = torch.log_softmax(logits, -1)
-    return log_probs.gather(-1, ids[0, len(prompt):, None]).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
+    return log_probs.gather(-1, ids[0, len(prompt) :, None]).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
 
 
 def test_log_probs_equal_a_direct_unpadded_forward(sharp_model, prompt_batch, tokenizer):
@@ -41,7 +42,9 @@ def test_log_probs_equal_a_direct_unpadded_forward(sharp_model, prompt_batch, to
 def test_samples_of_one_prompt_share_its_encoding_and_match_a_direct_forward(sharp_model, prompt_batch, tokenizer):
     batch = rollout(sharp_model, prompt_batch.repeat_interleave(3), tokenizer)
     embedded_rows = []
-    hook = sharp_model.model.embed_tokens.register_forward_hook(lambda _m, args, _out: embedded_rows.append(args[0].shape))
+    hook = sharp_model.model.embed_tokens.register_forward_hook(
+        lambda _m, args, _out: embedded_rows.append(args[0].shape)
+    )
     try:
         lp, ent = batch_log_probs(sharp_model, batch, micro_batch_size=None, temperature=0.7, with_entropy=True)
     finally:
@@ -62,8 +65,9 @@ def test_a_shared_prompt_encoding_gives_the_gradients_of_separate_forwards(sharp
     def gradients(micro: int) -> list[torch.Tensor]:
         sharp_model.zero_grad(set_to_none=True)
         for part, w in zip(batch.chunks(micro), weights.split(micro)):
-            lp, _ = forward_log_probs(sharp_model, part["prompts"], part["prompt_mask"], part["responses"],
-                                      part["response_mask"])
+            lp, _ = forward_log_probs(
+                sharp_model, part["prompts"], part["prompt_mask"], part["responses"], part["response_mask"]
+            )
             (lp * w * part["response_mask"]).sum().backward()
         return [p.grad.clone() for p in sharp_model.parameters()]
 
@@ -93,7 +97,9 @@ def test_rows_with_an_empty_mask_stay_finite(sharp_model, prompt_batch, tokenize
 
 def test_forward_log_probs_carries_gradients(sharp_model, prompt_batch, tokenizer):
     batch = rollout(sharp_model, prompt_batch, tokenizer)
-    lp, _ = forward_log_probs(sharp_model, batch["prompts"], batch["prompt_mask"], batch["responses"], batch["response_mask"])
+    lp, _ = forward_log_probs(
+        sharp_model, batch["prompts"], batch["prompt_mask"], batch["responses"], batch["response_mask"]
+    )
     (lp * batch["response_mask"]).sum().backward()
     assert sharp_model.model.embed_tokens.weight.grad is not None
 
@@ -110,11 +116,21 @@ def test_trim_padding_drops_only_the_columns_every_row_masks():
 
 def test_extra_padding_columns_do_not_change_log_probs(sharp_model, prompt_batch, tokenizer):
     batch = rollout(sharp_model, prompt_batch, tokenizer)
-    lp, ent = forward_log_probs(sharp_model, batch["prompts"], batch["prompt_mask"], batch["responses"],
-                                batch["response_mask"], with_entropy=True)
+    lp, ent = forward_log_probs(
+        sharp_model,
+        batch["prompts"],
+        batch["prompt_mask"],
+        batch["responses"],
+        batch["response_mask"],
+        with_entropy=True,
+    )
     rows, pad = len(batch), tokenizer.pad_token_id
-    wide = [torch.cat([torch.full((rows, 5), pad), batch["prompts"]], 1), torch.cat([torch.zeros((rows, 5), dtype=torch.long), batch["prompt_mask"]], 1),
-            torch.cat([batch["responses"], torch.full((rows, 6), pad)], 1), torch.cat([batch["response_mask"], torch.zeros((rows, 6), dtype=torch.long)], 1)]
+    wide = [
+        torch.cat([torch.full((rows, 5), pad), batch["prompts"]], 1),
+        torch.cat([torch.zeros((rows, 5), dtype=torch.long), batch["prompt_mask"]], 1),
+        torch.cat([batch["responses"], torch.full((rows, 6), pad)], 1),
+        torch.cat([batch["response_mask"], torch.zeros((rows, 6), dtype=torch.long)], 1),
+    ]
     wide_lp, wide_ent = forward_log_probs(sharp_model, *wide, with_entropy=True)
     width = batch["responses"].shape[1]
     assert wide_lp.shape == (rows, width + 6) and (wide_lp[:, width:] == 0).all()

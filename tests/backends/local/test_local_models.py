@@ -45,9 +45,9 @@ def test_tokenizer_script_is_deterministic_and_reproduces_the_shipped_asset(tmp_
     assert first.to_str() == second.to_str()
     script.write(first, tmp_path)
     shipped = tokenizers.BUILTIN_TOKENIZERS["tiny-qwen2"]
-    assert json.loads((tmp_path / "tokenizer.json").read_text()) == json.loads((shipped / "tokenizer.json").read_text()), (
-        "the shipped tokenizer is stale: re-run scripts/make_tiny_tokenizer.py"
-    )
+    assert json.loads((tmp_path / "tokenizer.json").read_text()) == json.loads(
+        (shipped / "tokenizer.json").read_text()
+    ), "the shipped tokenizer is stale: re-run scripts/make_tiny_tokenizer.py"
 
 
 def test_builtin_model_is_a_small_qwen2_initialised_from_the_seed(tokenizer):
@@ -95,7 +95,9 @@ def test_missing_model_path_names_it(tmp_path, tokenizer):
 def test_non_causal_lm_directory_is_refused_by_name(tmp_path, tokenizer):
     from transformers import ViTConfig
 
-    ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(tmp_path)
+    ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64).save_pretrained(
+        tmp_path
+    )
     with pytest.raises(BackendError, match="not a causal language model") as err:
         models.load_model(ModelSpec(path=str(tmp_path)), tokenizer, seed=0)
     assert str(tmp_path) in str(err.value)
@@ -138,8 +140,10 @@ def test_build_prompt_batch_refuses_a_too_long_prompt(tokenizer):
 
 
 def test_load_tokenizer_does_not_import_torch_models_eagerly():
-    code = ("import sys; from rlflow.data import tokenizer; "
-            "assert 'transformers' not in sys.modules, 'transformers imported at module level'")
+    code = (
+        "import sys; from rlflow.data import tokenizer; "
+        "assert 'transformers' not in sys.modules, 'transformers imported at module level'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

@@ -22,13 +22,14 @@ import os
 
 import pytest
 import torch
-
 from local_helpers import PROMPTS, make_pipeline, sharpen
 
 pytestmark = [
     pytest.mark.vllm,
-    pytest.mark.skipif(os.environ.get("RLFLOW_TEST_VLLM") != "1",
-                       reason="opt-in: RLFLOW_TEST_VLLM=1 with .venv-vllm (scripts/setup_vllm_cpu_venv.sh)"),
+    pytest.mark.skipif(
+        os.environ.get("RLFLOW_TEST_VLLM") != "1",
+        reason="opt-in: RLFLOW_TEST_VLLM=1 with .venv-vllm (scripts/setup_vllm_cpu_venv.sh)",
+    ),
 ]
 
 GREEDY = {"do_sample": False, "temperature": 0.0, "max_response_length": 8}
@@ -121,14 +122,20 @@ def test_a_large_seeded_batch_samples_whole(engine):
     from rlflow.backends.local.models import build_prompt_batch
     from rlflow.backends.local.vllm_rollout import VllmRollout
 
-    long_prompts = [("SELECT name FROM singer WHERE age > 30 AND country = 'France'; " * 14)[:800] + f" #{i}"
-                    for i in range(96)]
+    long_prompts = [
+        ("SELECT name FROM singer WHERE age > 30 AND country = 'France'; " * 14)[:800] + f" #{i}" for i in range(96)
+    ]
     batch = build_prompt_batch(engine.tokenizer, long_prompts, 1024)
     assert int(batch["prompt_mask"].sum()) > 16384
     rollout = VllmRollout.from_model(engine.model, engine.tokenizer, max_model_len=1100, device="cpu")
     try:
-        params = SamplingParams(max_new_tokens=4, eos_token_ids=(engine.tokenizer.eos_token_id,),
-                                pad_token_id=engine.tokenizer.pad_token_id, temperature=1.0, seed=5)
+        params = SamplingParams(
+            max_new_tokens=4,
+            eos_token_ids=(engine.tokenizer.eos_token_id,),
+            pad_token_id=engine.tokenizer.pad_token_id,
+            temperature=1.0,
+            seed=5,
+        )
         responses, mask = rollout.generate(batch["prompts"], batch["prompt_mask"], params)
         again, _ = rollout.generate(batch["prompts"], batch["prompt_mask"], params)
     finally:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from remote_helpers import HERE, TOKEN, DroppingProxy
+
 
 @pytest.fixture
 def fake_importable(monkeypatch):
@@ -61,7 +61,9 @@ def example_plugin():
         isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, "-e", str(EXAMPLE_PLUGIN)],
-            check=True, capture_output=True, timeout=300,
+            check=True,
+            capture_output=True,
+            timeout=300,
         )
         site.addsitedir(sysconfig.get_paths()["purelib"])
         importlib.invalidate_caches()

@@ -29,10 +29,13 @@ class FakeEngine(Engine):
         base = batch["prompts"].sum(-1, keepdim=True)
         responses = (base + torch.arange(width)) % 97
         mask = torch.ones_like(responses)
-        mask[1::2, width // 2:] = 0  # odd rows stop halfway, right-padded
+        mask[1::2, width // 2 :] = 0  # odd rows stop halfway, right-padded
         text = [f"r{int(row)}" for row in base.squeeze(-1).tolist()]
-        return Batch({"responses": responses, "response_mask": mask}, {"response_text": text},
-                     {"fake/served_version": float(self.served)})
+        return Batch(
+            {"responses": responses, "response_mask": mask},
+            {"response_text": text},
+            {"fake/served_version": float(self.served)},
+        )
 
     def compute_log_prob(self, batch: Batch, params: dict) -> Batch:
         logp = -(batch["responses"].float() + 1) / 100 * (1 + self.updates)

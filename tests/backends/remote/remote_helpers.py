@@ -16,14 +16,16 @@ TOKEN = "test-token-0123456789"
 
 
 def make_main_config(root: Path, **backend_config) -> dict:
-    pipeline = Pipeline.model_validate({
-        "name": "remote-test",
-        "data": {"train": "train.json", "max_prompt_length": 16, "max_response_length": 8},
-        "algorithm": {"n": 2},
-        "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2},
-        "resources": {"arctic": {"type": "remote", "backend": "reference", "config": backend_config}},
-        "stages": [{"name": "generate", "uses": "generate", "on": "arctic"}],
-    })
+    pipeline = Pipeline.model_validate(
+        {
+            "name": "remote-test",
+            "data": {"train": "train.json", "max_prompt_length": 16, "max_response_length": 8},
+            "algorithm": {"n": 2},
+            "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2},
+            "resources": {"arctic": {"type": "remote", "backend": "reference", "config": backend_config}},
+            "stages": [{"name": "generate", "uses": "generate", "on": "arctic"}],
+        }
+    )
     return {
         "pipeline": pipeline.model_dump(by_alias=True, mode="json"),
         "resource": "arctic",

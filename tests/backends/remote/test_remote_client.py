@@ -14,7 +14,9 @@ from rlflow.errors import BackendError
 
 
 def _batch() -> Batch:
-    return Batch({"prompts": torch.tensor([[1, 2], [3, 4]]), "advantages": torch.tensor([[0.5], [-0.5]])}, {"uid": ["a", "b"]})
+    return Batch(
+        {"prompts": torch.tensor([[1, 2], [3, 4]]), "advantages": torch.tensor([[0.5], [-0.5]])}, {"uid": ["a", "b"]}
+    )
 
 
 def _via(proxy, served, **kw) -> BackendClient:
@@ -84,7 +86,12 @@ def test_traffic_counts_every_byte_per_method(served):
     client.call("generate", {"params": {"max_response_length": 64}}, batch)
     client.call("update_weights", {"global_steps": 1})
     traffic = client.traffic()
-    assert traffic["forwarder/bytes_sent"] == sum(v for k, v in traffic.items() if k.startswith("forwarder/bytes_sent/"))
+    assert traffic["forwarder/bytes_sent"] == sum(
+        v for k, v in traffic.items() if k.startswith("forwarder/bytes_sent/")
+    )
     assert traffic["forwarder/bytes_received/generate"] > 2 * 64 * 8 * 2  # responses + mask, int64
-    assert traffic["forwarder/bytes_sent/update_weights"] < 512 and traffic["forwarder/bytes_received/update_weights"] < 512
+    assert (
+        traffic["forwarder/bytes_sent/update_weights"] < 512
+        and traffic["forwarder/bytes_received/update_weights"] < 512
+    )
     assert traffic["forwarder/calls"] == 2

@@ -17,21 +17,39 @@ from pathlib import Path
 
 REPO = Path(__file__).parents[3]
 SMALL = [
-    "trainer.total_steps=2", "trainer.train_batch_size=2", "trainer.ppo_mini_batch_size=2",
-    "trainer.ppo_micro_batch_size=4", "algorithm.n=4", "data.max_response_length=16", "trainer.test_freq=-1",
-    "trainer.save_freq=2", "trainer.val_before_train=false",
+    "trainer.total_steps=2",
+    "trainer.train_batch_size=2",
+    "trainer.ppo_mini_batch_size=2",
+    "trainer.ppo_micro_batch_size=4",
+    "algorithm.n=4",
+    "data.max_response_length=16",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=2",
+    "trainer.val_before_train=false",
 ]
 # wall-clock and transport metrics differ by nature; everything else must match exactly
-VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/throughput", "forwarder/",
-            "rollout/gen_seconds", "sync/seconds")
+VOLATILE = (
+    "timing_s/",
+    "timing_per_token_ms/",
+    "perf/time_per_step",
+    "perf/throughput",
+    "forwarder/",
+    "rollout/gen_seconds",
+    "sync/seconds",
+)
 
 
 def _start(pipeline: str, run_dir: Path, *extra: str) -> subprocess.Popen:
     sets = [arg for s in (*SMALL, *extra) for arg in ("--set", s)]
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
-    return subprocess.Popen([sys.executable, "-m", "rlflow.cli.main", "run", pipeline, *sets, "--run-dir",
-                             str(run_dir)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlflow.cli.main", "run", pipeline, *sets, "--run-dir", str(run_dir)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _metrics(run: subprocess.Popen, run_dir: Path) -> list[dict]:
@@ -49,13 +67,17 @@ def _stable(metrics: dict) -> dict:
 
 def test_remote_and_local_runs_give_equal_metrics(tmp_path):
     remote_run = _start("pipelines/bird_grpo_remote.yaml", tmp_path / "remote", "resources.arctic.config.num_threads=1")
-    local_run = _start("pipelines/bird_grpo.yaml", tmp_path / "local", "resources.actor_pool.device=cpu",
-                       "resources.actor_pool.cpus_per_worker=1")
+    local_run = _start(
+        "pipelines/bird_grpo.yaml",
+        tmp_path / "local",
+        "resources.actor_pool.device=cpu",
+        "resources.actor_pool.cpus_per_worker=1",
+    )
     remote, local = _metrics(remote_run, tmp_path / "remote"), _metrics(local_run, tmp_path / "local")
     assert [m["step"] for m in remote] == [m["step"] for m in local] == [1, 2]
     assert any(m["actor/pg_loss"] != 0 for m in local), "the policy gradient must take part"
-    for r, l in zip(remote, local):
-        assert _stable(r) == _stable(l)
+    for on_remote, on_local in zip(remote, local):
+        assert _stable(on_remote) == _stable(on_local)
     assert remote[-1]["forwarder/bytes_sent"] > remote[0]["forwarder/bytes_sent"] > 0
     assert remote[-1]["sync/bytes"] == 0.0
     assert (tmp_path / "remote" / "checkpoints" / "step_2").is_dir()

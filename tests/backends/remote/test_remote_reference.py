@@ -43,7 +43,9 @@ def test_server_killed_is_a_backend_error_naming_backend_address_and_method(back
         backend.generate(_batch(), {"max_response_length": 3})
     elapsed = time.monotonic() - start
     message = str(info.value)
-    assert "remote backend 'reference'" in message and f"127.0.0.1:{handle['port']}" in message and "generate" in message
+    assert (
+        "remote backend 'reference'" in message and f"127.0.0.1:{handle['port']}" in message and "generate" in message
+    )
     assert elapsed < 5, f"giving up took {elapsed:.1f}s"
 
 
@@ -82,5 +84,7 @@ def test_server_missing_its_startup_timeout_is_stopped(tmp_path, fake_importable
 
 
 def test_joining_needs_a_readable_handle_file(tmp_path):
-    with pytest.raises(BackendError, match=r"cannot read handle_file .*missing\.json.*rlflow backend serve --handle-file"):
+    with pytest.raises(
+        BackendError, match=r"cannot read handle_file .*missing\.json.*rlflow backend serve --handle-file"
+    ):
         create_backend("reference", make_main_config(tmp_path, handle_file="missing.json"))

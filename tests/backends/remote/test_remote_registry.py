@@ -64,7 +64,9 @@ def test_same_class_twice_is_fine_another_class_is_an_error(scratch):
     register("twice")(One)
     register("twice")(One)
     assert get("twice") is One
-    with pytest.raises(RegistryError, match=r"'twice' is already registered by .*One; .*Other cannot take the same name"):
+    with pytest.raises(
+        RegistryError, match=r"'twice' is already registered by .*One; .*Other cannot take the same name"
+    ):
         register("twice")(Other)
 
 
@@ -85,8 +87,10 @@ def test_unknown_name_lists_known_ones_and_how_to_load_plugins():
 
 def test_lookup_imports_no_torch():
     """Validation reads single_forwarder through the registry: it must stay cheap."""
-    code = ("import sys; from rlflow.backends.remote.registry import get; "
-            "assert get('reference').single_forwarder is True; assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; from rlflow.backends.remote.registry import get; "
+        "assert get('reference').single_forwarder is True; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -117,7 +121,9 @@ def test_plugin_raising_in_from_config_is_a_clear_error_and_leaves_nothing_runni
 def test_invalid_backend_config_names_the_field(tmp_path):
     with pytest.raises(BackendError, match=r"resources\.arctic\.config\.prot: Extra inputs are not permitted"):
         create_backend("reference", make_main_config(tmp_path, prot=1234))
-    with pytest.raises(BackendError, match=r"resources\.arctic\.config\.port: Input should be less than or equal to 65535"):
+    with pytest.raises(
+        BackendError, match=r"resources\.arctic\.config\.port: Input should be less than or equal to 65535"
+    ):
         create_backend("reference", make_main_config(tmp_path, port=70000))
 
 

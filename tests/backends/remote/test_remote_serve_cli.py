@@ -26,8 +26,19 @@ def test_serve_prints_a_handle_that_a_run_joins_and_stops_on_ctrl_c(tmp_path, fa
     config_file.write_text(json.dumps(main_config))
     handle_file = tmp_path / "arctic.handle.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlflow.cli.main", "backend", "serve", str(config_file), "--handle-file", str(handle_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "rlflow.cli.main",
+            "backend",
+            "serve",
+            str(config_file),
+            "--handle-file",
+            str(handle_file),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         handle = json.loads(proc.stdout.readline())
@@ -61,7 +72,9 @@ def test_ctrl_c_stops_a_server_started_with_sigint_ignored(tmp_path, fake_import
     config_file.write_text(json.dumps(make_main_config(tmp_path, engine="remote_fake_engine:build", num_threads=1)))
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlflow.cli.main", "backend", "serve", str(config_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:

@@ -16,8 +16,10 @@ from rlflow.batch import Batch
 
 
 def _batch(rows: int = 2) -> Batch:
-    return Batch({"prompts": torch.arange(rows * 3).reshape(rows, 3), "prompt_mask": torch.ones(rows, 3, dtype=torch.long)},
-                 {"uid": [f"u{i}" for i in range(rows)]})
+    return Batch(
+        {"prompts": torch.arange(rows * 3).reshape(rows, 3), "prompt_mask": torch.ones(rows, 3, dtype=torch.long)},
+        {"uid": [f"u{i}" for i in range(rows)]},
+    )
 
 
 def _call_frame(method: str = "generate") -> list:
@@ -62,7 +64,9 @@ def test_missing_or_wrong_token_is_refused_and_nothing_runs(served, caplog, toke
 
 def test_a_call_without_hello_is_refused_and_not_run(served):
     replies = _raw_exchange(served, _call_frame())
-    assert replies[0]["error"]["type"] == "AuthError" and "first frame must be 'hello'" in replies[0]["error"]["message"]
+    assert (
+        replies[0]["error"]["type"] == "AuthError" and "first frame must be 'hello'" in replies[0]["error"]["message"]
+    )
     assert served.executed == {}
 
 
@@ -77,7 +81,9 @@ def test_oversized_frame_is_refused_and_the_server_keeps_serving(served):
     huge = [wire.PREFIX.pack(wire.MAGIC, wire.PROTOCOL_VERSION, 0, 16, 64 << 20)]
     replies = _raw_exchange(served, _hello(), huge)
     assert [r["kind"] for r in replies] == ["welcome", "error"]
-    assert replies[1]["error"]["type"] == "FrameTooLarge" and "max_message_bytes=1048576" in replies[1]["error"]["message"]
+    assert (
+        replies[1]["error"]["type"] == "FrameTooLarge" and "max_message_bytes=1048576" in replies[1]["error"]["message"]
+    )
     assert served.executed == {}
     assert _client(served).call("set_global_steps", {"global_steps": 3}) is None  # others still served
 
@@ -120,7 +126,9 @@ def test_protocol_version_mismatch_names_both_versions(served):
     assert reply["error"]["type"] == "ProtocolMismatch"
     assert f"version {wire.PROTOCOL_VERSION + 1}" in reply["error"]["message"]
     assert f"version {wire.PROTOCOL_VERSION}" in reply["error"]["message"]
-    with pytest.raises(wire.ProtocolMismatch, match=rf"speaks version 99, this client speaks version {wire.PROTOCOL_VERSION}"):
+    with pytest.raises(
+        wire.ProtocolMismatch, match=rf"speaks version 99, this client speaks version {wire.PROTOCOL_VERSION}"
+    ):
         check_handle(handle_of(served, protocol=99), "reference")
 
 

@@ -39,8 +39,9 @@ def server_process():
 
     def start(**settings):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.Popen([sys.executable, "-c", _SERVER, TOKEN, json.dumps(settings)], stdout=subprocess.PIPE,
-                                text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, TOKEN, json.dumps(settings)], stdout=subprocess.PIPE, text=True, env=env
+        )
         started.append(proc)
         return json.loads(proc.stdout.readline()), psutil.Process(proc.pid)
 
