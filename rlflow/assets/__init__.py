@@ -5,8 +5,10 @@ The folder is laid out as a project: ``rlflow.yaml``, ``pipelines/`` (the defaul
 ``scripts/make_bird_sample.py``) and ``models/tiny-sql-warm/`` (the warm start, made by
 ``scripts/make_warm_start.py``). Design decisions:
 
-- One copy. The repository's own ``rlflow.yaml`` points its vars here and its ``pipelines``
-  is a link to ``pipelines/`` here, so a clone and an installed wheel run the same files.
+- One copy. The repository's own ``rlflow.yaml`` points its vars here, and ``pipelines`` here
+  is a link to the repository's ``pipelines/`` (a wheel holds the files themselves), so a clone
+  and an installed wheel run the same files, and a pipeline opened from the repository finds the
+  repository's project file, not this one.
 - Shipped as package data (plain files next to this module), read through ``__file__``: the
   model and the databases must be real files on disk anyway (Hugging Face and SQLite open
   paths), and wheels install unzipped.

@@ -43,7 +43,7 @@ def test_writes_the_starter_project_and_says_what_next(tmp_path, monkeypatch):
 
 
 def test_the_project_resolves_everything_inside_itself(tmp_path, monkeypatch):
-    from rlflow.schemas.loader import load_pipeline
+    from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
 
     assert init(str(tmp_path)).exit_code == 0
@@ -95,10 +95,10 @@ def test_a_file_is_not_a_folder(tmp_path):
 
 
 def test_the_repository_runs_the_shipped_files():
-    """One copy: the repository's pipelines folder and project vars lead into the package."""
+    """One copy: the package's pipelines are the repository's, and the project vars lead into the package."""
     import yaml
 
-    assert (REPO / "pipelines").resolve() == PIPELINES
+    assert PIPELINES.resolve() == (REPO / "pipelines").resolve()
     project_vars = yaml.safe_load((REPO / "rlflow.yaml").read_text())["vars"]
     assert (REPO / project_vars["bird_root"]).resolve() == BIRD_SAMPLE
     assert (REPO / project_vars["model_path"]).resolve() == WARM_START

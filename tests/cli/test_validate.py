@@ -61,7 +61,8 @@ def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
 def test_set_options_reach_the_pipeline():
     result = rlflow("validate", BIRD, "--set", "trainer.ppo_mini_batch_size=5", "-s", "bird_root=/elsewhere")
     assert result.returncode == 2
-    expected = "trainer.ppo_mini_batch_size: train_batch_size 16 is not a multiple of ppo_mini_batch_size 5"
+    expected = ("trainer.ppo_mini_batch_size: --set trainer.ppo_mini_batch_size=5: train_batch_size 16 is not a "
+                "multiple of ppo_mini_batch_size 5")
     assert expected in result.stderr
 
 
@@ -79,7 +80,7 @@ def test_json_output():
             "line": line,
             "col": 53,
             "path": "stages[1].on",
-            "message": "unknown resource 'reward_pol'",
+            "message": "--set stages.1.on=reward_pol: unknown resource 'reward_pol'",
             "fix": "did you mean 'reward_pool'?",
         }
     ]
