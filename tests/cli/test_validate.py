@@ -61,8 +61,10 @@ def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
 def test_set_options_reach_the_pipeline():
     result = rlflow("validate", BIRD, "--set", "trainer.ppo_mini_batch_size=5", "-s", "bird_root=/elsewhere")
     assert result.returncode == 2
-    expected = ("trainer.ppo_mini_batch_size: --set trainer.ppo_mini_batch_size=5: train_batch_size 16 is not a "
-                "multiple of ppo_mini_batch_size 5")
+    expected = (
+        "trainer.ppo_mini_batch_size: --set trainer.ppo_mini_batch_size=5: train_batch_size 16 is not a "
+        "multiple of ppo_mini_batch_size 5"
+    )
     assert expected in result.stderr
 
 

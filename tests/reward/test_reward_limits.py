@@ -75,7 +75,11 @@ def test_a_memory_error_under_the_address_space_limit_is_one_rows_zero(company_d
     import resource
 
     probe = subprocess.run(
-        [sys.executable, "-c", "import torch, rlflow.stages.text2sql_reward\nprint(open('/proc/self/statm').read().split()[0])"],
+        [
+            sys.executable,
+            "-c",
+            "import torch, rlflow.stages.text2sql_reward\nprint(open('/proc/self/statm').read().split()[0])",
+        ],
         capture_output=True,
         text=True,
     )
