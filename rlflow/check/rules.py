@@ -10,7 +10,8 @@ config model; a kind runs only on resource types it allows; stage names are uniq
 step has a stage of every required role (any kind of the role counts: a plugin reward is a
 reward); a ``reference`` stage is present exactly when the algorithm needs a reference
 policy; batch sizes divide the way verl needs; new weights can reach the rollout; the engines
-chosen work together; remote backends are registered and take the forwarders given;
+chosen work together; remote backends are registered, take the forwarders given and their
+``config:`` fits the backend's ``config_model``;
 resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``).
 Stages are found by role, never by kind name; the rules that the runtime applies too
 (engines, forwarders) are the same functions.
@@ -265,11 +266,24 @@ def check_remote_backends(subject: Subject, report: Reporter) -> None:
                 f"unknown remote backend {res.backend!r}; registered: {', '.join(known) or 'none'}",
                 suggestion(res.backend, known) or "load a backend plugin through plugins: in rlflow.yaml",
             )
-        elif problem := forwarder_problem(
-            res.backend, REMOTE_BACKENDS.get(res.backend).single_forwarder, res.forwarders
-        ):
+            continue
+        cls = REMOTE_BACKENDS.get(res.backend)
+        if problem := forwarder_problem(res.backend, cls.single_forwarder, res.forwarders):
             message, _, fix = problem.rpartition(" (")
             report(("resources", name, "forwarders"), message, fix.rstrip(")"))
+        _check_backend_config(name, res.config, cls.config_model, report)
+
+
+def _check_backend_config(name: str, config: dict, model, report: Reporter) -> None:
+    """A remote resource's ``config:`` against its backend's ``config_model`` (None: the backend takes anything)."""
+    if model is None:
+        return
+    try:
+        model.model_validate(config)
+    except ValidationError as exc:
+        report.diagnostics += validation_diagnostics(
+            exc, model, config, report.positions, report.file, ("resources", name, "config")
+        )
 
 
 def check_dataflow(spec: Pipeline, report: Reporter) -> None:
