@@ -12,7 +12,8 @@ reward); a ``reference`` stage is present exactly when the algorithm needs a ref
 policy; batch sizes divide the way verl needs; new weights can reach the rollout; the engines
 chosen work together; remote backends are registered, take the forwarders given and their
 ``config:`` fits the backend's ``config_model``;
-resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``).
+resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); when asked,
+the data files, databases and model directory exist (``paths.py``).
 Stages are found by role, never by kind name; the rules that the runtime applies too
 (engines, forwarders) are the same functions.
 """
@@ -23,11 +24,13 @@ from pydantic import ValidationError
 
 from rlflow.backends.local.factory import missing_extra
 from rlflow.backends.remote.registry import REMOTE_BACKENDS, forwarder_problem
+from rlflow.check import paths
 from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
 from rlflow.plan.compile import dataflow_problems
 from rlflow.schemas.diagnostics import parse_path, suggestion
 from rlflow.schemas.pipeline import DRIVER, Pipeline, StageSpec
+from rlflow.schemas.project import load_project_config
 from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.validation import validation_diagnostics
 from rlflow.stages import STAGE_KINDS, StageKind, builtin_kind
@@ -39,8 +42,9 @@ def kind_of(stage: StageSpec) -> type[StageKind] | None:
     return STAGE_KINDS.get(stage.uses) if stage.uses in STAGE_KINDS else None
 
 
-def run_checks(subject: Subject, report: Reporter, project=None) -> None:
-    """Every rule, in file order; ``project`` (a ProjectConfig) brings the inventory."""
+def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths: bool = False) -> None:
+    """Every rule, in file order; ``project`` (a ProjectConfig) brings the inventory and the root that
+    relative paths resolve against; ``check_paths``: the data and model paths must exist (``paths``)."""
     check_stages(subject, report)
     if subject.stages_complete:
         check_required_kinds(subject, report)
@@ -53,6 +57,8 @@ def run_checks(subject: Subject, report: Reporter, project=None) -> None:
         check_inventory(subject, project.inventory, report)
     if subject.spec is not None:
         check_dataflow(subject.spec, report)
+        if check_paths:
+            paths.check_paths(subject.spec, project or load_project_config(), report)
 
 
 def check_stages(subject: Subject, report: Reporter) -> None:
