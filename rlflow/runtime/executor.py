@@ -103,6 +103,7 @@ class Executor(abc.ABC):
         label = trace_as or stage.name
         if stage.resource_type == DRIVER:
             return merge(batch, self.run_here(stage, batch, step, call=call, label=label), stage.changes_rows)
+        shards: list[Batch] = []  # "all" stages get an empty batch and return only metrics: nothing to check
         if stage.dispatch == "all":
             results = self._run_on(stage, "primary", call, None)
         else:
@@ -111,9 +112,9 @@ class Executor(abc.ABC):
             payload = batch if stage.changes_rows else batch.select(f for f in stage.reads if f not in STATE_FIELDS)
             shards = payload.split(self.workers(stage.resource, which))
             results = self._run_on(stage, which, call, shards)
-            for rank, (shard, result) in enumerate(zip(shards, results)):
-                self.check_output(stage, result.batch, len(shard), step, rank if len(shards) > 1 else None)
         self.trace([self.record(step, label, stage.resource, r) for r in results])
+        for rank, (shard, result) in enumerate(zip(shards, results)):
+            self.check_output(stage, result.batch, len(shard), step, rank if len(shards) > 1 else None)
         merged = Batch.concat([r.batch for r in results])
         if stage.dispatch == "all":
             batch.metrics.update(merged.metrics)
@@ -137,7 +138,6 @@ class Executor(abc.ABC):
         )
         start = time.time()
         out = kind().run(batch, ctx)
-        self.check_output(stage, out, len(batch), step)
         self.trace(
             [
                 {
@@ -150,6 +150,7 @@ class Executor(abc.ABC):
                 }
             ]
         )
+        self.check_output(stage, out, len(batch), step)
         return out
 
     def check_output(self, stage: PlanStage, out: Batch, rows: int, step: int, worker: int | None = None) -> None:
