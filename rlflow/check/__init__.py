@@ -3,7 +3,8 @@
 ``load_pipeline`` is what ``rlflow validate``, ``graph`` and ``run`` call: the schemas layer
 reads, renders, parses and positions the file (``rlflow.schemas.loader.parse_pipeline``), then
 the rules here that need the stage registry, the plan and the backend registries run over what
-parsed (``rules``, ``fit``, ``engines``). Every problem of both layers is raised together in
+parsed (``rules``, ``fit``, ``engines``), and, unless told not to, the check that the data and
+model paths exist (``paths``). Every problem of both layers is raised together in
 one ``ConfigError``.
 """
 
@@ -24,11 +25,19 @@ def config_model_of(kind: str):
 
 
 def load_pipeline(
-    path: str | os.PathLike, sets: Sequence[str] = (), project: ProjectConfig | None = None
+    path: str | os.PathLike,
+    sets: Sequence[str] = (),
+    project: ProjectConfig | None = None,
+    *,
+    check_paths: bool = True,
 ) -> LoadedPipeline:
-    """Load and validate a pipeline file; raises ConfigError holding every problem found."""
+    """Load and validate a pipeline file; raises ConfigError holding every problem found.
+
+    ``check_paths``: the data files, databases folder and model directory must exist (False to
+    validate on a machine without the data: ``rlflow validate --no-check-paths``).
+    """
     parsed = parse_pipeline(path, sets, project, config_model_of)
-    run_checks(parsed.subject, parsed.report, parsed.project)
+    run_checks(parsed.subject, parsed.report, parsed.project, check_paths=check_paths)
     if parsed.all_problems() or parsed.spec is None:
         raise parsed.errors()
     return parsed.loaded()

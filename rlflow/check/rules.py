@@ -10,8 +10,10 @@ config model; a kind runs only on resource types it allows; stage names are uniq
 step has a stage of every required role (any kind of the role counts: a plugin reward is a
 reward); a ``reference`` stage is present exactly when the algorithm needs a reference
 policy; batch sizes divide the way verl needs; new weights can reach the rollout; the engines
-chosen work together; remote backends are registered and take the forwarders given;
-resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``).
+chosen work together; remote backends are registered, take the forwarders given and their
+``config:`` fits the backend's ``config_model``;
+resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); when asked,
+the data files, databases and model directory exist (``paths.py``).
 Stages are found by role, never by kind name; the rules that the runtime applies too
 (engines, forwarders) are the same functions.
 """
@@ -22,11 +24,13 @@ from pydantic import ValidationError
 
 from rlflow.backends.local.factory import missing_extra
 from rlflow.backends.remote.registry import REMOTE_BACKENDS, forwarder_problem
+from rlflow.check import paths
 from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
 from rlflow.plan.compile import dataflow_problems
 from rlflow.schemas.diagnostics import parse_path, suggestion
 from rlflow.schemas.pipeline import DRIVER, Pipeline, StageSpec
+from rlflow.schemas.project import load_project_config
 from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.validation import validation_diagnostics
 from rlflow.stages import STAGE_KINDS, StageKind, builtin_kind
@@ -38,8 +42,9 @@ def kind_of(stage: StageSpec) -> type[StageKind] | None:
     return STAGE_KINDS.get(stage.uses) if stage.uses in STAGE_KINDS else None
 
 
-def run_checks(subject: Subject, report: Reporter, project=None) -> None:
-    """Every rule, in file order; ``project`` (a ProjectConfig) brings the inventory."""
+def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths: bool = False) -> None:
+    """Every rule, in file order; ``project`` (a ProjectConfig) brings the inventory and the root that
+    relative paths resolve against; ``check_paths``: the data and model paths must exist (``paths``)."""
     check_stages(subject, report)
     if subject.stages_complete:
         check_required_kinds(subject, report)
@@ -52,6 +57,8 @@ def run_checks(subject: Subject, report: Reporter, project=None) -> None:
         check_inventory(subject, project.inventory, report)
     if subject.spec is not None:
         check_dataflow(subject.spec, report)
+        if check_paths:
+            paths.check_paths(subject.spec, project or load_project_config(), report)
 
 
 def check_stages(subject: Subject, report: Reporter) -> None:
@@ -265,11 +272,24 @@ def check_remote_backends(subject: Subject, report: Reporter) -> None:
                 f"unknown remote backend {res.backend!r}; registered: {', '.join(known) or 'none'}",
                 suggestion(res.backend, known) or "load a backend plugin through plugins: in rlflow.yaml",
             )
-        elif problem := forwarder_problem(
-            res.backend, REMOTE_BACKENDS.get(res.backend).single_forwarder, res.forwarders
-        ):
+            continue
+        cls = REMOTE_BACKENDS.get(res.backend)
+        if problem := forwarder_problem(res.backend, cls.single_forwarder, res.forwarders):
             message, _, fix = problem.rpartition(" (")
             report(("resources", name, "forwarders"), message, fix.rstrip(")"))
+        _check_backend_config(name, res.config, cls.config_model, report)
+
+
+def _check_backend_config(name: str, config: dict, model, report: Reporter) -> None:
+    """A remote resource's ``config:`` against its backend's ``config_model`` (None: the backend takes anything)."""
+    if model is None:
+        return
+    try:
+        model.model_validate(config)
+    except ValidationError as exc:
+        report.diagnostics += validation_diagnostics(
+            exc, model, config, report.positions, report.file, ("resources", name, "config")
+        )
 
 
 def check_dataflow(spec: Pipeline, report: Reporter) -> None:

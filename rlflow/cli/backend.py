@@ -94,7 +94,8 @@ def _main_config(config: Path, resource: str | None, sets: tuple[str, ...]) -> d
 
     project = load_project_config()
     import_plugins(project.plugins)
-    loaded = load_pipeline(config, sets, project=project)
+    # the data stays with the driver: a server on another machine need not hold it
+    loaded = load_pipeline(config, sets, project=project, check_paths=False)
     name = _pick_resource(loaded.spec, resource, str(config))
     return {
         "pipeline": loaded.spec.model_dump(by_alias=True, mode="json"),

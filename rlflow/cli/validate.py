@@ -5,6 +5,7 @@ Exit 0 when every file is valid, 2 when any is not. Problems print one per line 
 stdout instead. The work is ``rlflow.cli.validate_files``, which imports only the pure
 layers (pydantic, PyYAML, Jinja2) and never torch, Ray, verl or transformers (a test runs it
 in a subprocess and inspects sys.modules); a plain command line reaches it without typer.
+``--no-check-paths`` skips the check that the data files, databases and model directory exist.
 """
 
 from __future__ import annotations
@@ -24,10 +25,15 @@ def validate(
         None, "--set", "-s", help="name=value (template variable) or dotted.path=value (field override); repeatable."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    check_paths: bool = typer.Option(
+        True,
+        "--check-paths/--no-check-paths",
+        help="Check that the data files, databases folder and model directory exist (skip on a machine without them).",
+    ),
 ) -> None:
-    """Check pipeline files: YAML, templates, schema and the rules of a GRPO step."""
+    """Check pipeline files: YAML, templates, schema, the rules of a GRPO step and that the data and model exist."""
     from rlflow.cli.validate_files import check_files, report
 
-    code = report(check_files(pipelines, set_ or ()), as_json)
+    code = report(check_files(pipelines, set_ or (), check_paths=check_paths), as_json)
     if code:
         raise typer.Exit(code)

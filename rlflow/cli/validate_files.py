@@ -15,8 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def check_files(pipelines: Sequence[Path], sets: Sequence[str]) -> list[dict]:
-    """One result per file (``ok``, counts or diagnostics); an unreadable rlflow.yaml is one failed result."""
+def check_files(pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: bool = True) -> list[dict]:
+    """One result per file (``ok``, counts or diagnostics); an unreadable rlflow.yaml is one failed result.
+
+    ``check_paths``: the data files, databases folder and model directory must exist.
+    """
     # On its first model pydantic scans every installed package for pydantic plugins; that
     # scan costs more than the whole validation, and validation needs no plugin.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
@@ -31,7 +34,7 @@ def check_files(pipelines: Sequence[Path], sets: Sequence[str]) -> list[dict]:
     results = []
     for path in pipelines:
         try:
-            loaded = load_pipeline(path, sets, project)
+            loaded = load_pipeline(path, sets, project, check_paths=check_paths)
         except ConfigError as exc:
             results.append(_failure(str(path), exc))
         except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
@@ -73,22 +76,23 @@ def report(results: list[dict], as_json: bool) -> int:
 
 
 def fast_path(argv: Sequence[str]) -> int | None:
-    """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--json``) and return its
-    exit code; None for anything else (``--help``, an unknown option, no file), which the full
-    CLI then handles and explains."""
+    """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--json``,
+    ``--no-check-paths``) and return its exit code; None for anything else (``--help``, an
+    unknown option, no file), which the full CLI then handles and explains."""
     if not argv or argv[0] != "validate" or any(a in ("-h", "--help") for a in argv[1:]):
         return None
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("pipelines", nargs="*", type=Path)
     parser.add_argument("--set", "-s", dest="sets", action="append", default=[])
     parser.add_argument("--json", dest="as_json", action="store_true")
+    parser.add_argument("--check-paths", dest="check_paths", action=argparse.BooleanOptionalAction, default=True)
     try:
         args, unknown = parser.parse_known_args(list(argv[1:]))
     except argparse.ArgumentError:
         return None
     if unknown or not args.pipelines:
         return None
-    return report(check_files(args.pipelines, args.sets), args.as_json)
+    return report(check_files(args.pipelines, args.sets, check_paths=args.check_paths), args.as_json)
 
 
 def _failure(file: str, exc) -> dict:

@@ -11,6 +11,10 @@ What lives here, once, for both:
   stays whole because generate expands on the worker), sending only the fields the stage
   reads unless the stage changes rows; ``all`` runs on every primary worker of the resource
   with an empty batch; ``driver`` runs whole, here or (bound to a pool) on its first worker;
+- the output check: every batch a stage returns (from each worker, or the driver) must hold
+  the fields its plan entry writes, with the rows it was sent (unless it changes rows) and the
+  shape and dtype of ``rlflow.stages.fields``, else the run fails with a StageError naming the
+  backend or resource, the stage and the field (``all`` stages return only metrics: unchecked);
 - the merge rule: a stage that changes rows replaces the batch (metrics kept), any other adds
   its fields and metrics;
 - trace records: one per worker call (``step``, ``stage``, ``resource``, ``pid``, ``start``,
@@ -26,10 +30,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rlflow.batch import Batch
+from rlflow.errors import StageError
 from rlflow.plan.model import PlanStage
 from rlflow.runtime.worker import StageCall, WorkerResult
 from rlflow.schemas.pipeline import DRIVER, Pipeline
 from rlflow.stages import STATE_FIELDS, StageContext, get_stage_kind
+from rlflow.stages.fields import output_problems
 
 TraceFn = Callable[[list[dict[str, Any]]], None]
 
@@ -97,14 +103,18 @@ class Executor(abc.ABC):
         label = trace_as or stage.name
         if stage.resource_type == DRIVER:
             return merge(batch, self.run_here(stage, batch, step, call=call, label=label), stage.changes_rows)
+        shards: list[Batch] = []  # "all" stages get an empty batch and return only metrics: nothing to check
         if stage.dispatch == "all":
             results = self._run_on(stage, "primary", call, None)
         else:
             # a whole-batch kind (GRPO groups, filters) bound to a pool runs on its first worker
             which = "first" if stage.dispatch == "driver" else "every"
             payload = batch if stage.changes_rows else batch.select(f for f in stage.reads if f not in STATE_FIELDS)
-            results = self._run_on(stage, which, call, payload.split(self.workers(stage.resource, which)))
+            shards = payload.split(self.workers(stage.resource, which))
+            results = self._run_on(stage, which, call, shards)
         self.trace([self.record(step, label, stage.resource, r) for r in results])
+        for rank, (shard, result) in enumerate(zip(shards, results)):
+            self.check_output(stage, result.batch, len(shard), step, rank if len(shards) > 1 else None)
         merged = Batch.concat([r.batch for r in results])
         if stage.dispatch == "all":
             batch.metrics.update(merged.metrics)
@@ -140,7 +150,34 @@ class Executor(abc.ABC):
                 }
             ]
         )
+        self.check_output(stage, out, len(batch), step)
         return out
+
+    def check_output(self, stage: PlanStage, out: Batch, rows: int, step: int, worker: int | None = None) -> None:
+        """Refuse ``out`` unless it holds ``stage.writes`` as rlflow.stages.fields describes them.
+
+        ``rows``: the rows sent; an empty shard that returns nothing is fine (it adds no rows).
+        """
+        if rows == 0 and not out.keys():
+            return
+        expected_rows = None if stage.changes_rows else rows
+        problems = output_problems(out, stage.writes, expected_rows, self.pipeline.data.max_response_length)
+        if problems:
+            raise StageError(
+                f"step {step}, stage {stage.name!r} on {self.describe_resource(stage.resource)}"
+                + (f" (worker {worker})" if worker is not None else "")
+                + f" returned a batch that breaks the stage's outputs: {'; '.join(problems)}"
+                + " (the engine or backend behind it must return every field the stage writes, in that shape and dtype)"
+            )
+
+    def describe_resource(self, resource: str) -> str:
+        """``remote backend 'reference' (resource 'arctic')``, ``cpu pool 'reward_pool'``, ``the driver``."""
+        spec = self.pipeline.resources.get(resource)
+        if resource == DRIVER or spec is None:
+            return "the driver"
+        if spec.type == "remote":
+            return f"remote backend {spec.backend!r} (resource {resource!r})"
+        return f"{spec.type} pool {resource!r}"
 
     def trace(self, records: list[dict[str, Any]]) -> None:
         self._trace([{**r, "attempt": self.attempt} for r in records])

@@ -46,7 +46,7 @@ def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
     )
     worse = tmp_path / "worse.yaml"
     worse.write_text("name: [\n")
-    result = rlflow("validate", str(REPO / BIRD), str(bad), str(worse), cwd=tmp_path)
+    result = rlflow("validate", "--no-check-paths", str(REPO / BIRD), str(bad), str(worse), cwd=tmp_path)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stdout == f"{REPO / BIRD}: ok (7 stages, 2 resources)\n"
@@ -88,6 +88,20 @@ def test_json_output():
     ]
     ok = json.loads(rlflow("validate", BIRD, "--json").stdout)
     assert ok == {"ok": True, "files": [{"file": BIRD, "ok": True, "stages": 7, "resources": 2, "diagnostics": []}]}
+
+
+def test_missing_data_and_model_are_reported_unless_paths_are_not_checked(tmp_path):
+    (tmp_path / "rlflow.yaml").write_text("vars: {model_path: models/policy, bird_root: bird}\n")
+    result = rlflow("validate", str(REPO / BIRD), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    model, train = line_of(REPO / BIRD, "model: {path:"), line_of(REPO / BIRD, "train:")
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"{REPO / BIRD}:{model}:15: model.path: no folder at {tmp_path}/models/policy")
+    assert lines[1].startswith(f"{REPO / BIRD}:{train}:10: data.train: no file at {tmp_path}/bird/train.json")
+    assert "--no-check-paths" in lines[1] and lines[-1] == "4 problems in 1 file"
+    for flag in ("--no-check-paths", "--no-check-paths --json"):
+        skipped = rlflow("validate", *flag.split(), str(REPO / BIRD), cwd=tmp_path)
+        assert skipped.returncode == 0, skipped.stderr
 
 
 def test_broken_project_config_is_reported(tmp_path):
@@ -154,6 +168,9 @@ def test_help(args):
         ["pipelines/bird_grpo.yaml", "--json"],
         ["pipelines/bird_grpo.yaml", "--set", "trainer.total_steps=0", "-s", "algorithm.n=1"],
         ["pipelines/bird_grpo.yaml", "pipelines/missing.yaml", "--json"],
+        ["pipelines/bird_grpo.yaml", "-s", "bird_root=/nowhere"],
+        ["pipelines/bird_grpo.yaml", "-s", "bird_root=/nowhere", "--no-check-paths"],
+        ["--check-paths", "pipelines/bird_grpo.yaml", "-s", "model_path=models/none"],
     ],
 )
 def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, monkeypatch):

@@ -250,3 +250,80 @@ def test_a_plugin_that_raises_is_reported_cleanly(sandbox):
         result = rlflow(sandbox, command, "p.yaml")
         assert_refused(result, "evil_plugin", "plugin exploded on import")
     assert snapshot(sandbox) == before
+
+
+LYING_ENGINE = '''
+import torch
+from rlflow.backends.engine import Engine
+from rlflow.batch import Batch
+
+
+class Lying(Engine):
+    """Answers generate with NaN 'token ids': the right shape, the wrong dtype."""
+
+    def generate(self, batch, params):
+        rows, width = len(batch), int(params["max_response_length"])
+        return Batch(
+            {"responses": torch.full((rows, width), float("nan")), "response_mask": torch.ones(rows, width, dtype=torch.long)},
+            {"response_text": ["SELECT 1"] * rows},
+        )
+
+    def update_weights(self, global_steps):
+        return {}
+
+    def set_global_steps(self, global_steps):
+        pass
+
+    compute_log_prob = compute_ref_log_prob = update_actor = save_checkpoint = load_checkpoint = None
+
+
+def build(main_config):
+    return Lying()
+'''
+
+
+def test_a_backend_that_returns_floats_for_token_ids_stops_the_run_at_the_rollout(sandbox, monkeypatch):
+    """A real reference server with a lying engine, under the step loop: refused before the reward sees a row."""
+    from rlflow.check import load_pipeline
+    from rlflow.errors import StageError
+    from rlflow.plan.compile import compile_plan
+    from rlflow.runtime.inprocess import InProcessExecutor
+    from rlflow.runtime.launch import main_config
+    from rlflow.runtime.run_dir import RunDir
+    from rlflow.runtime.trainer import StepLoop, load_data
+    from rlflow.schemas.project import load_project_config
+
+    (sandbox / "lying_engine.py").write_text(LYING_ENGINE)
+    (sandbox / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo_remote.yaml").read_text())
+    (sandbox / "bird_grpo.yaml").write_text(PIPELINE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(sandbox), os.environ.get("PYTHONPATH", "")]))
+    project = load_project_config(sandbox)
+    sets = [
+        *("trainer.train_batch_size=2", "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=4"),
+        *("algorithm.n=2", "data.max_response_length=8", "trainer.val_before_train=false"),
+        'resources.arctic.config={engine: "lying_engine:build", num_threads: 1, retries: 0}',
+    ]
+    spec = load_pipeline(sandbox / "p.yaml", sets, project).spec
+    plan, pipeline_dict = compile_plan(spec), spec.model_dump(by_alias=True, mode="json")
+    before = snapshot(sandbox)
+    rd = RunDir(sandbox / "runs" / "lying")
+    executor = InProcessExecutor(
+        plan,
+        spec,
+        str(sandbox),
+        rd.append_trace,
+        str(rd.path),
+        main_config_for=lambda p: main_config(pipeline_dict, p, project),
+    )
+    try:
+        loop = StepLoop(spec, plan, executor, rd, load_data(spec, sandbox), "", [])
+        with pytest.raises(
+            StageError, match=r"stage 'generate' on remote backend 'reference' \(resource 'arctic'\)"
+        ) as info:
+            loop.run_step(loop.init(None))
+    finally:
+        executor.close()
+    assert "field 'responses': expected [rows, 8] integer, got [4, 8] float32" in str(info.value)
+    trace = (rd.path / "trace.jsonl").read_text().splitlines()
+    assert not [t for t in map(json.loads, trace) if t["stage"] == "reward"], "the reward saw the batch"
+    assert {k: v for k, v in snapshot(sandbox).items() if "/runs/" not in k} == before

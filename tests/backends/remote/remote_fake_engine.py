@@ -67,9 +67,21 @@ class FakeEngine(Engine):
         return {"global_steps": state["global_steps"]}
 
 
+class ShortResponses(FakeEngine):
+    """Breaks the rollout contract: its responses are one column short of ``max_response_length``."""
+
+    def generate(self, batch: Batch, params: dict) -> Batch:
+        return super().generate(batch, {**params, "max_response_length": int(params["max_response_length"]) - 1})
+
+
 def build(main_config: dict) -> FakeEngine:
     """Engine factory for ``config: {engine: "remote_fake_engine:build"}``."""
     return FakeEngine()
+
+
+def short(main_config: dict) -> FakeEngine:
+    """Engine factory of a backend that returns responses one column short."""
+    return ShortResponses()
 
 
 def explode(main_config: dict) -> FakeEngine:

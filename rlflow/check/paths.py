@@ -1,0 +1,63 @@
+"""The rule that a pipeline's data files, databases folder and model directory exist.
+
+``rlflow validate`` (and ``run`` and ``graph``, through ``load_pipeline``) would otherwise say ok
+for a pipeline whose files are missing, and the run would find out only after starting Ray.
+
+Design decisions:
+- Existence only: what is in the files (records, a usable tokenizer) is the loader's business;
+  a ``stat`` per path keeps the check cheap and free of torch and transformers.
+- Relative paths resolve against the project root (``ProjectConfig.resolve``), as the data
+  loader and the tokenizer resolve them, so validate and run agree from any directory.
+- Checked: ``data.train``, ``data.val`` (files), ``data.databases`` for the ``bird`` format
+  (a folder; without it the loader searches next to each split file), ``model.path`` unless
+  it is built in (``builtin:``) and ``model.tokenizer`` (folders).
+- Optional (``check_paths=False``, ``rlflow validate --no-check-paths``), for validating on a
+  machine that does not hold the data, e.g. before handing the pipeline to a cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlflow.schemas.pipeline import Pipeline
+from rlflow.schemas.project import ProjectConfig
+from rlflow.schemas.subject import Reporter
+
+BUILTIN_PREFIX = "builtin:"  # model.path of a model shipped with rlflow (rlflow.data.tokenizer)
+SKIP_HINT = "or validate with --no-check-paths on a machine without the data"
+
+
+def check_paths(spec: Pipeline, project: ProjectConfig, report: Reporter) -> None:
+    """Report each path of ``spec`` that does not exist (or is a file where a folder is needed) at its line."""
+    data, model = spec.data, spec.model
+    wanted = [
+        (("data", "train"), data.train, "file"),
+        (("data", "val"), data.val, "file"),
+        (("data", "databases"), data.databases if data.format == "bird" else None, "folder"),
+        (("model", "path"), None if model.path.startswith(BUILTIN_PREFIX) else model.path, "folder"),
+        (("model", "tokenizer"), model.tokenizer, "folder"),
+    ]
+    for path, value, kind in wanted:
+        if value is None or (kind == "folder" and value.startswith(BUILTIN_PREFIX)):
+            continue
+        resolved = project.resolve(value)
+        relative = "" if Path(value).expanduser().is_absolute() else f", resolved from the project root {project.root}"
+        if not resolved.exists():
+            report(path, f"no {kind} at {resolved}{relative}", f"{_what(path)}, {SKIP_HINT}")
+        elif kind == "file" and not resolved.is_file():
+            report(path, f"{resolved} is a folder, not a file", f"{_what(path)}, {SKIP_HINT}")
+        elif kind == "folder" and not resolved.is_dir():
+            report(path, f"{resolved} is a file, not a folder", f"{_what(path)}, {SKIP_HINT}")
+
+
+def _what(path: tuple[str, str]) -> str:
+    return {
+        ("data", "train"): "point it at the train split file",
+        ("data", "val"): "point it at the validation split file, or remove data.val",
+        ("data", "databases"): "point it at the folder holding <db_id>/<db_id>.sqlite",
+        (
+            "model",
+            "path",
+        ): "point it at a local Hugging Face model directory (rlflow never downloads) or builtin:tiny-qwen2",
+        ("model", "tokenizer"): "point it at a local tokenizer directory, or remove model.tokenizer",
+    }[path]
