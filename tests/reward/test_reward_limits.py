@@ -1,8 +1,9 @@
 """Memory and time bombs in model answers: the reward worker stays small and every query ends in time.
 
-Each case is scored by the real stage in a fresh subprocess (so its peak RSS, read from
-``getrusage``, belongs to that scoring alone, torch import included), as one ``cpu`` pool worker
-would score it.
+Each case is scored by the real stage in a fresh subprocess (so its peak RSS, the ``VmHWM`` of
+its own address space, belongs to that scoring alone, torch import included), as one ``cpu`` pool
+worker would score it. ``getrusage``'s ``ru_maxrss`` would not do: Linux carries it across
+``exec`` from the forked parent, so a large test process would be measured instead.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ BOMBS = {
 }
 
 _SCRIPT = """
-import json, resource, sys, time
+import json, re, sys, time
 import torch
 from rlflow.batch import Batch
 from rlflow.runtime.limits import limit_address_space
@@ -51,7 +52,7 @@ start = time.monotonic()
 out = Text2SqlReward().run(batch, ctx)
 print(json.dumps({"seconds": time.monotonic() - start, "score": out["scores"].tolist()[0],
                   "extra": out["reward_extra"][0],
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())[1]) / 1024}))
 """
 
 
