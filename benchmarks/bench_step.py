@@ -64,13 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # ---- the in-process loop (runs in its own process) ---------------------------------------------
-def plain_loop(sets: list[str], steps: int, out: Path, threads: int = 1) -> None:
+def plain_loop(sets: list[str], steps: int, out: Path) -> None:
     """The runtime's own step loop over the in-process executor: the same stages and order, no Ray."""
     import tempfile
 
-    import torch
-
-    torch.set_num_threads(threads)
     from rlflow.check import load_pipeline
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.inprocess import InProcessExecutor
@@ -310,7 +307,7 @@ def main(argv=None) -> None:
         "steps_per_run": steps,
         "warmup_steps_skipped": skip,
         "rounds": rounds,
-        "threads_per_model_process": 1,
+        "actor_threads": "the actor pool's cpus_per_worker, in the rlflow and loop arms alike",
         "arms": arms,
         "ratios": rat,
         "summary": rows,

@@ -48,11 +48,12 @@ class InProcessExecutor(Executor):
 
     def _set_up(self, worker: StageWorker, placement: Placement, plan: Plan, device: str, main_config_for) -> None:
         if placement.type == "local":
+            threads = max(1, int(placement.cpus_per_worker))  # torch threads from the reservation, as under Ray
             worker.setup_local(
                 device if placement.device == "auto" else placement.device,
                 sorted(plan.engine_roles(placement.name)),
                 None,
-                None,
+                threads,
             )
         elif placement.type == "remote":
             from rlflow.backends.remote.registry import create_backend
