@@ -140,8 +140,7 @@ def batches(num_rows: int, batch_size: int, seed: int):
 def exec_accuracy(model, tokenizer, dataset, limit: int = 0, batch_size: int = 32, max_new_tokens: int = 64) -> dict:
     """Greedy decoding scored by the pipeline's reward: exec_acc and format_ok rates over ``dataset``."""
     from rlflow.backends.local.generation import SamplingParams, sample
-    from rlflow.reward.stage import _caches, score_row
-    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig
+    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig, _caches, score_row
 
     config, caches, state = Text2SqlRewardConfig(), None, {}
     caches = _caches(state)
