@@ -32,13 +32,6 @@ from benchmarks import common
 
 NAME = "forwarder"
 PIPELINES = {"local": "pipelines/bird_grpo.yaml", "remote": "pipelines/bird_grpo_remote.yaml"}
-QUICK_SETS = (
-    "trainer.train_batch_size=2",
-    "algorithm.n=2",
-    "data.max_response_length=8",
-    "trainer.ppo_mini_batch_size=2",
-    "trainer.ppo_micro_batch_size=2",
-)
 STEP_GOAL = 1.10
 PAYLOAD_GOAL = 1.25
 INT64, FLOAT32 = 8, 4
@@ -120,7 +113,7 @@ def main(argv=None) -> None:
     sets = [
         f"model_path={model_dir}",
         *common.STEP_SETS,
-        *(QUICK_SETS if args.quick else ()),
+        *(common.QUICK_SETS if args.quick else ()),
         f"trainer.total_steps={steps}",
     ]
     value = {s.split("=", 1)[0]: int(s.split("=", 1)[1]) for s in sets if s.split("=", 1)[1].isdigit()}

@@ -34,13 +34,6 @@ PIPELINE = "pipelines/bird_grpo.yaml"
 RAY_INIT_S = 4.0
 MEMORY_GOAL_GIB = 2.0
 BASE_SETS = ("trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.save_freq=-1")
-QUICK_SETS = (
-    "trainer.train_batch_size=2",
-    "algorithm.n=2",
-    "data.max_response_length=8",
-    "trainer.ppo_mini_batch_size=2",
-    "trainer.ppo_micro_batch_size=2",
-)
 
 
 def rlflow_arm(sets: list[str], work: Path, timeout: float) -> dict:
@@ -113,7 +106,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 2)
     model_dir, model_label = common.bench_model_dir()
-    sets = [f"model_path={model_dir}", *BASE_SETS, *(QUICK_SETS if args.quick else ())]
+    sets = [f"model_path={model_dir}", *BASE_SETS, *(common.QUICK_SETS if args.quick else ())]
     arms = ["rlflow"] if args.skip_trl else ["rlflow", "trl"]
     work = common.ROOT / "runs" / "bench-startup"
     before = common.machine()

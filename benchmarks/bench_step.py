@@ -38,13 +38,6 @@ from rlflow.stages.base import VERL_ORDER
 NAME = "step"
 PIPELINE = "pipelines/bird_grpo.yaml"
 ARMS = ("rlflow", "loop", "trl")
-QUICK_SETS = (
-    "trainer.train_batch_size=2",
-    "algorithm.n=2",
-    "data.max_response_length=8",
-    "trainer.ppo_mini_batch_size=2",
-    "trainer.ppo_micro_batch_size=2",
-)
 # the timers of the stages every step runs (checkpoints and validation are off in every arm)
 STAGE_TIMERS = tuple(t for t in VERL_ORDER if t not in ("save_checkpoint", "testing"))
 LOOP_GOAL = 1.05
@@ -259,7 +252,7 @@ def main(argv=None) -> None:
         return plain_loop(args.sets, steps, args.loop_run)
     rounds = args.rounds or (1 if args.quick else 2)
     model_dir, model_label = common.bench_model_dir()
-    sets = [f"model_path={model_dir}", *common.STEP_SETS, *(QUICK_SETS if args.quick else ())]
+    sets = [f"model_path={model_dir}", *common.STEP_SETS, *(common.QUICK_SETS if args.quick else ())]
     work = common.ROOT / "runs" / "bench-step"
     skip = 2 if steps > 2 else 0
     load_before = common.machine()

@@ -61,6 +61,14 @@ STEP_SETS = (
     "trainer.val_before_train=false",
     "trainer.save_freq=-1",
 )
+# --set overrides for --quick: tiny sizes that prove a benchmark's path in seconds.
+QUICK_SETS = (
+    "trainer.train_batch_size=2",
+    "algorithm.n=2",
+    "data.max_response_length=8",
+    "trainer.ppo_mini_batch_size=2",
+    "trainer.ppo_micro_batch_size=2",
+)
 
 
 # ---- environment ------------------------------------------------------------------------------

@@ -38,8 +38,9 @@ def load_pipeline(
     """
     parsed = parse_pipeline(path, sets, project, config_model_of)
     run_checks(parsed.subject, parsed.report, parsed.project, check_paths=check_paths)
-    if parsed.all_problems() or parsed.spec is None:
-        raise parsed.errors()
+    problems = parsed.all_problems()
+    if problems or parsed.spec is None:
+        raise parsed.errors(problems)
     return parsed.loaded()
 
 

@@ -80,9 +80,9 @@ class ParsedPipeline:
         """The parse problems and what the report holds, a value set by ``--set`` named as such."""
         return self.problems + mark_set_origins(self.report.diagnostics, self.overrides)
 
-    def errors(self) -> ConfigError:
-        """Every problem, each placed in the file (this one or a base) where its value was written."""
-        return ConfigError(sort_unique(self.document.relocate(self.all_problems(), str(self.path))))
+    def errors(self, problems: list[Diagnostic]) -> ConfigError:
+        """``problems`` (from ``all_problems``), each placed in the file (this one or a base) that wrote its value."""
+        return ConfigError(sort_unique(self.document.relocate(problems, str(self.path))))
 
     def loaded(self) -> LoadedPipeline:
         assert self.spec is not None, "only a pipeline that parsed is loaded"
