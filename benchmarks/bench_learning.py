@@ -1,19 +1,22 @@
-"""Learning you can see: does the default BIRD pipeline raise validation execution accuracy?
+"""Learning you can see: do the shipped pipelines raise validation accuracy?
 
-    python -m benchmarks.bench_learning                 # seeds 1, 2, 3; the real check (minutes per seed)
-    python -m benchmarks.bench_learning --quick         # a 2-step smoke of the same path, seed 1
+    python -m benchmarks.bench_learning                       # BIRD text-to-SQL, seeds 1 2 3 (minutes per seed)
+    python -m benchmarks.bench_learning --task arithmetic     # the arithmetic task, seeds 1 2 3
+    python -m benchmarks.bench_learning --quick               # a 2-step smoke of the same path, seed 1
     python -m benchmarks.bench_learning --seeds 2 --set trainer.total_steps=10
 
-For each seed it runs ``rlflow run pipelines/bird_grpo.yaml --set trainer.seed=S --run-dir DIR``
-as a subprocess (exactly what a user types), times it, and reads ``DIR/metrics.jsonl``:
-``val-core/<source>/exec_acc/mean@1`` of step 0 (greedy, before any update) and of the last
-step that validated. It prints a Markdown table (seed, before, after, delta, wall minutes)
-and writes the figures, the machine and the goal to ``benchmarks/results/learning.json``.
+For each seed it runs ``rlflow run <pipeline> --set trainer.seed=S --run-dir DIR`` as a
+subprocess (exactly what a user types), times it, and reads ``DIR/metrics.jsonl``: the mean
+over data sources of ``val-core/<source>/acc/mean@1`` at step 0 (greedy, before any update)
+and at the last step that validated. It prints a Markdown table (seed, before, after, delta,
+wall minutes) and writes the figures, the machine and the goal to
+``benchmarks/results/<task's file>`` (``learning.json`` for BIRD, ``learning_arithmetic.json``).
 
 Design decisions:
-- The goal is the one the README states: on each seed the run finishes within
-  ``--max-minutes`` (15) and accuracy rises by at least ``--min-delta`` (0.15, i.e. 15
-  points). The exit code is 1 when a full run misses it, so the script can gate a release.
+- The goals are the ones the README states: on each seed the run finishes within
+  ``--max-minutes`` (15) and accuracy rises by at least the task's ``--min-delta`` (BIRD
+  0.15, arithmetic 0.10, i.e. 15 and 10 points). The exit code is 1 when a full run misses
+  it, so the script can gate a release.
 - ``--quick`` proves the path (subprocess, metrics, table, JSON) in a couple of minutes; its
   figures mean nothing and go to ``learning_quick.json`` so they never overwrite a real result.
 - Not part of the test suite: a real check takes most of an hour of CPU.
@@ -31,32 +34,46 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import common
 
 ROOT, RESULTS = common.ROOT, common.RESULTS
-PIPELINE = "pipelines/bird_grpo.yaml"
+
+
+@dataclass(frozen=True)
+class Task:
+    pipeline: str
+    min_delta: float
+    results: str  # file name under benchmarks/results
+
+
+TASKS = {
+    "bird": Task("pipelines/bird_grpo.yaml", 0.15, "learning.json"),
+    "arithmetic": Task("pipelines/arithmetic_grpo.yaml", 0.10, "learning_arithmetic.json"),
+}
 QUICK_SETS = ("trainer.total_steps=2", "trainer.test_freq=2", "data.max_val_samples=8")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="Validation exec accuracy before and after the default GRPO run.")
+    p = argparse.ArgumentParser(description="Validation accuracy before and after a shipped GRPO pipeline's run.")
+    p.add_argument("--task", choices=sorted(TASKS), default="bird", help="which shipped pipeline to run")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="trainer.seed values (default 1 2 3; --quick: 1)")
     p.add_argument("--quick", action="store_true", help="2 steps, 8 validation questions: a smoke of the path")
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for rlflow run (repeatable)")
     p.add_argument("--runs-root", default=str(ROOT / "runs" / "bench-learning"), help="where the run directories go")
-    p.add_argument("--out", default=None, help="JSON output (default benchmarks/results/learning[_quick].json)")
-    p.add_argument("--min-delta", type=float, default=0.15, help="required rise of exec_acc (0.15 = 15 points)")
+    p.add_argument("--out", default=None, help="JSON output (default: the task's file under benchmarks/results)")
+    p.add_argument("--min-delta", type=float, default=None, help="required rise of acc (default: the task's goal)")
     p.add_argument("--max-minutes", type=float, default=15.0, help="required wall time per run")
     return p.parse_args(argv)
 
 
 def val_accuracy(records: list[dict]) -> dict[int, float]:
-    """Step -> validation exec accuracy (``val-core/<source>/exec_acc/mean@1``) for every step that validated."""
+    """Step -> validation accuracy (mean over sources of ``val-core/<source>/acc/mean@1``) at each step that validated."""
     out = {}
     for record in records:
-        keys = [k for k in record if k.startswith("val-core/") and k.endswith("/exec_acc/mean@1")]
+        keys = [k for k in record if k.startswith("val-core/") and k.endswith("/acc/mean@1")]
         if keys:
             out[int(record["step"])] = sum(float(record[k]) for k in keys) / len(keys)
     return out
@@ -69,12 +86,12 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
+def run_seed(pipeline: str, seed: int, sets: list[str], runs_root: Path) -> dict:
     """One ``rlflow run`` for ``seed``; its figures."""
     run_dir = runs_root / f"seed{seed}"
     if (run_dir / "metrics.jsonl").exists():
         raise SystemExit(f"{run_dir} already holds a run; remove it or pass another --runs-root")
-    cmd = [*common.rlflow_script(), "run", PIPELINE, "--set", f"trainer.seed={seed}", "--run-dir", str(run_dir)]
+    cmd = [*common.rlflow_script(), "run", pipeline, "--set", f"trainer.seed={seed}", "--run-dir", str(run_dir)]
     for setting in sets:
         cmd += ["--set", setting]
     print("$", " ".join(cmd), flush=True)
@@ -103,7 +120,7 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
         "wall_minutes": minutes,
         "cpu_minutes": meter.cpu_s / 60,
         "last_step": last,
-        "val_exec_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
+        "val_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
         "train_score_by_step": scores,
         "run_dir": str(run_dir),
     }
@@ -111,7 +128,7 @@ def run_seed(seed: int, sets: list[str], runs_root: Path) -> dict:
 
 def table(runs: list[dict]) -> str:
     lines = [
-        "| seed | val exec_acc before | after | delta (points) | wall (min) | CPU (min) |",
+        "| seed | val acc before | after | delta (points) | wall (min) | CPU (min) |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
@@ -134,29 +151,36 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    task = TASKS[args.task]
+    min_delta = task.min_delta if args.min_delta is None else args.min_delta
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     sets = (list(QUICK_SETS) if args.quick else []) + args.sets
-    runs_root = Path(args.runs_root) / time.strftime("%Y%m%d-%H%M%S")
+    runs_root = Path(args.runs_root) / args.task / time.strftime("%Y%m%d-%H%M%S")
     commit_at_start = common.commit_id()  # the code the runs use, before anything else changes the tree
-    runs = [run_seed(seed, sets, runs_root) for seed in seeds]
-    passed = all(r["delta"] >= args.min_delta and r["wall_minutes"] <= args.max_minutes for r in runs)
+    runs = [run_seed(task.pipeline, seed, sets, runs_root) for seed in seeds]
+    passed = all(r["delta"] >= min_delta and r["wall_minutes"] <= args.max_minutes for r in runs)
     print()
     print(table(runs))
     result = {
-        "pipeline": PIPELINE,
+        "task": args.task,
+        "pipeline": task.pipeline,
         "quick": args.quick,
         "extra_sets": sets,
-        "goal": {"min_delta": args.min_delta, "max_minutes": args.max_minutes},
+        "goal": {"min_delta": min_delta, "max_minutes": args.max_minutes},
         "passed": passed,
         "commit": commit_at_start,
         "machine": machine(),
         "runs": runs,
     }
-    out = Path(args.out) if args.out else RESULTS / ("learning_quick.json" if args.quick else "learning.json")
+    out = (
+        Path(args.out)
+        if args.out
+        else RESULTS / (task.results.replace(".json", "_quick.json") if args.quick else task.results)
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(
-        f"\n{'goal met' if passed else 'goal NOT met'}: every seed +{100 * args.min_delta:.0f} points within "
+        f"\n{'goal met' if passed else 'goal NOT met'}: every seed +{100 * min_delta:.0f} points within "
         f"{args.max_minutes:.0f} min; figures in {out}"
     )
     return 0 if passed or args.quick else 1

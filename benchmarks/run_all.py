@@ -56,6 +56,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "forwarder": ("benchmarks.bench_forwarder", [], ["--quick"]),
     "startup": ("benchmarks.bench_startup", [], ["--quick"]),
     "learning": ("benchmarks.bench_learning", [], ["--quick"]),
+    "learning_arithmetic": (
+        "benchmarks.bench_learning",
+        ["--task", "arithmetic"],
+        ["--task", "arithmetic", "--quick"],
+    ),
 }
 NEEDS_TRL = ("step", "startup")
 VALIDATE_WALL_GOAL_S, VALIDATE_SPEEDUP_GOAL = 0.3, 20.0
@@ -159,7 +164,7 @@ def learning_rows(report: dict) -> list[dict]:
     return [
         common.goal_row(
             "learning",
-            "validation exec accuracy rise, every seed",
+            f"{report.get('task', 'bird')}: validation accuracy rise, every seed",
             None,
             f"+{100 * goal.get('min_delta', 0):.0f} points within {goal.get('max_minutes', 0):g} min",
             report.get("passed"),
@@ -215,7 +220,11 @@ def summary_rows(sources: dict[str, Source | None]) -> list[dict]:
             continue
         report = source.report
         found = report.get("summary") or (
-            validate_rows(report) if name == "validate" else learning_rows(report) if name == "learning" else []
+            validate_rows(report)
+            if name == "validate"
+            else learning_rows(report)
+            if name.startswith("learning")
+            else []
         )
         rows += [{**row, "commit": source.commit} for row in found]
     return rows

@@ -1,7 +1,7 @@
 """``rlflow plot RUN_DIR -o curve.png``: the learning curve of a run, read from its ``metrics.jsonl``.
 
 Two panels over training steps: the training reward (``critic/score/mean`` and
-``reward/exec_acc``) and every validation metric (keys starting ``val-core/``, verl's
+``reward/acc``) and every validation metric (keys starting ``val-core/``, verl's
 ``val-core/<data_source>/<var>/mean@N``). Validation runs only every ``test_freq`` steps, so
 each series is drawn from the steps that report it, with markers. A last line that does not
 end in a newline is skipped: the run may still be writing it. matplotlib is imported inside
@@ -18,7 +18,7 @@ import typer
 from rlflow.cli.extras import PLOT_MODULES, require_train
 from rlflow.errors import DataError
 
-REWARD_KEYS = ("critic/score/mean", "reward/exec_acc")
+REWARD_KEYS = ("critic/score/mean", "reward/acc")
 VAL_PREFIX = "val-core/"
 
 Series = dict[str, list[tuple[int, float]]]

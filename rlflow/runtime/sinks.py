@@ -19,7 +19,7 @@ from typing import Any
 log = logging.getLogger("rlflow.runtime")
 HEADLINE = {
     "critic/score/mean": "reward",
-    "reward/exec_acc": "exec_acc",
+    "reward/acc": "acc",
     "actor/pg_loss": "pg_loss",
     "timing_s/step": "step_s",
 }

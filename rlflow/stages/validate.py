@@ -10,9 +10,10 @@ Design decisions:
   ``std@N``, bootstrapped ``best@k``/``worst@k``, then averaged over prompts per data source),
   fed with the reward (``scores``) and every numeric key of ``reward_extra`` (e.g.
   ``exec_acc``, ``format_ok``).
-- Naming: ``mean@N`` of every variable is ``val-core/<data_source>/<var>/mean@N`` (the numbers
-  a dashboard plots); verl's core variable (``acc`` if present, else ``reward``) also gets its
-  ``best``/``maj`` at N there; every other statistic is ``val-aux/...``, as verl files it.
+- Naming is verl's: the core variable of a data source (``acc`` when the reward returns it,
+  else ``reward``) has its ``mean``/``maj``/``best`` at the largest N under
+  ``val-core/<data_source>/<var>/...`` (the numbers a dashboard plots); every other statistic
+  and every other variable is ``val-aux/<data_source>/<var>/...``.
 - verl's bootstrap reseeds numpy's global RNG; ``val_metrics`` restores that state after the
   call, so validating never changes what a seeded run does next.
 """
@@ -49,9 +50,7 @@ def _variables(batch: Batch) -> dict[str, list[Any]]:
 
 
 def _section(var: str, metric: str, core_var: str, n_max: int) -> str:
-    if metric.startswith("mean@"):
-        return "val-core"
-    if var == core_var and metric.startswith(("maj", "best")) and f"@{n_max}" in metric:
+    if var == core_var and metric.startswith(("mean", "maj", "best")) and f"@{n_max}" in metric:
         return "val-core"
     return "val-aux"
 

@@ -25,9 +25,9 @@ def write_metrics(run: Path, records: list[dict], tail: str = "") -> Path:
 def steps(n: int) -> list[dict]:
     records = []
     for step in range(1, n + 1):
-        record = {"step": step, "critic/score/mean": step / n, "reward/exec_acc": step / (2 * n), "actor/pg_loss": 0.1}
+        record = {"step": step, "critic/score/mean": step / n, "reward/acc": step / (2 * n), "actor/pg_loss": 0.1}
         if step % 5 == 0:
-            record["val-core/bird/exec_acc/mean@1"] = step / (3 * n)
+            record["val-core/bird/acc/mean@1"] = step / (3 * n)
         records.append(record)
     return records
 
@@ -51,9 +51,9 @@ def test_plot_writes_an_image(tmp_path):
 def test_series_hold_reward_and_validation_only(tmp_path):
     path = write_metrics(tmp_path, steps(10), tail='{"step": 11, "critic/sc')
     reward, val = plot.read_series(path)
-    assert sorted(reward) == ["critic/score/mean", "reward/exec_acc"]
+    assert sorted(reward) == ["critic/score/mean", "reward/acc"]
     assert reward["critic/score/mean"][-1] == (10, 1.0), "the half-written last line is skipped"
-    assert val == {"val-core/bird/exec_acc/mean@1": [(5, 5 / 30), (10, 10 / 30)]}
+    assert val == {"val-core/bird/acc/mean@1": [(5, 5 / 30), (10, 10 / 30)]}
 
 
 def test_missing_file_is_a_clear_error(tmp_path):

@@ -10,8 +10,8 @@ from rlflow.runtime.sinks import ConsoleSink, StepTimer, TensorBoardSink, build_
 def test_console_prints_a_plain_line_per_step_off_a_terminal():
     out = io.StringIO()
     sink = ConsoleSink(total_steps=3, start_step=1, stream=out)
-    sink.log(2, {"critic/score/mean": 0.25, "timing_s/step": 1.5, "val-core/bird/exec_acc/mean@1": 0.4})
-    assert out.getvalue() == "[rlflow] step 2/3 reward=0.25  step_s=1.5 val-core/bird/exec_acc/mean@1=0.4\n"
+    sink.log(2, {"critic/score/mean": 0.25, "timing_s/step": 1.5, "val-core/bird/acc/mean@1": 0.4})
+    assert out.getvalue() == "[rlflow] step 2/3 reward=0.25  step_s=1.5 val-core/bird/acc/mean@1=0.4\n"
 
 
 def test_tensorboard_sink_writes_scalars(tmp_path):

@@ -24,19 +24,20 @@ def test_mean_at_n_per_data_source_for_reward_and_extras():
         ["a", "a", "b", "b", "c", "c"],
         ["bird", "bird", "bird", "bird", "spider", "spider"],
         [
-            {"exec_acc": 1.0, "format_ok": 1.0},
-            {"exec_acc": 0.0, "format_ok": 1.0},
-            {"exec_acc": 1.0, "format_ok": 0.0},
-            {"exec_acc": 1.0, "format_ok": 1.0},
-            {"exec_acc": 0.0, "format_ok": 0.0},
-            {"exec_acc": 0.0, "format_ok": 1.0},
+            {"acc": 1.0, "format_ok": 1.0},
+            {"acc": 0.0, "format_ok": 1.0},
+            {"acc": 1.0, "format_ok": 0.0},
+            {"acc": 1.0, "format_ok": 1.0},
+            {"acc": 0.0, "format_ok": 0.0},
+            {"acc": 0.0, "format_ok": 1.0},
         ],
     )
     metrics = val_metrics(batch, n=2)
-    assert metrics["val-core/bird/reward/mean@2"] == pytest.approx(0.75)
-    assert metrics["val-core/bird/exec_acc/mean@2"] == pytest.approx(0.75)
-    assert metrics["val-core/bird/format_ok/mean@2"] == pytest.approx(0.75)
-    assert metrics["val-core/spider/reward/mean@2"] == 0.0
+    # verl's rule: acc is the core variable when the reward returns it; the rest is auxiliary
+    assert metrics["val-core/bird/acc/mean@2"] == pytest.approx(0.75)
+    assert metrics["val-aux/bird/reward/mean@2"] == pytest.approx(0.75)
+    assert metrics["val-aux/bird/format_ok/mean@2"] == pytest.approx(0.75)
+    assert metrics["val-core/spider/acc/mean@2"] == 0.0
     assert metrics["val-aux/bird/reward/std@2"] == pytest.approx(0.25)  # prompt a: 0.5, prompt b: 0
     assert all(k.startswith(("val-core/", "val-aux/")) for k in metrics)
 
