@@ -1,7 +1,8 @@
 """Stage ``text2sql_reward``: execution-accuracy reward for text-to-SQL (BIRD).
 
-Per row: extract the SQL (``config.extract``), run it and the gold SQL read-only on the
-question's database (``rlflow.reward.sql_exec``), compare the result sets as BIRD does
+Per row: extract the SQL (``config.extract``), run it and the gold SQL (``reward_info``'s
+``ground_truth``) read-only on the question's database (``reward_info["extra_info"]["db_path"]``,
+through ``rlflow.reward.sql_exec``), compare the result sets as BIRD does
 (``set(pred) == set(gold)``), and score:
 
 - ``correct_score`` when the sets match;
@@ -100,7 +101,7 @@ def score_row(response: str, info: dict, config, caches: _Caches) -> tuple[float
     if sql is None:
         return 0.0, extra
     extra["format_ok"] = 1
-    db_path = info["db_path"]
+    db_path = info["extra_info"]["db_path"]
     try:
         conn = _connection(caches, db_path)
     except (OSError, sqlite3.Error) as exc:  # a database deleted or unreadable since loading
@@ -115,7 +116,7 @@ def score_row(response: str, info: dict, config, caches: _Caches) -> tuple[float
     if not pred.ok:
         extra["timeout" if pred.status == "timeout" else "error"] = 1
         return (0.0 if pred.status in _LIMIT_HITS else config.format_score), extra
-    gold = _gold(caches, db_path, info["gold_sql"], config)
+    gold = _gold(caches, db_path, info["ground_truth"], config)
     started = time.monotonic()
     same = gold.ok and pred.rows == gold.rows
     if spent + time.monotonic() - started > config.timeout_s:  # the gold query's own time is not the answer's
