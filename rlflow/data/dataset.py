@@ -1,9 +1,11 @@
 """Load a split into tokenized prompts, whatever its format, and turn rows of it into a ``Batch``.
 
 ``load_split(spec, split, root, tokenizer)`` resolves the split's file inside the data root
-(``paths``) and hands it to ``text2sql_loader`` (text-to-SQL records and their databases), which
-tokenizes and fits prompts through ``examples``; rows that cannot be trained on are left out and
-counted in ``.stats``, never silently.
+(``paths``) and hands it to the loader of ``data.format``: ``text2sql_loader`` for ``bird``,
+``jsonl`` and ``parquet`` (text-to-SQL records and their databases), ``verl_loader`` for ``verl``
+(verl's RL rows with chat or text prompts). Both tokenize and fit prompts the same way
+(``examples``); rows that cannot be trained on are left out and counted in ``.stats``, never
+silently.
 
 ``PromptDataset.to_batch`` left-pads the chosen prompts to the longest of them, as verl does,
 and tags each row with a ``uid`` built from the step and the row, so reruns are reproducible.
@@ -22,6 +24,7 @@ from rlflow.batch import Batch
 from rlflow.data.examples import Example
 from rlflow.data.paths import DataPaths
 from rlflow.data.text2sql_loader import load_text2sql
+from rlflow.data.verl_loader import load_verl
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +76,10 @@ def load_split(spec, split: str, root: Path, tokenizer) -> PromptDataset | None:
     if split_file is None:
         return None
     limit = data.max_train_samples if split == "train" else data.max_val_samples
-    examples, stats = load_text2sql(data, paths, split_file, split, tokenizer, limit)
+    if data.format == "verl":
+        examples, stats = load_verl(data, split_file, split, tokenizer, limit)
+    else:
+        examples, stats = load_text2sql(data, paths, split_file, split, tokenizer, limit)
     stats["loaded"] = len(examples)
     log.info("%s: loaded %d prompts %s", split_file, len(examples), stats)
     return PromptDataset(examples, stats, split_file)

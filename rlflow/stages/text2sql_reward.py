@@ -35,6 +35,7 @@ from pydantic import Field
 
 from rlflow.reward.extract import extract_sql
 from rlflow.reward.sql_exec import ExecResult, connect_readonly, execute
+from rlflow.schemas.pipeline import TEXT2SQL_FORMATS
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import builtin_stage
 
@@ -172,6 +173,21 @@ class Text2SqlReward(StageKind):
     writes_fields = ("token_level_scores", "scores")
     allowed_on = frozenset({"cpu", "driver", "local"})
     description = "Execution-accuracy reward: run predicted and gold SQL read-only, compare result sets."
+
+    @classmethod
+    def check(cls, pipeline, stage) -> list[tuple[str, str]]:
+        """The rows must be text-to-SQL records: only they carry a database and gold SQL."""
+        fmt = pipeline.data.format
+        if fmt in TEXT2SQL_FORMATS:
+            return []
+        return [
+            (
+                "uses",
+                f"{cls.name} scores SQL on the databases of text-to-SQL records, but data.format is {fmt}, "
+                f"whose rows have none; use a reward for that data, or a text-to-SQL format "
+                f"({', '.join(TEXT2SQL_FORMATS)})",
+            )
+        ]
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""
