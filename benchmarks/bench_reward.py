@@ -61,7 +61,7 @@ def build_batch(spec, questions: int):
     texts, infos = [], []
     for e in examples:
         for kind in MIX:
-            texts.append(response(kind, e.reward_info["gold_sql"]))
+            texts.append(response(kind, e.reward_info["ground_truth"]))
             infos.append(dict(e.reward_info))
     width = spec.data.max_response_length
     return Batch(

@@ -61,7 +61,11 @@ def ordered_rows(spec, root: Path, tokenizer, steps: int) -> list[dict]:
         for i in sampler.next_indices():
             e = data[i]
             rows.append(
-                {"prompt": e.prompt, "db_path": e.reward_info["db_path"], "gold_sql": e.reward_info["gold_sql"]}
+                {
+                    "prompt": e.prompt,
+                    "db_path": e.reward_info["extra_info"]["db_path"],
+                    "gold_sql": e.reward_info["ground_truth"],
+                }
             )
     return rows
 
@@ -74,7 +78,7 @@ def sql_reward_function():
 
     def sql_execution_reward(prompts, completions, db_path, gold_sql, **_):
         return [
-            score_row(c, {"db_path": d, "gold_sql": g}, config, caches)[0]
+            score_row(c, {"ground_truth": g, "extra_info": {"db_path": d}}, config, caches)[0]
             for c, d, g in zip(completions, db_path, gold_sql, strict=True)
         ]
 

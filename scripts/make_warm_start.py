@@ -97,7 +97,7 @@ def target_text(gold_sql: str) -> str:
 
 def sft_rows(dataset, tokenizer) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, target ids ending with EOS) for every example of ``dataset``."""
-    texts = [target_text(e.reward_info["gold_sql"]) for e in dataset.examples]
+    texts = [target_text(e.reward_info["ground_truth"]) for e in dataset.examples]
     targets = tokenizer(texts, add_special_tokens=False)["input_ids"]
     return [
         (list(e.input_ids), list(t) + [tokenizer.eos_token_id]) for e, t in zip(dataset.examples, targets, strict=True)
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "bird_root": args.bird_root,
         "trained_on": str(train_set.source.name),
         "train_questions": len(chosen),
-        "train_question_ids": [train_set[i].reward_info["question_id"] for i in chosen],
+        "train_question_ids": [train_set[i].reward_info["extra_info"]["question_id"] for i in chosen],
         "seed": args.seed,
         "steps": args.steps,
         "lr": args.lr,

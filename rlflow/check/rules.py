@@ -12,8 +12,10 @@ reward); a ``reference`` stage is present exactly when the algorithm needs a ref
 policy; batch sizes divide the way verl needs; new weights can reach the rollout; the engines
 chosen work together; remote backends are registered, take the forwarders given and their
 ``config:`` fits the backend's ``config_model``;
-resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); when asked,
-the data files, databases and model directory exist (``paths.py``).
+resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); the data
+section sets only what its format reads (``data.databases`` and ``data.prompt_template`` are for
+the text-to-SQL formats); when asked, the data files, databases and model directory exist
+(``paths.py``).
 Stages are found by role, never by kind name; the rules that the runtime applies too
 (engines, forwarders) are the same functions.
 """
@@ -29,7 +31,7 @@ from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
 from rlflow.plan.compile import dataflow_problems
 from rlflow.schemas.diagnostics import parse_path, suggestion
-from rlflow.schemas.pipeline import DRIVER, Pipeline, StageSpec
+from rlflow.schemas.pipeline import DRIVER, TEXT2SQL_FORMATS, Pipeline, StageSpec
 from rlflow.schemas.project import load_project_config
 from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.validation import validation_diagnostics
@@ -57,6 +59,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
         check_inventory(subject, project.inventory, report)
     if subject.spec is not None:
         check_dataflow(subject.spec, report)
+        check_data_fields(subject.spec, report)
         if check_paths:
             paths.check_paths(subject.spec, project or load_project_config(), report)
 
@@ -295,3 +298,25 @@ def _check_backend_config(name: str, config: dict, model, report: Reporter) -> N
 def check_dataflow(spec: Pipeline, report: Reporter) -> None:
     for dotted, message in dataflow_problems(spec):
         report(parse_path(dotted), message)
+
+
+TEXT2SQL_ONLY = {
+    "databases": "the databases of text-to-SQL records",
+    "prompt_template": "the template that renders a text-to-SQL question",
+}
+
+
+def check_data_fields(spec: Pipeline, report: Reporter) -> None:
+    """``data.databases`` and ``data.prompt_template`` are read only by the text-to-SQL formats."""
+    data = spec.data
+    if data.format in TEXT2SQL_FORMATS:
+        return
+    for name, what in TEXT2SQL_ONLY.items():
+        if getattr(data, name) is not None:
+            report(
+                ("data", name),
+                f"data.format {data.format} does not use data.{name} ({what}): "
+                "its rows bring their own prompts, rendered by the tokenizer's chat template",
+                f"remove data.{name}, or use a text-to-SQL format ({', '.join(TEXT2SQL_FORMATS)})",
+                at="key",
+            )

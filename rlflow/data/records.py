@@ -4,7 +4,8 @@ All three formats carry the same fields: ``db_id``, ``question``, ``SQL`` (requi
 ``evidence`` (optional, empty when absent or null), and optionally ``question_id`` (else the
 record's position) and ``data_source`` (else ``"bird"``). Extra keys, such as BIRD's
 ``difficulty``, are accepted and ignored. Every malformed record is reported at once (up to
-a screenful), each naming the file, the record and the field.
+a screenful), each naming the file, the record and the field. The JSON Lines and Parquet
+readers serve verl's format too (``verl_records``).
 """
 
 from __future__ import annotations
@@ -24,14 +25,17 @@ def _read_bird(path: Path) -> list:
         records = json.loads(read_utf8(path))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply to read; flatten the records") from None
     if not isinstance(records, list):
         raise DataError(f"{path}: a BIRD file holds a JSON list of records, found {type(records).__name__}")
     return records
 
 
-def _read_jsonl(path: Path) -> list:
+def json_lines(text: str, path: Path) -> list:
+    """The values of JSON Lines ``text`` (read from ``path``), blank lines skipped."""
     records = []
-    for number, line in enumerate(read_utf8(path).splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
                 records.append(json.loads(line))
@@ -39,10 +43,17 @@ def _read_jsonl(path: Path) -> list:
                 raise DataError(
                     f"{path}:{number}: not valid JSON ({exc.msg}); JSON Lines holds one object a line"
                 ) from None
+            except RecursionError:
+                raise DataError(f"{path}:{number}: JSON nested too deeply to read; flatten the record") from None
     return records
 
 
-def _read_parquet(path: Path) -> list:
+def read_jsonl(path: Path) -> list:
+    return json_lines(read_utf8(path), path)
+
+
+def read_parquet(path: Path) -> list:
+    """The rows of a Parquet file as plain Python dicts (no numpy values)."""
     import pyarrow.parquet as pq
 
     try:
@@ -51,7 +62,7 @@ def _read_parquet(path: Path) -> list:
         raise DataError(f"{path}: cannot read as Parquet ({exc})") from None
 
 
-_READERS = {"bird": _read_bird, "jsonl": _read_jsonl, "parquet": _read_parquet}
+_READERS = {"bird": _read_bird, "jsonl": read_jsonl, "parquet": read_parquet}
 
 
 def _problem(record: object) -> str | None:

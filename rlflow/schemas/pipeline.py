@@ -20,6 +20,8 @@ DRIVER = "driver"
 
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
+DataFormat = Literal["bird", "jsonl", "parquet", "verl"]
+TEXT2SQL_FORMATS = ("bird", "jsonl", "parquet")  # records of questions over databases, prompts from a template
 
 
 class StrictModel(BaseModel):
@@ -40,14 +42,19 @@ class ModelSpec(StrictModel):
 class DataSpec(StrictModel):
     """Where prompts come from and how long prompts and responses may be."""
 
-    format: Literal["bird", "jsonl", "parquet"] = "bird"
+    format: DataFormat = Field(
+        "bird",
+        description="Text-to-SQL records (bird, jsonl, parquet), or verl's RL rows (verl: .parquet, .jsonl, .json).",
+    )
     train: str
     val: str | None = None
     databases: str | None = Field(None, description="Root of <db_id>/<db_id>.sqlite (text-to-SQL formats).")
     root: str | None = Field(
         None, description="Data root; data paths may not escape it. Defaults to the train file's folder."
     )
-    prompt_template: str | None = Field(None, description="Jinja2 prompt template file; a built-in one when omitted.")
+    prompt_template: str | None = Field(
+        None, description="Jinja2 prompt template file (text-to-SQL formats); a built-in one when omitted."
+    )
     max_prompt_length: int = Field(512, gt=0)
     max_response_length: int = Field(64, gt=0)
     truncation: Literal["drop", "left", "error"] = Field(

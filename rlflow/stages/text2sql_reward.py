@@ -1,7 +1,8 @@
 """Stage ``text2sql_reward``: execution-accuracy reward for text-to-SQL (BIRD).
 
-Per row: extract the SQL (``config.extract``), run it and the gold SQL read-only on the
-question's database (``rlflow.reward.sql_exec``), compare the result sets as BIRD does
+Per row: extract the SQL (``config.extract``), run it and the gold SQL (``reward_info``'s
+``ground_truth``) read-only on the question's database (``reward_info["extra_info"]["db_path"]``,
+through ``rlflow.reward.sql_exec``), compare the result sets as BIRD does
 (``set(pred) == set(gold)``), and score:
 
 - ``correct_score`` when the sets match;
@@ -34,6 +35,7 @@ from pydantic import Field
 
 from rlflow.reward.extract import extract_sql
 from rlflow.reward.sql_exec import ExecResult, connect_readonly, execute
+from rlflow.schemas.pipeline import TEXT2SQL_FORMATS
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import builtin_stage
 
@@ -100,7 +102,7 @@ def score_row(response: str, info: dict, config, caches: _Caches) -> tuple[float
     if sql is None:
         return 0.0, extra
     extra["format_ok"] = 1
-    db_path = info["db_path"]
+    db_path = info["extra_info"]["db_path"]
     try:
         conn = _connection(caches, db_path)
     except (OSError, sqlite3.Error) as exc:  # a database deleted or unreadable since loading
@@ -115,7 +117,7 @@ def score_row(response: str, info: dict, config, caches: _Caches) -> tuple[float
     if not pred.ok:
         extra["timeout" if pred.status == "timeout" else "error"] = 1
         return (0.0 if pred.status in _LIMIT_HITS else config.format_score), extra
-    gold = _gold(caches, db_path, info["gold_sql"], config)
+    gold = _gold(caches, db_path, info["ground_truth"], config)
     started = time.monotonic()
     same = gold.ok and pred.rows == gold.rows
     if spent + time.monotonic() - started > config.timeout_s:  # the gold query's own time is not the answer's
@@ -171,6 +173,21 @@ class Text2SqlReward(StageKind):
     writes_fields = ("token_level_scores", "scores")
     allowed_on = frozenset({"cpu", "driver", "local"})
     description = "Execution-accuracy reward: run predicted and gold SQL read-only, compare result sets."
+
+    @classmethod
+    def check(cls, pipeline, stage) -> list[tuple[str, str]]:
+        """The rows must be text-to-SQL records: only they carry a database and gold SQL."""
+        fmt = pipeline.data.format
+        if fmt in TEXT2SQL_FORMATS:
+            return []
+        return [
+            (
+                "uses",
+                f"{cls.name} scores SQL on the databases of text-to-SQL records, but data.format is {fmt}, "
+                f"whose rows have none; use a reward for that data, or a text-to-SQL format "
+                f"({', '.join(TEXT2SQL_FORMATS)})",
+            )
+        ]
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""

@@ -18,3 +18,22 @@ def project_dir(tmp_path, monkeypatch):
     write_project(tmp_path)
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def rows_reward():
+    """A reward stage kind, ``test_rows_reward``, that reads any data format (as a reward for verl rows would)."""
+    from rlflow.stages.base import StageKind
+    from rlflow.stages.registry import STAGE_KINDS, register_stage
+
+    @register_stage
+    class RowsReward(StageKind):
+        name = "test_rows_reward"
+        role = "reward"
+        verl_timer = "reward"
+        reads_fields = ("response_text", "reward_info")
+        writes_fields = ("token_level_scores", "scores")
+        allowed_on = frozenset({"cpu"})
+
+    yield RowsReward.name
+    STAGE_KINDS.unregister(RowsReward.name)

@@ -76,3 +76,10 @@ def test_an_absolute_path_is_named_as_it_is(project_dir, tmp_path_factory):
         f"2:29: data.train: no file at {missing} "
         "(point it at the train split file, or validate with --no-check-paths on a machine without the data)"
     )
+
+
+def test_verl_data_needs_no_databases(project_dir, rows_reward):
+    (project_dir / "data").mkdir()
+    (project_dir / "data" / "train.parquet").write_bytes(b"")
+    text = MINIMAL.replace("data: {train: data/train.json}", "data: {format: verl, train: data/train.parquet}")
+    assert problems(project_dir, text.replace("uses: text2sql_reward", f"uses: {rows_reward}")) == []

@@ -179,3 +179,29 @@ def test_a_plugin_that_fails_to_import_is_positioned_in_rlflow_yaml(tmp_path, mo
     (d,) = info.value.diagnostics
     assert d.file == "rlflow.yaml" and d.path == "plugins[0]"
     assert "plugin module 'no_such_module_for_rlflow_tests' failed to import" in d.message
+
+
+VERL = MINIMAL.replace("data: {train: data/train.json}", "data: {format: verl, train: data/train.parquet}")
+
+
+def test_verl_data_takes_no_databases_or_prompt_template(project_dir, rows_reward):
+    text = VERL.replace("uses: text2sql_reward", f"uses: {rows_reward}")
+    assert load_text(project_dir, text).spec.data.format == "verl"
+    both = text.replace(
+        "train: data/train.parquet}", "train: data/train.parquet, databases: dbs, prompt_template: t.j2}"
+    )
+    assert problems_of(project_dir, both) == [
+        "2:49: data.databases: data.format verl does not use data.databases (the databases of text-to-SQL records): "
+        "its rows bring their own prompts, rendered by the tokenizer's chat template "
+        "(remove data.databases, or use a text-to-SQL format (bird, jsonl, parquet))",
+        "2:65: data.prompt_template: data.format verl does not use data.prompt_template (the template that renders "
+        "a text-to-SQL question): its rows bring their own prompts, rendered by the tokenizer's chat template "
+        "(remove data.prompt_template, or use a text-to-SQL format (bird, jsonl, parquet))",
+    ]
+
+
+def test_text2sql_reward_needs_text_to_sql_rows(project_dir):
+    assert problems_of(project_dir, VERL) == [
+        "10:26: stages[1].uses: text2sql_reward scores SQL on the databases of text-to-SQL records, but data.format "
+        "is verl, whose rows have none; use a reward for that data, or a text-to-SQL format (bird, jsonl, parquet)"
+    ]

@@ -1,4 +1,4 @@
-"""Fixtures for the data tests: an offline tokenizer and a small BIRD-layout folder built per test."""
+"""Fixtures for the data tests: offline tokenizers (with and without a chat template) and a BIRD-layout folder."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from data_helpers import SAMPLE, bird_record, make_db
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    """A byte-level BPE trained on the shipped sample's questions and SQL, wrapped for transformers."""
+    """A byte-level BPE trained on the shipped sample's questions and SQL, wrapped for transformers (no chat template)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -27,6 +27,15 @@ def tokenizer():
     )
     tok.train_from_iterator(texts, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer():
+    """The built-in models' tokenizer, which has a ChatML chat template."""
+    from rlflow.data.tokenizer import load_tokenizer
+    from rlflow.schemas.pipeline import ModelSpec
+
+    return load_tokenizer(ModelSpec())
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Helpers for the data tests: small BIRD-layout databases and records, and a minimal pipeline."""
+"""Helpers for the data tests: small BIRD-layout databases and records, verl rows, and a minimal pipeline."""
 
 from __future__ import annotations
 
@@ -40,3 +40,32 @@ def pipeline(**data):
     from rlflow.schemas.pipeline import Pipeline
 
     return Pipeline.model_validate({"name": "t", "data": data, "stages": []})
+
+
+def verl_row(source: str, question: str, answer, **extra) -> dict:
+    """A row as verl's data preprocessing scripts write it (chat prompt, rule reward, extra_info)."""
+    return {
+        "data_source": source,
+        "prompt": [{"role": "user", "content": question}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": answer},
+        "extra_info": {"split": "train", "index": extra.pop("index", 0)},
+        **extra,
+    }
+
+
+def write_rows(path: Path, rows: list) -> Path:
+    """``rows`` as Parquet, JSON Lines or a JSON list, by ``path``'s suffix."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        path.write_text(json.dumps(rows))
+    return path

@@ -43,8 +43,11 @@ def test_shipped_sample_loads_every_question(tokenizer):
     first, record = train[0], records[0]
     assert record["question"] in first.prompt and "CREATE TABLE" in first.prompt and "```sql" in first.prompt
     info = first.reward_info
-    assert Path(info["db_path"]).is_absolute() and Path(info["db_path"]).is_file()
-    assert info["gold_sql"] == record["SQL"] and info["question_id"] == record["question_id"]
+    assert set(info) == {"ground_truth", "extra_info"} and info["ground_truth"] == record["SQL"]
+    assert set(info["extra_info"]) == {"db_path", "db_id", "question_id"}
+    db_path = Path(info["extra_info"]["db_path"])
+    assert db_path.is_absolute() and db_path.is_file()
+    assert info["extra_info"]["db_id"] == record["db_id"] and info["extra_info"]["question_id"] == record["question_id"]
     assert first.data_source == "bird"
     assert list(first.input_ids) == tokenizer(first.prompt)["input_ids"]
 
@@ -73,8 +76,10 @@ def test_to_batch_left_pads_and_tags_rows(tokenizer):
     assert batch["uid"] == [f"4-0-{short}", f"4-1-{long_}"]
     assert batch["raw_prompt"] == [train[short].prompt, train[long_].prompt]
     assert batch["data_source"] == ["bird", "bird"]
-    batch["reward_info"][0]["gold_sql"] = "changed"
-    assert train[short].reward_info["gold_sql"] != "changed", "batches get copies of reward_info"
+    batch["reward_info"][0]["ground_truth"] = "changed"
+    batch["reward_info"][0]["extra_info"]["db_id"] = "changed"
+    kept = train[short].reward_info
+    assert "changed" not in (kept["ground_truth"], kept["extra_info"]["db_id"]), "batches get copies of reward_info"
     again = train.to_batch([short, long_], pad_id=tokenizer.pad_token_id, step=4)
     assert again["uid"] == batch["uid"] and torch.equal(again["prompts"], prompts)
 
@@ -88,7 +93,7 @@ def test_real_bird_layout_with_extra_keys_loads(bird_dir, tokenizer):
     train = load_split(spec, "train", bird_dir.parent, tokenizer)
     val = load_split(spec, "val", bird_dir.parent, tokenizer)
     assert len(train) == 4 and len(val) == 1
-    assert train[3].reward_info["db_path"] == str(bird_dir / "databases" / "farm" / "farm.sqlite")
+    assert train[3].reward_info["extra_info"]["db_path"] == str(bird_dir / "databases" / "farm" / "farm.sqlite")
     assert "cat refers to kind = 'cat'" in train[3].prompt
     assert "CREATE TABLE pet" in val[0].prompt
 

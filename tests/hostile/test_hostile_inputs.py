@@ -168,7 +168,10 @@ def test_hostile_sql_is_refused_and_the_database_is_untouched(sandbox):
         {"response_mask": torch.ones(rows, 8, dtype=torch.long)},
         {
             "response_text": [f"```sql\n{sql}\n```" for sql in HOSTILE_SQL],
-            "reward_info": [{"db_path": str(db), "gold_sql": "SELECT count(*) FROM product", "db_id": "shop"}] * rows,
+            "reward_info": [
+                {"ground_truth": "SELECT count(*) FROM product", "extra_info": {"db_path": str(db), "db_id": "shop"}}
+            ]
+            * rows,
         },
     )
     config = Text2SqlRewardConfig(timeout_s=1.0)

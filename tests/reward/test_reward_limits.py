@@ -47,7 +47,7 @@ spec = Pipeline.model_validate({"name": "t", "data": {"train": "x.json"}, "stage
 ctx = StageContext(pipeline=spec, config=Text2SqlRewardConfig(**config), stage_name="reward")
 batch = Batch({"response_mask": torch.ones(1, 4, dtype=torch.long)},
               {"response_text": ["```sql\\n" + sql + "\\n```"],
-               "reward_info": [{"db_path": db, "gold_sql": "SELECT 1"}]})
+               "reward_info": [{"ground_truth": "SELECT 1", "extra_info": {"db_path": db}}]})
 start = time.monotonic()
 out = Text2SqlReward().run(batch, ctx)
 print(json.dumps({"seconds": time.monotonic() - start, "score": out["scores"].tolist()[0],

@@ -28,7 +28,7 @@ def make_batch(db, responses: list[str], lengths: list[int], width: int = 6, gol
     mask = torch.zeros(len(responses), width, dtype=torch.long)
     for row, n in enumerate(lengths):
         mask[row, :n] = 1
-    info = [{"db_path": str(db), "gold_sql": gold, "question_id": i} for i in range(len(responses))]
+    info = [{"ground_truth": gold, "extra_info": {"db_path": str(db), "question_id": i}} for i in range(len(responses))]
     return Batch({"response_mask": mask}, {"response_text": responses, "reward_info": info})
 
 
@@ -128,9 +128,11 @@ def test_every_sample_gold_answer_scores_correct():
             "response_text": [fenced(r["SQL"]) for r in records],
             "reward_info": [
                 {
-                    "db_path": str(databases / r["db_id"] / f"{r['db_id']}.sqlite"),
-                    "gold_sql": r["SQL"],
-                    "question_id": r["question_id"],
+                    "ground_truth": r["SQL"],
+                    "extra_info": {
+                        "db_path": str(databases / r["db_id"] / f"{r['db_id']}.sqlite"),
+                        "question_id": r["question_id"],
+                    },
                 }
                 for r in records
             ],

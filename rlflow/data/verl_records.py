@@ -1,0 +1,171 @@
+"""Read verl's RL data format (``data.format: verl``) as its preprocessing scripts write it, and check it.
+
+A row (e.g. from verl's ``examples/data_preprocess/gsm8k.py``)::
+
+    {"data_source": "openai/gsm8k",
+     "prompt": [{"role": "user", "content": "..."}],
+     "ability": "math",
+     "reward_model": {"style": "rule", "ground_truth": "72"},
+     "extra_info": {"split": "train", "index": 0}}
+
+Required: ``data_source`` (a non-empty text), ``prompt`` (a non-empty text, used as it is, or a
+non-empty list of ``{role, content}`` text messages, rendered later by the tokenizer's chat
+template) and ``reward_model.ground_truth`` (any JSON value but null). ``ability`` (text) and
+``extra_info`` (an object) are optional; other columns are kept. The file's suffix chooses the
+reader: ``.parquet``, ``.jsonl`` (JSON Lines), or ``.json`` (a JSON list of rows, or JSON Lines,
+as Hugging Face ``datasets`` writes it).
+
+``reward_info_of(row)`` is what travels with the row to the reward: ``ground_truth``,
+``extra_info`` (``{}`` when absent) and every column but ``prompt`` and ``data_source``.
+
+Design decisions:
+
+- Everything is checked at load: a file missing a required column is one error naming the
+  column; otherwise every malformed row is named with its number (rows count from 0, as in
+  pyarrow and pandas) and its field, up to a screenful at once.
+- Values must be plain JSON (text, numbers, booleans, null, lists, objects with text keys), so
+  a reward gets the same Python values from Parquet and from JSON, and a row can cross any
+  process boundary; a column of another type (bytes, timestamps) is refused, naming it.
+- A message's null keys are dropped: Parquet stores messages as structs, which give every
+  message every key any message has.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rlflow.data.records import json_lines, read_jsonl, read_parquet
+from rlflow.data.text import read_utf8
+from rlflow.errors import DataError
+from rlflow.schemas.diagnostics import short_repr
+
+REQUIRED = ("data_source", "prompt", "reward_model")
+NEEDS = "verl's format needs data_source, prompt, reward_model.ground_truth (ability and extra_info are optional)"
+NOT_IN_REWARD_INFO = ("prompt", "data_source")  # they travel as their own batch fields
+_MAX_REPORTED = 10
+_PLAIN_SCALARS = (str, int, float, bool, type(None))
+
+
+def _read_json(path: Path) -> list:
+    text = read_utf8(path)
+    if not text.lstrip().startswith("["):
+        return json_lines(text, path)
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply to read; flatten the rows") from None
+    return rows
+
+
+_READERS = {".parquet": read_parquet, ".jsonl": read_jsonl, ".json": _read_json}
+
+
+def read_verl_rows(path: Path, field: str) -> list[dict]:
+    """The checked rows of ``path`` (``field`` names the spec field, for messages)."""
+    if not path.is_file():
+        raise DataError(f"data.{field}: no file at {path}")
+    reader = _READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataError(
+            f"{path}: data.format verl reads .parquet, .jsonl (JSON Lines) or .json (a JSON list or JSON Lines) "
+            f"files, not {path.suffix or 'a file without a suffix'}; convert the file or rename it"
+        )
+    rows = reader(path)
+    _check_columns(path, rows)
+    problems = [f"{path}: row {i}: {p}" for i, row in enumerate(rows) for p in _problems(row)]
+    if problems:
+        more = f"\n... and {len(problems) - _MAX_REPORTED} more" if len(problems) > _MAX_REPORTED else ""
+        raise DataError("\n".join(problems[:_MAX_REPORTED]) + more)
+    return rows
+
+
+def reward_info_of(row: dict) -> dict:
+    """The row's ``reward_info``: ground_truth, extra_info ({} when absent) and its other columns."""
+    info = {key: value for key, value in row.items() if key not in NOT_IN_REWARD_INFO}
+    info["ground_truth"] = row["reward_model"]["ground_truth"]
+    info["extra_info"] = row.get("extra_info") or {}
+    return info
+
+
+def _check_columns(path: Path, rows: list) -> None:
+    """A required column that no row has is one error for the file, not one per row."""
+    objects = [row for row in rows if isinstance(row, dict)]
+    if not objects:
+        return
+    columns = set().union(*objects)
+    missing = [f"'{c}'" for c in REQUIRED if c not in columns]
+    if "reward_model" in columns and not any(
+        isinstance(row.get("reward_model"), dict) and "ground_truth" in row["reward_model"] for row in objects
+    ):
+        missing.append("'reward_model.ground_truth'")
+    if missing:
+        have = ", ".join(sorted(columns))
+        raise DataError(f"{path}: no column {', '.join(missing)} (the file has {have}); {NEEDS}")
+    if "ground_truth" in columns:
+        raise DataError(
+            f"{path}: a column 'ground_truth' would clash with the reward's ground_truth, which comes from "
+            "reward_model.ground_truth; rename the column or move it into reward_model"
+        )
+
+
+def _problems(row: object) -> list[str]:
+    if not isinstance(row, dict):
+        return [f"is a {type(row).__name__}, not an object; {NEEDS}"]
+    out = [f"misses {key!r} (absent or null); {NEEDS}" for key in REQUIRED if row.get(key) is None]
+    source = row.get("data_source")
+    if source is not None and (not isinstance(source, str) or not source):
+        out.append(f"data_source should be a non-empty text, got {short_repr(source)}")
+    if row.get("prompt") is not None:
+        out += _prompt_problems(row["prompt"])
+    reward_model = row.get("reward_model")
+    if reward_model is not None and (not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None):
+        out.append(f"reward_model should be an object with a non-null ground_truth, got {short_repr(reward_model)}")
+    if not isinstance(row.get("extra_info") or {}, dict):
+        out.append(f"extra_info should be an object (or absent), got {short_repr(row['extra_info'])}")
+    if row.get("ability") is not None and not isinstance(row["ability"], str):
+        out.append(f"ability should be a text, got {short_repr(row['ability'])}")
+    out += [
+        f"{key} holds a {bad} value; columns hold plain JSON values only (text, numbers, booleans, null, "
+        "lists, objects with text keys): convert the column to one of those or drop it"
+        for key, value in row.items()
+        if key != "prompt" and (bad := _not_plain(value)) is not None
+    ]
+    return out
+
+
+def _prompt_problems(prompt: object) -> list[str]:
+    if isinstance(prompt, str):
+        return [] if prompt else ["prompt is an empty text; give the question, or a list of chat messages"]
+    if not isinstance(prompt, list) or not prompt:
+        return [
+            "prompt should be a text or a non-empty list of chat messages {role: <text>, content: <text>}, "
+            f"got {short_repr(prompt)}"
+        ]
+    return [
+        f"prompt[{j}] should be a chat message {{role: <text>, content: <text>}}, got {short_repr(message)}"
+        for j, message in enumerate(prompt)
+        if not (
+            isinstance(message, dict)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), str)
+        )
+    ]
+
+
+def _not_plain(value: object) -> str | None:
+    """The type name of the first value in ``value`` that is not plain JSON; None when all are."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                return "object with non-text keys"
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif not isinstance(item, _PLAIN_SCALARS):
+            return type(item).__name__
+    return None
