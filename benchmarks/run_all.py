@@ -310,31 +310,50 @@ def sources_table(sources: dict[str, Source | None]) -> str:
     )
 
 
+LEARNING_TEXT = {
+    "bird": (
+        "Learning on the shipped BIRD sample",
+        "validation execution accuracy (`val-core/bird/acc/mean@1`, greedy, the 100 dev questions of "
+        "`rlflow/assets/data/bird_sample`)",
+        "[seed 1](learning_seed1.png)",
+    ),
+    "arithmetic": (
+        "Learning the arithmetic task",
+        "validation accuracy (the mean of `val-core/arith_add/acc/mean@1` and `val-core/arith_sub/acc/mean@1`, "
+        "greedy, the 200 questions of `rlflow/assets/data/arithmetic/val.parquet`)",
+        "",
+    ),
+}
+
+
 def learning_section(report: dict) -> list[str]:
-    """The learning runs from learning.json: per seed, the table, the validation curve, the train reward."""
+    """The learning runs of one task: per seed, the table, the validation curve, the train reward."""
     runs = report.get("runs", [])
     if not runs:
         return []
-    steps = sorted({int(k) for r in runs for k in r.get("val_exec_acc_by_step", {})})
+    title, measured, picture = LEARNING_TEXT[report.get("task", "bird")]
+    steps = sorted({int(k) for r in runs for k in r.get("val_acc_by_step", {})})
     curve = common.markdown_table(
         ["seed", *[str(s) for s in steps]],
-        [[str(r["seed"]), *[_acc(r["val_exec_acc_by_step"].get(str(s))) for s in steps]] for r in runs],
+        [[str(r["seed"]), *[_acc(r["val_acc_by_step"].get(str(s))) for s in steps]] for r in runs],
     )
     reward = [
         f"seed {r['seed']} {mean(r['train_score_by_step'][:5]):.2f} -> {mean(r['train_score_by_step'][-5:]):.2f}"
         for r in runs
         if len(r.get("train_score_by_step") or []) >= 10
     ]
+    command = "python -m benchmarks.bench_learning" + (
+        f" --task {report['task']}" if report.get("task", "bird") != "bird" else ""
+    )
     return [
-        "## Learning on the shipped sample",
+        f"## {title}",
         "",
-        "`python -m benchmarks.bench_learning` runs `rlflow run pipelines/bird_grpo.yaml` once per seed and reads the "
-        "validation execution accuracy (`val-core/bird/exec_acc/mean@1`, greedy, the 100 dev questions of "
-        "`data/bird_sample`) before training and at every `test_freq` step.",
+        f"`{command}` runs `rlflow run {report.get('pipeline')}` once per seed and reads the {measured} before "
+        "training and at every `test_freq` step.",
         "",
         bench_learning.table(runs),
         "",
-        "Validation execution accuracy by step:",
+        "Validation accuracy by step:",
         "",
         curve,
         "",
@@ -347,8 +366,7 @@ def learning_section(report: dict) -> list[str]:
             if reward
             else []
         ),
-        "`rlflow plot RUN_DIR -o curve.png` draws such a run: [seed 1](learning_seed1.png).",
-        "",
+        *([f"`rlflow plot RUN_DIR -o curve.png` draws such a run: {picture}.", ""] if picture else []),
     ]
 
 
@@ -359,7 +377,7 @@ def _acc(value: float | None) -> str:
 def benchmarks_page(sources: dict[str, Source | None], rows: list[dict], notes: str, failed: list[str]) -> str:
     file_notes = [f"- `{s.path.name}`: {s.report['notes']}" for s in sources.values() if s and s.report.get("notes")]
     file_notes += [f"- {row['benchmark']}: {row['note']}" for row in rows if row.get("note")]
-    learning = sources.get("learning")
+    learning = [s for name, s in sources.items() if name.startswith("learning") and s is not None]
     return "\n".join(
         [
             "# Benchmarks",
@@ -382,7 +400,7 @@ def benchmarks_page(sources: dict[str, Source | None], rows: list[dict], notes: 
             "",
             sources_table(sources),
             "",
-            *(learning_section(learning.report) if learning else []),
+            *(line for source in learning for line in learning_section(source.report)),
             *(["## Notes from the result files", "", *file_notes, ""] if file_notes else []),
             "## Notes",
             "",

@@ -161,7 +161,7 @@ def exec_accuracy(model, tokenizer, dataset, limit: int = 0, batch_size: int = 3
         texts = tokenizer.batch_decode([r[:n] for r, n in zip(responses.tolist(), lengths)], skip_special_tokens=True)
         for text, info in zip(texts, batch["reward_info"], strict=True):
             _, extra = score_row(text, info, config, caches)
-            totals["exec_acc"] += extra["exec_acc"]
+            totals["exec_acc"] += extra["acc"]
             totals["format_ok"] += extra["format_ok"]
     for conn in caches.connections.values():
         conn.close()

@@ -17,6 +17,10 @@ Whatever goes wrong while scoring one row (a ``MemoryError`` under the worker's 
 limit included) is that row's 0 and an ``error`` count, logged once per kind of failure; it
 never ends the step.
 
+Each row's ``reward_extra`` holds ``acc`` (1 when the result sets match: execution accuracy,
+verl's core variable for validation), ``format_ok``, ``timeout`` and ``error``; their means are
+the ``reward/acc``, ``reward/format_ok``, ``reward/timeout_rate`` and ``reward/error_rate`` metrics.
+
 The score sits on the last valid response token (index 0 for an empty response), as verl's
 rule-based rewards do. The stage runs sharded over a ``cpu`` pool; each worker keeps its
 read-only connections and the gold results (keyed by database and gold SQL) in ``ctx.state``,
@@ -46,8 +50,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-EXTRA_KEYS = ("exec_acc", "format_ok", "timeout", "error")
-METRIC_OF_EXTRA = {"exec_acc": "exec_acc", "format_ok": "format_ok", "timeout": "timeout_rate", "error": "error_rate"}
+EXTRA_KEYS = ("acc", "format_ok", "timeout", "error")
+METRIC_OF_EXTRA = {"acc": "acc", "format_ok": "format_ok", "timeout": "timeout_rate", "error": "error_rate"}
 _LIMIT_HITS = ("refused", "timeout", "too_many_rows", "too_large", "out_of_memory")
 
 
@@ -124,7 +128,7 @@ def score_row(response: str, info: dict, config, caches: _Caches) -> tuple[float
         extra["timeout"] = 1
         return 0.0, extra
     if same:
-        extra["exec_acc"] = 1
+        extra["acc"] = 1
         return config.correct_score, extra
     return config.partial_score, extra
 

@@ -9,7 +9,7 @@ Design decisions:
 - Statistics come from verl's ``process_validation_metrics`` (per prompt ``mean@N``,
   ``std@N``, bootstrapped ``best@k``/``worst@k``, then averaged over prompts per data source),
   fed with the reward (``scores``) and every numeric key of ``reward_extra`` (e.g.
-  ``exec_acc``, ``format_ok``).
+  ``acc``, ``format_ok``).
 - Naming is verl's: the core variable of a data source (``acc`` when the reward returns it,
   else ``reward``) has its ``mean``/``maj``/``best`` at the largest N under
   ``val-core/<data_source>/<var>/...`` (the numbers a dashboard plots); every other statistic

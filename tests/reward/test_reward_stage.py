@@ -47,10 +47,10 @@ def test_scores_follow_the_outcome(company_db):
     batch = make_batch(company_db, responses, [3, 6, 2, 1, 4, 5])
     out = Text2SqlReward().run(batch, context(**SCORES))
     assert out["scores"].tolist() == pytest.approx([1.0, 1.0, 0.25, 0.1, 0.0, 0.0])
-    assert [e["exec_acc"] for e in out["reward_extra"]] == [1, 1, 0, 0, 0, 0]
+    assert [e["acc"] for e in out["reward_extra"]] == [1, 1, 0, 0, 0, 0]
     assert [e["format_ok"] for e in out["reward_extra"]] == [1, 1, 1, 1, 0, 1]
     assert [e["error"] for e in out["reward_extra"]] == [0, 0, 0, 1, 0, 1]
-    assert out.metrics["reward/exec_acc"] == pytest.approx(2 / 6)
+    assert out.metrics["reward/acc"] == pytest.approx(2 / 6)
     assert out.metrics["reward/format_ok"] == pytest.approx(5 / 6)
     assert out.metrics["reward/error_rate"] == pytest.approx(2 / 6)
     assert out.metrics["reward/timeout_rate"] == 0
@@ -139,6 +139,6 @@ def test_every_sample_gold_answer_scores_correct():
         },
     )
     out = Text2SqlReward().run(batch, context())
-    assert out.metrics["reward/exec_acc"] == 1.0 and out["scores"].sum().item() == len(records)
+    assert out.metrics["reward/acc"] == 1.0 and out["scores"].sum().item() == len(records)
     after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in databases.rglob("*") if p.is_file()}
     assert after == before

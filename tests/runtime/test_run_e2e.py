@@ -35,7 +35,7 @@ def test_run_directory_holds_the_contract_files(two_step_run):
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_1", "step_2"]
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
-    assert "val-core/bird/exec_acc/mean@1" in metrics[0] and "val-core/bird/exec_acc/mean@1" in metrics[2]
+    assert "val-core/bird/acc/mean@1" in metrics[0] and "val-core/bird/acc/mean@1" in metrics[2]
     for name in (
         "timing_s/gen",
         "timing_s/reward",
@@ -61,7 +61,7 @@ def test_run_directory_holds_the_contract_files(two_step_run):
         "timing_per_token_ms/gen",
         "training/global_step",
         "training/epoch",
-        "reward/exec_acc",
+        "reward/acc",
     ):
         assert name in metrics[1], name
     assert metrics[1]["training/global_step"] == 1

@@ -79,5 +79,5 @@ def text_reward(batch: Batch) -> Batch:
     last = (batch["response_mask"].sum(-1) - 1).clamp(min=0)
     token_level = torch.zeros(batch["responses"].shape)
     token_level[torch.arange(len(batch)), last] = scores
-    extra = [{"exec_acc": float(s == 1.0), "format_ok": 1.0} for s in scores.tolist()]
+    extra = [{"acc": float(s == 1.0), "format_ok": 1.0} for s in scores.tolist()]
     return Batch({"scores": scores, "token_level_scores": token_level}, {"reward_extra": extra})
