@@ -3,8 +3,8 @@
 ``FunctionRunner`` owns one child (``rlflow.reward.function_child``) that loads the functions
 once and serves every step after; a stage keeps the runner in its per-worker state. ``run``
 sends a shard's calls in one message and reads the answers one by one, each within
-``timeout_s`` of the previous one. A call past its deadline gets the child killed (SIGKILL) and
-restarted, and the remaining calls go to the new child; a child that dies mid-call (a crash,
+``timeout_s`` of the previous one. A call past its deadline gets the child killed (SIGKILL, with
+any process it started: the child leads its own process group) and restarted, and the remaining calls go to the new child; a child that dies mid-call (a crash,
 ``os._exit``, the kernel's OOM killer) is an error for that call and is restarted the same way.
 
 Design decisions:
@@ -23,6 +23,9 @@ Design decisions:
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -76,11 +79,15 @@ class _Child:
             [sys.executable, "-c", _BOOT, str(Path(__file__).resolve().parents[2]), str(child_end.fileno())],
             pass_fds=(child_end.fileno(),),
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: stopping it stops what it started too
         )
         child_end.close()
         self.conn = parent_end
         self._finalizer = weakref.finalize(self, _stop, self.proc, self.conn)
-        self.conn.send(init)
+        try:
+            self.conn.send(init)
+        except OSError:  # it died at once: receive() reports it
+            pass
 
     def receive(self, timeout_s: float):
         """The next message, ``_TIMEOUT`` when none came within ``timeout_s``, ``_DIED`` when the child is gone."""
@@ -103,8 +110,9 @@ class _Child:
 
 def _stop(proc: subprocess.Popen, conn) -> None:
     conn.close()
-    if proc.poll() is None:
-        proc.kill()
+    if proc.returncode is None:  # not reaped yet, so its pid is still its group's id
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
 

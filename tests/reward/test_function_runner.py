@@ -83,6 +83,31 @@ def test_a_call_past_the_deadline_is_killed_and_the_rest_still_scored(runner_of)
     assert runner.starts == 3  # restarted after each timeout
 
 
+def test_what_a_timed_out_call_started_is_killed_with_it(runner_of, tmp_path):
+    runner = runner_of("on_cue", timeout_s=1.0)
+    call = {
+        "data_source": "d",
+        "solution_str": "spawn",
+        "ground_truth": "",
+        "extra_info": {"pid_file": str(tmp_path / "pid")},
+    }
+    assert runner.run([call])[0][0].failure == "timeout"
+    helper = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(helper)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and waiting for its reaper, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_a_child_that_dies_is_an_error_and_is_replaced(runner_of):
     runner = runner_of("on_cue")
     out = runner.run(calls("die", "ok"))

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import time
+from pathlib import Path
 
 NOT_CALLABLE = 42
 
@@ -35,6 +37,10 @@ def on_cue(data_source, solution_str, ground_truth, extra_info=None):
             pass
     if solution_str == "hog":
         return len(bytearray(4 * 2**30))
+    if solution_str == "spawn":  # a helper process, then a hang: both must go
+        helper = subprocess.Popen(["sleep", "60"])
+        Path(extra_info["pid_file"]).write_text(str(helper.pid))
+        time.sleep(30)
     if solution_str == "die":
         os._exit(3)
     if solution_str == "exit":
