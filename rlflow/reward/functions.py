@@ -122,7 +122,11 @@ def load_function(reference: Reference, root: str | Path) -> Callable:
     target = module
     for part in reference.attribute.split("."):
         if not hasattr(target, part):
-            public = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+            public = sorted(
+                n
+                for n, v in vars(module).items()
+                if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
+            )
             raise FunctionLoadError(
                 f"{where} has no attribute {reference.attribute!r}",
                 f"callables there: {', '.join(public[:12]) or 'none'}",
