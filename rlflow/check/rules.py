@@ -22,6 +22,8 @@ Stages are found by role, never by kind name; the rules that the runtime applies
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import ValidationError
 
 from rlflow.backends.local.factory import missing_extra
@@ -47,7 +49,7 @@ def kind_of(stage: StageSpec) -> type[StageKind] | None:
 def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths: bool = False) -> None:
     """Every rule, in file order; ``project`` (a ProjectConfig) brings the inventory and the root that
     relative paths resolve against; ``check_paths``: the data and model paths must exist (``paths``)."""
-    check_stages(subject, report)
+    check_stages(subject, report, (project or load_project_config()).root)
     if subject.stages_complete:
         check_required_kinds(subject, report)
         check_reference(subject, report)
@@ -64,7 +66,9 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
             paths.check_paths(subject.spec, project or load_project_config(), report)
 
 
-def check_stages(subject: Subject, report: Reporter) -> None:
+def check_stages(subject: Subject, report: Reporter, root: Path) -> None:
+    """Names, resources and kinds of the stages, each ``with:`` against its kind, and each kind's own rules
+    (``check_in_project``, with the project ``root`` that relative paths in ``with:`` start from)."""
     names: dict[str, int] = {}
     for i, stage in subject.stages:
         where = ("stages", i)
@@ -101,8 +105,8 @@ def check_stages(subject: Subject, report: Reporter) -> None:
                 f"it runs on: {', '.join(sorted(kind.allowed_on))}",
             )
         if subject.spec is not None:
-            for sub, message in kind.check(subject.spec, stage):
-                report(where + parse_path(sub), message)
+            for sub, *problem in kind.check_in_project(subject.spec, stage, root):
+                report(where + parse_path(sub), *problem)
 
 
 def _check_stage_config(subject: Subject, i: int, stage: StageSpec, kind, report: Reporter) -> None:

@@ -43,9 +43,17 @@ TraceFn = Callable[[list[dict[str, Any]]], None]
 class Executor(abc.ABC):
     """Runs plan stages on the resources they are bound to, and records the trace."""
 
-    def __init__(self, pipeline: Pipeline, trace: TraceFn, run_dir: str | None = None, attempt: int = 0) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        trace: TraceFn,
+        run_dir: str | None = None,
+        attempt: int = 0,
+        project_root: str | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.run_dir = run_dir
+        self.project_root = project_root  # for stages that run here (on the driver)
         self.attempt = attempt  # which start of the workers this is (0, then 1.. after restarts)
         self._trace = trace
         self.driver_state: dict[str, Any] = {}
@@ -134,6 +142,7 @@ class Executor(abc.ABC):
             step=step,
             run_dir=self.run_dir,
             reads=call.reads,
+            project_root=self.project_root,
             state=self.driver_state,
         )
         start = time.time()

@@ -32,7 +32,7 @@ class InProcessExecutor(Executor):
         device: str = "cpu",
         main_config_for=None,
     ) -> None:
-        super().__init__(pipeline, trace, run_dir)
+        super().__init__(pipeline, trace, run_dir, project_root=project_root)
         self.backends: list[Any] = []
         self.workers_of: dict[str, StageWorker] = {}
         pipeline_dict = pipeline.model_dump(by_alias=True, mode="json")

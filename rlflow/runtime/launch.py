@@ -147,7 +147,7 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
             )
             rd.write_workers({name: pool.describe() for name, pool in pools.items()})
             try:
-                executor = RayExecutor(pools, spec, rd.append_trace, str(rd.path), restarts)
+                executor = RayExecutor(pools, spec, rd.append_trace, str(rd.path), restarts, str(project.root))
                 loop = StepLoop(spec, plan, executor, rd, data, resolved, sinks)
                 first = loop.init(ckpt)
                 last = loop.train(first)

@@ -23,9 +23,15 @@ class RayExecutor(Executor):
     """Runs plan stages on started pools (``rlflow.runtime.pools``)."""
 
     def __init__(
-        self, pools: dict[str, Pool], pipeline: Pipeline, trace: TraceFn, run_dir: str | None = None, attempt: int = 0
+        self,
+        pools: dict[str, Pool],
+        pipeline: Pipeline,
+        trace: TraceFn,
+        run_dir: str | None = None,
+        attempt: int = 0,
+        project_root: str | None = None,
     ) -> None:
-        super().__init__(pipeline, trace, run_dir, attempt)
+        super().__init__(pipeline, trace, run_dir, attempt, project_root)
         self.pools = pools
 
     def _pick(self, resource: str, which: str) -> list:

@@ -136,6 +136,7 @@ class StageWorker:
             run_dir=self.run_dir,
             reads=call.reads,
             checkpoint_dir=call.checkpoint_dir,
+            project_root=str(self.project_root),
             state=self.state,
         )
         start = time.time()

@@ -9,6 +9,7 @@ from rlflow.stages import (  # noqa: F401  (imported to register)
     grpo_advantage,
     old_log_prob,
     ref_log_prob,
+    reward_function,
     save_checkpoint,
     sync_weights,
     text2sql_reward,

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     from rlflow.batch import Batch
     from rlflow.schemas.pipeline import Pipeline, StageSpec
 
@@ -97,6 +99,7 @@ class StageContext:
     run_dir: str | None = None
     reads: tuple[str, ...] = ()  # the plan's reads of this stage under this pipeline
     checkpoint_dir: str | None = None  # where a checkpoint stage writes (set by the runtime)
+    project_root: str | None = None  # the folder of rlflow.yaml: relative paths in ``with:`` start there
     state: dict[str, Any] = field(default_factory=dict)  # per-worker cache that lives across steps
 
     def inputs(self, batch: Batch) -> Batch:
@@ -136,9 +139,14 @@ class StageKind:
         return cls.config_model.model_validate(raw)
 
     @classmethod
-    def check(cls, pipeline: Pipeline, stage: StageSpec) -> list[tuple[str, str]]:
-        """Extra semantic rules: a list of (dotted path under the stage, message)."""
+    def check(cls, pipeline: Pipeline, stage: StageSpec) -> list[tuple[str, ...]]:
+        """Extra semantic rules: a list of (dotted path under the stage, message[, how to fix it])."""
         return []
+
+    @classmethod
+    def check_in_project(cls, pipeline: Pipeline, stage: StageSpec, project_root: Path) -> list[tuple[str, ...]]:
+        """``check`` for kinds whose rules need the project root (files named in ``with:``); default: ``check``."""
+        return cls.check(pipeline, stage)
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:  # pragma: no cover - abstract
         raise NotImplementedError(f"stage kind {self.name!r} does not implement run()")

@@ -42,10 +42,9 @@ from rlflow.reward.sql_exec import ExecResult, connect_readonly, execute
 from rlflow.schemas.pipeline import TEXT2SQL_FORMATS
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import builtin_stage
+from rlflow.stages.token_scores import place_on_last_token
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
     from rlflow.batch import Batch
 
 log = logging.getLogger(__name__)
@@ -156,17 +155,6 @@ class Text2SqlRewardConfig(StageConfig):
     format_score: float = Field(0.0, description="Score for a well-formed answer whose SQL fails.")
 
 
-def _place_on_last_token(scores: list[float], response_mask: torch.Tensor) -> torch.Tensor:
-    import torch
-
-    lengths = response_mask.sum(dim=-1).tolist()
-    rows = len(scores)
-    out = torch.zeros(rows, response_mask.shape[-1], dtype=torch.float32)
-    last = torch.tensor([max(int(n) - 1, 0) for n in lengths], dtype=torch.long)
-    out[torch.arange(rows), last] = torch.tensor(scores, dtype=torch.float32)
-    return out
-
-
 @builtin_stage
 class Text2SqlReward(StageKind):
     name = "text2sql_reward"
@@ -205,7 +193,7 @@ class Text2SqlReward(StageKind):
         ]
         scores = [score for score, _ in results]
         extras = [extra for _, extra in results]
-        batch["token_level_scores"] = _place_on_last_token(scores, batch["response_mask"])
+        batch["token_level_scores"] = place_on_last_token(scores, batch["response_mask"])
         batch["scores"] = torch.tensor(scores, dtype=torch.float32)
         batch["reward_extra"] = extras
         if extras:

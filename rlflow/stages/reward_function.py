@@ -1,0 +1,144 @@
+"""Stage ``reward_function``: score rows with Python reward functions of verl's custom-reward signature.
+
+``with: {function: "package.module:compute_score"}`` (or ``path/to/file.py:compute_score``,
+relative to the project root), or a weighted list ``functions: [{function, weight, name}]``.
+Each function is called as ``fn(data_source=..., solution_str=..., ground_truth=...,
+extra_info=...)`` per row, with ``ground_truth`` and ``extra_info`` from the row's
+``reward_info``, and returns a float or a dict with ``score`` and extra numbers.
+
+Design decisions:
+- The functions run in a child process per worker (``rlflow.reward.function_runner``), started
+  at the stage's first step and kept in ``ctx.state``: a function that hangs is killed at
+  ``timeout_s`` and one that crashes or leaks takes only its child down. A call that raises,
+  returns something that is not a finite score, or times out is that row's 0 for that
+  function; the metrics count them, and a function that fails on every row fails the step
+  (``rlflow.reward.function_scores``).
+- ``check_in_project`` loads every function at ``rlflow validate`` time, with the loader the
+  child uses, so a wrong reference is an error at its line in the pipeline file, not at step 1.
+- The score sits on the last valid response token (``rlflow.stages.token_scores``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import Field, ValidationError, model_validator
+
+from rlflow.reward.function_scores import WeightedFunction, call_arguments, combine
+from rlflow.reward.functions import FunctionLoadError, load_function, parse_reference
+from rlflow.stages.base import StageConfig, StageContext, StageKind
+from rlflow.stages.registry import register_stage
+from rlflow.stages.token_scores import place_on_last_token
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.batch import Batch
+    from rlflow.schemas.pipeline import Pipeline, StageSpec
+
+_REFERENCE = "`package.module:callable` or `path/to/file.py:callable` (relative to the project root)"
+
+
+class FunctionEntry(StageConfig):
+    function: str = Field(description=f"The reward function: {_REFERENCE}.")
+    weight: float = Field(1.0, allow_inf_nan=False, description="Its weight in the row's score (a finite number).")
+    name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Prefix of its reward_extra keys and metrics (default: the callable's name).",
+    )
+
+
+class RewardFunctionConfig(StageConfig):
+    function: str | None = Field(None, description=f"One reward function: {_REFERENCE}.")
+    functions: list[FunctionEntry] | None = Field(
+        None, min_length=1, description="Several reward functions; a row's score is their weighted sum."
+    )
+    timeout_s: float = Field(5.0, gt=0, allow_inf_nan=False, description="Time limit of one call of a function.")
+    max_memory_mb: int | None = Field(
+        4096, ge=256, description="Address-space limit of the functions' process (MB); null for none."
+    )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> RewardFunctionConfig:
+        if (self.function is None) == (self.functions is None):
+            raise ValueError("give exactly one of `function` (one reward function) or `functions` (a weighted list)")
+        seen: dict[str, int] = {}
+        for i, fn in enumerate(self.weighted()):
+            if fn.name in seen:
+                raise ValueError(
+                    f"functions[{seen[fn.name]}] and functions[{i}] are both named {fn.name!r}; "
+                    "give each its own `name:`"
+                )
+            seen[fn.name] = i
+        return self
+
+    def weighted(self) -> list[WeightedFunction]:
+        """The functions with their weights and names (a reference that does not parse is named by its text)."""
+        entries = self.functions if self.functions is not None else [FunctionEntry(function=self.function)]
+        return [WeightedFunction(e.function, e.weight, e.name or _default_name(e.function)) for e in entries]
+
+    def reference_paths(self) -> list[tuple[str, str]]:
+        """(dotted path under the stage, reference) of each function, for diagnostics."""
+        if self.functions is None:
+            return [("with.function", self.function)]
+        return [(f"with.functions[{i}].function", e.function) for i, e in enumerate(self.functions)]
+
+
+def _default_name(reference: str) -> str:
+    try:
+        return parse_reference(reference).default_name
+    except FunctionLoadError:
+        return reference
+
+
+@register_stage
+class RewardFunction(StageKind):
+    name = "reward_function"
+    role = "reward"
+    config_model = RewardFunctionConfig
+    verl_timer = "reward"
+    reads_fields = ("response_text", "response_mask", "data_source", "reward_info")
+    writes_fields = ("token_level_scores", "scores")
+    allowed_on = frozenset({"cpu", "driver", "local"})
+    description = "Python reward functions (verl's compute_score signature), run in a child process per worker."
+
+    @classmethod
+    def check_in_project(cls, pipeline: Pipeline, stage: StageSpec, project_root: Path) -> list[tuple[str, ...]]:
+        """Every function loads from the project root and takes verl's four keywords."""
+        try:
+            config = cls.parse_config(stage.with_)
+        except ValidationError:
+            return []  # reported by the rule that checks each `with:`
+        problems: list[tuple[str, ...]] = []
+        for path, reference in config.reference_paths():
+            try:
+                load_function(parse_reference(reference), project_root)
+            except FunctionLoadError as exc:
+                problems.append((path, exc.message, exc.fix))
+        return problems
+
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""
+        import torch
+
+        from rlflow.reward.function_runner import FunctionRunner
+
+        config: RewardFunctionConfig = ctx.config
+        functions = config.weighted()
+        key = f"reward_function:{ctx.stage_name}"
+        held = ctx.state.get(key)
+        if held is None or held[0] != config:
+            if held is not None:
+                held[1].close()
+            root = ctx.project_root or str(Path.cwd())
+            runner = FunctionRunner([f.reference for f in functions], root, config.timeout_s, config.max_memory_mb)
+            held = ctx.state[key] = (config, runner, set())
+        _, runner, warned = held
+        sources = [str(s) for s in batch["data_source"]]
+        outcomes = runner.run(call_arguments(sources, batch["response_text"], batch["reward_info"]))
+        scored = combine(functions, outcomes, sources, warned, ctx.step)
+        batch["token_level_scores"] = place_on_last_token(scored.scores, batch["response_mask"])
+        batch["scores"] = torch.tensor(scored.scores, dtype=torch.float32)
+        batch["reward_extra"] = scored.extras
+        batch.metrics.update(scored.metrics)
+        return batch

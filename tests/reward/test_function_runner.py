@@ -1,0 +1,138 @@
+"""FunctionRunner with real child processes: results, failures of every kind, deadlines, restarts, memory."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rlflow.reward.function_runner import FunctionRunner, RewardFunctionError
+
+PLUGINS = Path(__file__).parent / "reward_plugins"
+RAISE_LINE = next(
+    i for i, line in enumerate((PLUGINS / "rewards.py").read_text().splitlines(), 1) if "cannot score" in line
+)
+
+
+def calls(*texts: str, source: str = "gsm8k") -> list[dict]:
+    return [
+        {"data_source": source, "solution_str": t, "ground_truth": "42", "extra_info": {"index": i}}
+        for i, t in enumerate(texts)
+    ]
+
+
+@pytest.fixture
+def runner_of():
+    runners = []
+
+    def make(*names: str, timeout_s: float = 5.0, max_memory_mb: int | None = 1024) -> FunctionRunner:
+        runner = FunctionRunner([f"rewards.py:{n}" for n in names], PLUGINS, timeout_s, max_memory_mb)
+        runners.append(runner)
+        return runner
+
+    yield make
+    for runner in runners:
+        runner.close()
+
+
+def test_scores_and_extras_come_back_in_order(runner_of):
+    runner = runner_of("length", "with_extras")
+    out = runner.run(calls("abc", "42"))
+    assert [[o.score for o in row] for row in out] == [[0.3, 0.0], [0.2, 1.0]]
+    assert out[1][1].extras == {"acc": 1.0, "format_ok": 1.0}  # the string "answer" is not a metric
+    assert all(o.failure is None for row in out for o in row)
+
+
+def test_the_child_is_started_once_and_kept(runner_of):
+    runner = runner_of("pid")
+    first = runner.run(calls("a", "b"))
+    second = runner.run(calls("c"))
+    assert runner.starts == 1 and {o.score for row in first + second for o in row} == {first[0][0].score}
+    assert first[0][0].score != os.getpid()
+
+
+@pytest.mark.parametrize(
+    "text, kind, detail",
+    [
+        ("raise", "raised ValueError", f"rewards.py:{RAISE_LINE} in on_cue: cannot score 'raise'"),
+        ("exit", "raised SystemExit", "in on_cue: 1"),
+        ("nan", "bad return", "returned float nan, not a finite number"),
+        ("inf", "bad return", "returned float -inf"),
+        ("none", "bad return", "returned NoneType None"),
+        ("str", "bad return", "returned str '1.0'"),
+        ("nodict", "bad return", "a dict whose 'score' is None"),
+    ],
+)
+def test_a_bad_call_is_an_error_for_its_row_only(runner_of, text, kind, detail):
+    runner = runner_of("on_cue")
+    out = runner.run(calls("ok", text, "ok"))
+    assert [o.failure for row in out for o in row] == [None, "error", None]
+    assert out[1][0].score == 0.0 and out[1][0].kind == kind and detail in out[1][0].detail
+    assert runner.starts == 1  # an exception or a bad value does not cost the child
+
+
+def test_a_call_past_the_deadline_is_killed_and_the_rest_still_scored(runner_of):
+    runner = runner_of("on_cue", "length", timeout_s=0.5)
+    start = time.monotonic()
+    out = runner.run(calls("ok", "sleep", "ok", "hang", "ok"))
+    assert time.monotonic() - start < 5
+    assert [row[0].failure for row in out] == [None, "timeout", None, "timeout", None]
+    assert [row[1].score for row in out] == [0.2, 0.5, 0.2, 0.4, 0.2]  # the other function scores every row
+    assert runner.starts == 3  # restarted after each timeout
+
+
+def test_what_a_timed_out_call_started_is_killed_with_it(runner_of, tmp_path):
+    runner = runner_of("on_cue", timeout_s=1.0)
+    call = {
+        "data_source": "d",
+        "solution_str": "spawn",
+        "ground_truth": "",
+        "extra_info": {"pid_file": str(tmp_path / "pid")},
+    }
+    assert runner.run([call])[0][0].failure == "timeout"
+    helper = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(helper)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and waiting for its reaper, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_child_that_dies_is_an_error_and_is_replaced(runner_of):
+    runner = runner_of("on_cue")
+    out = runner.run(calls("die", "ok"))
+    assert out[0][0].failure == "error" and out[0][0].kind == "process died"
+    assert "exited with code 3" in out[0][0].detail
+    assert out[1][0].score == 1.0 and runner.starts == 2
+
+
+def test_memory_is_capped_in_the_child(runner_of):
+    runner = runner_of("on_cue", max_memory_mb=512)
+    out = runner.run(calls("hog", "ok"))
+    assert out[0][0].kind == "raised MemoryError" and out[1][0].score == 1.0
+
+
+def test_a_function_that_cannot_load_fails_at_start(tmp_path):
+    (tmp_path / "later.py").write_text("def f(data_source, solution_str, ground_truth, extra_info):\n    return 1\n")
+    runner = FunctionRunner(["later.py:f"], tmp_path, 5.0, None)
+    (tmp_path / "later.py").write_text("raise ImportError('gone')\n")  # changed after validation
+    with pytest.raises(RewardFunctionError, match="'later.py:f' cannot be loaded: .*ImportError: gone"):
+        runner.run(calls("x"))
+
+
+def test_the_child_ends_when_the_runner_closes(runner_of):
+    runner = runner_of("length")
+    runner.run(calls("x"))
+    proc = runner._child.proc
+    runner.close()
+    assert proc.poll() is not None
