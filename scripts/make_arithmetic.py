@@ -1,7 +1,7 @@
 """Make the arithmetic task's data: verl-format Parquet of addition and subtraction questions.
 
     python scripts/make_arithmetic.py     # remakes rlflow/assets/data/arithmetic/{train,val}.parquet
-    python scripts/make_arithmetic.py [--out DIR] [--train 4000] [--val 200] [--seed 0] [--max-value 999]
+    python scripts/make_arithmetic.py [--out DIR] [--train 4000] [--val 200] [--seed 0] [--max-value 99]
 
 The second shipped task, beside text-to-SQL: "what is 347 + 85?" with a chat-format prompt and
 the answer after ``####``, scored by a plain reward function (examples/arithmetic/reward.py).
@@ -13,7 +13,7 @@ Design decisions:
   reference ``answer``). Nothing in it is specific to rlflow.
 - Two data sources, ``arith_add`` and ``arith_sub``, in equal numbers, so validation reports
   ``val-core/<data_source>/...`` for each. Subtraction keeps the result non-negative.
-- Operands have 1 to 3 digits, the digit count drawn first so short and long numbers are
+- Operands have 1 or 2 digits (``--max-value``), the digit count drawn first so short and long numbers are
   equally common; questions in the validation split never appear in the train split.
 - Deterministic: one seeded ``random.Random``; the same arguments give the same files.
 """
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train", type=int, default=4000, help="train questions")
     p.add_argument("--val", type=int, default=200, help="validation questions")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-value", type=int, default=999, help="largest operand")
+    p.add_argument("--max-value", type=int, default=99, help="largest operand")
     args = p.parse_args(argv)
     out = Path(args.out) if Path(args.out).is_absolute() else ROOT / args.out
     for split, records in make_splits(args.train, args.val, args.seed, args.max_value).items():

@@ -1,22 +1,27 @@
-"""Make the warm start of the BIRD GRPO pipeline: a short supervised fine-tune of the built-in tiny model.
+"""Make the warm start of a shipped GRPO pipeline: a short supervised fine-tune of the built-in tiny model.
 
-    python scripts/make_warm_start.py       # remakes rlflow/assets/models/tiny-sql-warm (about 8 min on 1 core)
-    python scripts/make_warm_start.py [--bird-root rlflow/assets/data/bird_sample] [--out DIR] [--seed 0]
-                                      [--train-questions 0] [--steps 320] [--lr 1e-3] [--batch-size 16]
+    python scripts/make_warm_start.py                   # remakes rlflow/assets/models/tiny-sql-warm (8 min, 1 core)
+    python scripts/make_warm_start.py --task arithmetic # remakes rlflow/assets/models/tiny-arith-warm
+    python scripts/make_warm_start.py [--task bird] [--out DIR] [--seed 0] [--train-questions 0]
+                                      [--steps N] [--lr LR] [--batch-size B]
 
-A randomly initialised ``builtin:tiny-qwen2`` never writes a query that runs, so GRPO sees
-reward 0 everywhere and learns nothing. This script gives it a start: it fine-tunes the
-built-in architecture and tokenizer on the TRAIN split's gold SQL and saves a Hugging Face
-directory (``save_pretrained``: config, weights, tokenizer) that ``model.path`` can point at.
+A randomly initialised ``builtin:tiny-qwen2`` never writes a query that runs or a sum that is
+right, so GRPO sees reward 0 everywhere and learns nothing. This script gives it a start: it
+fine-tunes the built-in architecture and tokenizer on the TRAIN split's reference answers and
+saves a Hugging Face directory (``save_pretrained``: config, weights, tokenizer) that
+``model.path`` can point at.
 
 Design decisions:
-- The prompts are exactly the pipeline's: the split is loaded through
-  ``pipelines/bird_grpo.yaml`` and ``rlflow.data.load_split`` (same template, schema text,
-  tokenization and length policy), and the model and tokenizer come from
-  ``rlflow.backends.local.models`` (``builtin:tiny-qwen2`` built from ``--seed``).
-- The target is what the reward accepts and nothing more: "```sql\\n<gold SQL>\\n```" then
-  EOS. The loss covers the target tokens only; the prompt is context.
-- Training stops early on purpose, after a fixed ``--steps`` (320 steps of 16, about 13
+- The prompts and the scores are exactly the pipeline's: the split is loaded through the task's
+  pipeline and ``rlflow.data.load_split`` (same template or chat template, tokenization and
+  length policy), greedy answers are scored by the pipeline's own reward stage, and the model
+  and tokenizer come from ``rlflow.backends.local.models`` (``builtin:tiny-qwen2`` built from
+  ``--seed``). Accuracy is the reward's ``acc``.
+- The target is what the reward accepts and nothing more, then EOS: for text-to-SQL
+  "```sql\\n<gold SQL>\\n```"; for verl-format data the row's ``extra_info["answer"]`` (the
+  reference solution, where verl's preprocessing scripts keep it; arithmetic: "#### 42").
+  The loss covers the target tokens only; the prompt is context.
+- BIRD: training stops early on purpose, after a fixed ``--steps`` (320 steps of 16, about 13
   epochs of the 402 train questions): the warm start writes well-formed SQL and has started
   to copy values from the question into the query, but greedy decoding still gets most dev
   questions wrong while a sample of 8 often holds a right one (on the shipped sample: greedy
@@ -38,29 +43,56 @@ import json
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-PIPELINE = ROOT / "pipelines" / "bird_grpo.yaml"
 BUILTIN = "builtin:tiny-qwen2"
 log = logging.getLogger("make_warm_start")
 
 
+@dataclass(frozen=True)
+class Task:
+    pipeline: str
+    sets: tuple[str, ...]  # --set values giving the pipeline the built-in model (and its data)
+    out: str
+    steps: int
+    lr: float
+    batch_size: int
+
+
+TASKS = {
+    "bird": Task(
+        "pipelines/bird_grpo.yaml",
+        ("bird_root=rlflow/assets/data/bird_sample", f"model_path={BUILTIN}"),
+        "rlflow/assets/models/tiny-sql-warm",
+        320,
+        1e-3,
+        16,
+    ),
+    "arithmetic": Task(
+        "pipelines/arithmetic_grpo.yaml",
+        (f"arith_model_path={BUILTIN}",),
+        "rlflow/assets/models/tiny-arith-warm",
+        2000,
+        1e-3,
+        32,
+    ),
+}
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--bird-root",
-        default="rlflow/assets/data/bird_sample",
-        help="BIRD-format folder (train.json, dev.json, databases/)",
-    )
-    p.add_argument("--out", default="rlflow/assets/models/tiny-sql-warm", help="output Hugging Face directory")
+    p.add_argument("--task", choices=sorted(TASKS), default="bird", help="which shipped pipeline to warm-start")
+    p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for the pipeline")
+    p.add_argument("--out", default=None, help="output Hugging Face directory (default: the task's asset folder)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the shuffling")
-    p.add_argument("--steps", type=int, default=320, help="optimizer steps (training stops here on purpose)")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (training stops here on purpose)")
+    p.add_argument("--lr", type=float, default=None)
     p.add_argument("--warmup", type=int, default=20, help="linear warmup steps")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=None)
     p.add_argument(
         "--train-questions",
         type=int,
@@ -72,32 +104,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--eval-limit", type=int, default=0, help="questions per split in --eval-every reports (0: all)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shipped weights were made with 1)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    task = TASKS[args.task]
+    args.out = args.out or task.out
+    args.steps = args.steps or task.steps
+    args.lr = args.lr or task.lr
+    args.batch_size = args.batch_size or task.batch_size
+    return args
 
 
 # ---- data -------------------------------------------------------------------------------------
-def load_splits(bird_root: str):
+def load_splits(task: Task, sets: list[str]):
     """(spec, tokenizer, train dataset, dev dataset) with the pipeline's own prompt building."""
     from rlflow.check import load_pipeline
     from rlflow.data import load_split
     from rlflow.data.tokenizer import load_tokenizer
 
-    loaded = load_pipeline(PIPELINE, sets=[f"bird_root={bird_root}", f"model_path={BUILTIN}"])
-    spec = loaded.spec
+    spec = load_pipeline(ROOT / task.pipeline, sets=[*task.sets, *sets]).spec
     tokenizer = load_tokenizer(spec.model, ROOT)
     train = load_split(spec, "train", ROOT, tokenizer)
     dev = load_split(spec, "val", ROOT, tokenizer)
     return spec, tokenizer, train, dev
 
 
-def target_text(gold_sql: str) -> str:
-    """The response the reward accepts: the gold SQL in a ```sql fence (EOS is appended as a token)."""
-    return f"```sql\n{gold_sql.strip()}\n```"
+def target_text(reward_info: dict, data_format: str) -> str:
+    """The response the reward accepts (EOS is appended as a token): the gold SQL in a ```sql fence,
+    or a verl row's reference solution ``extra_info["answer"]``."""
+    if data_format == "verl":
+        return str(reward_info["extra_info"]["answer"])
+    return f"```sql\n{reward_info['ground_truth'].strip()}\n```"
 
 
-def sft_rows(dataset, tokenizer) -> list[tuple[list[int], list[int]]]:
+def sft_rows(dataset, tokenizer, data_format: str) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, target ids ending with EOS) for every example of ``dataset``."""
-    texts = [target_text(e.reward_info["ground_truth"]) for e in dataset.examples]
+    texts = [target_text(e.reward_info, data_format) for e in dataset.examples]
     targets = tokenizer(texts, add_special_tokens=False)["input_ids"]
     return [
         (list(e.input_ids), list(t) + [tokenizer.eos_token_id]) for e, t in zip(dataset.examples, targets, strict=True)
@@ -136,14 +176,28 @@ def batches(num_rows: int, batch_size: int, seed: int):
 
 
 # ---- evaluation -------------------------------------------------------------------------------
-@torch.no_grad()
-def exec_accuracy(model, tokenizer, dataset, limit: int = 0, batch_size: int = 32, max_new_tokens: int = 64) -> dict:
-    """Greedy decoding scored by the pipeline's reward: exec_acc and format_ok rates over ``dataset``."""
-    from rlflow.backends.local.generation import SamplingParams, sample
-    from rlflow.stages.text2sql_reward import Text2SqlRewardConfig, _caches, score_row
+class Scorer:
+    """The pipeline's own reward stage, run here on greedy answers."""
 
-    config, caches, state = Text2SqlRewardConfig(), None, {}
-    caches = _caches(state)
+    def __init__(self, spec) -> None:
+        from rlflow.plan.compile import compile_plan
+        from rlflow.stages import get_stage_kind
+        from rlflow.stages.base import StageContext
+
+        stage = compile_plan(spec).first_with_role("reward")
+        self.kind = get_stage_kind(stage.kind)()
+        config = self.kind.parse_config(dict(stage.config))
+        self.ctx = StageContext(spec, config, stage.name, reads=stage.reads, project_root=str(ROOT))
+
+    def __call__(self, batch) -> list[dict]:
+        return self.kind.run(self.ctx.inputs(batch), self.ctx)["reward_extra"]
+
+
+@torch.no_grad()
+def accuracy(model, tokenizer, dataset, scorer, limit: int = 0, batch_size: int = 32, max_new_tokens: int = 64) -> dict:
+    """Greedy decoding scored by the pipeline's reward: the ``acc`` and ``format_ok`` rates over ``dataset``."""
+    from rlflow.backends.local.generation import SamplingParams, sample
+
     params = SamplingParams(
         max_new_tokens=max_new_tokens,
         eos_token_ids=(tokenizer.eos_token_id,),
@@ -151,20 +205,20 @@ def exec_accuracy(model, tokenizer, dataset, limit: int = 0, batch_size: int = 3
         do_sample=False,
     )
     count = min(limit or len(dataset), len(dataset))
-    totals = {"exec_acc": 0, "format_ok": 0}
+    totals = {"acc": 0.0, "format_ok": 0.0}
     model.eval()
     for start in range(0, count, batch_size):
         indices = list(range(start, min(start + batch_size, count)))
         batch = dataset.to_batch(indices, tokenizer.pad_token_id)
         responses, mask = sample(model, batch["prompts"], batch["prompt_mask"], params)
         lengths = mask.sum(-1).tolist()
-        texts = tokenizer.batch_decode([r[:n] for r, n in zip(responses.tolist(), lengths)], skip_special_tokens=True)
-        for text, info in zip(texts, batch["reward_info"], strict=True):
-            _, extra = score_row(text, info, config, caches)
-            totals["exec_acc"] += extra["acc"]
+        batch["response_mask"] = mask
+        batch["response_text"] = tokenizer.batch_decode(
+            [r[:n] for r, n in zip(responses.tolist(), lengths)], skip_special_tokens=True
+        )
+        for extra in scorer(batch):
+            totals["acc"] += extra["acc"]
             totals["format_ok"] += extra["format_ok"]
-    for conn in caches.connections.values():
-        conn.close()
     return {k: v / max(count, 1) for k, v in totals.items()} | {"questions": count}
 
 
@@ -212,32 +266,35 @@ def main(argv: list[str] | None = None) -> int:
     from rlflow.backends.local.models import load_model
     from rlflow.schemas.pipeline import ModelSpec
 
-    spec, tokenizer, train_set, dev_set = load_splits(args.bird_root)
+    task = TASKS[args.task]
+    spec, tokenizer, train_set, dev_set = load_splits(task, args.sets)
+    scorer = Scorer(spec)
+    n = spec.data.max_response_length
     model = load_model(ModelSpec(path=BUILTIN), tokenizer, seed=args.seed)
     torch.manual_seed(args.seed)
 
     def report(step: int) -> None:
-        tr = exec_accuracy(model, tokenizer, train_set, args.eval_limit, max_new_tokens=spec.data.max_response_length)
-        dv = exec_accuracy(model, tokenizer, dev_set, args.eval_limit, max_new_tokens=spec.data.max_response_length)
+        tr = accuracy(model, tokenizer, train_set, scorer, args.eval_limit, max_new_tokens=n)
+        dv = accuracy(model, tokenizer, dev_set, scorer, args.eval_limit, max_new_tokens=n)
         log.info(
-            "step %d  greedy exec_acc train %.3f  dev %.3f  (format_ok train %.2f dev %.2f)",
+            "step %d  greedy acc train %.3f  dev %.3f  (format_ok train %.2f dev %.2f)",
             step,
-            tr["exec_acc"],
-            dv["exec_acc"],
+            tr["acc"],
+            dv["acc"],
             tr["format_ok"],
             dv["format_ok"],
         )
 
     chosen = subset(len(train_set), args.train_questions, args.seed)
-    rows = sft_rows(train_set, tokenizer)
+    rows = sft_rows(train_set, tokenizer, spec.data.format)
     history = train(model, [rows[i] for i in chosen], args, report)
     out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
     meta = {
         "base": BUILTIN,
-        "bird_root": args.bird_root,
+        "task": args.task,
+        "pipeline": task.pipeline,
         "trained_on": str(train_set.source.name),
         "train_questions": len(chosen),
-        "train_question_ids": [train_set[i].reward_info["extra_info"]["question_id"] for i in chosen],
         "seed": args.seed,
         "steps": args.steps,
         "lr": args.lr,
@@ -247,19 +304,20 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python scripts/make_warm_start.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "loss": history,
     }
+    if spec.data.format != "verl":
+        meta["train_question_ids"] = [train_set[i].reward_info["extra_info"]["question_id"] for i in chosen]
     save(model, tokenizer, out, meta)
     reloaded = load_model(ModelSpec(path=str(out)), tokenizer, seed=args.seed)
-    n = spec.data.max_response_length
-    meta["greedy_exec_acc"] = {
-        "train": exec_accuracy(reloaded, tokenizer, train_set, max_new_tokens=n),
-        "dev": exec_accuracy(reloaded, tokenizer, dev_set, max_new_tokens=n),
+    meta["greedy_acc"] = {
+        "train": accuracy(reloaded, tokenizer, train_set, scorer, max_new_tokens=n),
+        "dev": accuracy(reloaded, tokenizer, dev_set, scorer, max_new_tokens=n),
     }
     (out / "warm_start.json").write_text(json.dumps(meta, indent=2) + "\n")
     log.info(
-        "saved %s: greedy exec_acc train %.3f, dev %.3f",
+        "saved %s: greedy acc train %.3f, dev %.3f",
         out,
-        meta["greedy_exec_acc"]["train"]["exec_acc"],
-        meta["greedy_exec_acc"]["dev"]["exec_acc"],
+        meta["greedy_acc"]["train"]["acc"],
+        meta["greedy_acc"]["dev"]["acc"],
     )
     return 0
 

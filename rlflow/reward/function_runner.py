@@ -16,6 +16,10 @@ Design decisions:
   ``sys.path`` so module references resolve as they do in the parent.
 - One message per batch out, one per result back: the per-call cost is a pickle round of a
   few hundred bytes, not a process or a thread per call.
+- A function that times out ``GIVE_UP_AFTER`` (3) times in a row within one ``run`` is not
+  called again in that run: its remaining calls are timeouts too. A function that hangs on
+  every row then costs three timeouts, not one per row, before the stage reports it failed on
+  every row; one slow row between answers never triggers it.
 - Failing to start (a function that no longer loads, an import past ``max_memory_mb``, a child
   that does not answer within ``START_TIMEOUT_S``) raises ``RewardFunctionError``: nothing can
   be scored, so the step fails with the reason.
@@ -37,6 +41,7 @@ from pathlib import Path
 from rlflow.errors import StageError
 
 START_TIMEOUT_S = 120.0  # loading the functions may import heavy packages
+GIVE_UP_AFTER = 3  # timeouts in a row after which a function's other calls of the run are timeouts unrun
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); from rlflow.reward.function_child import main; main(int(sys.argv[2]))"
 )
@@ -134,25 +139,41 @@ class FunctionRunner:
 
     def run(self, calls: list[dict]) -> list[list[Outcome]]:
         """Every function on every call's keyword arguments: ``outcomes[row][function]``."""
-        pending = [(row, index) for row in range(len(calls)) for index in range(len(self.references))]
+        todo = [(row, index) for row in range(len(calls)) for index in range(len(self.references))]
         outcomes: list[list[Outcome | None]] = [[None] * len(self.references) for _ in calls]
-        done = 0
-        while done < len(pending):
+        streak = [0] * len(self.references)  # timeouts in a row, per function
+        while todo:
+            runnable = []
+            for row, index in todo:
+                if streak[index] >= GIVE_UP_AFTER:
+                    outcomes[row][index] = Outcome(
+                        failure="timeout",
+                        kind="timeout",
+                        detail=f"not run: {GIVE_UP_AFTER} calls in a row went past timeout_s {self.timeout_s:g} s",
+                    )
+                else:
+                    runnable.append((row, index))
+            todo = runnable
+            if not todo:
+                break
             child = self._ready_child()
             try:
-                child.conn.send([(index, calls[row]) for row, index in pending[done:]])
+                child.conn.send([(index, calls[row]) for row, index in todo])
             except OSError:  # the child died while idle: start another and send again
                 self._drop_child()
                 child = self._ready_child()
-                child.conn.send([(index, calls[row]) for row, index in pending[done:]])
-            for row, index in pending[done:]:
+                child.conn.send([(index, calls[row]) for row, index in todo])
+            for position, (row, index) in enumerate(todo):
                 message = child.receive(self.timeout_s)
                 if message is _TIMEOUT or message is _DIED:
                     outcomes[row][index] = self._lost(message, child)
-                    done += 1
+                    streak[index] += message is _TIMEOUT
+                    todo = todo[position + 1 :]
                     break
                 outcomes[row][index] = outcome_of(message)
-                done += 1
+                streak[index] = 0
+            else:
+                todo = []
         return outcomes  # type: ignore[return-value]
 
     def _lost(self, message, child: _Child) -> Outcome:

@@ -44,9 +44,13 @@ def _variables(batch: Batch) -> dict[str, list[Any]]:
     extras = batch.non_tensors.get("reward_extra")
     if extras:
         keys = sorted({k for row in extras for k, v in (row or {}).items() if isinstance(v, (int, float))})
-        for key in keys:
-            infos[key] = [(row or {}).get(key) for row in extras]
+        for key in keys:  # a row without a number under a key (its scoring failed) counts 0 there
+            infos[key] = [_number((row or {}).get(key)) for row in extras]
     return infos
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _section(var: str, metric: str, core_var: str, n_max: int) -> str:

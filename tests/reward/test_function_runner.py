@@ -83,6 +83,16 @@ def test_a_call_past_the_deadline_is_killed_and_the_rest_still_scored(runner_of)
     assert runner.starts == 3  # restarted after each timeout
 
 
+def test_a_function_that_hangs_on_every_row_costs_three_timeouts_not_one_per_row(runner_of):
+    runner = runner_of("on_cue", "length", timeout_s=0.3)
+    start = time.monotonic()
+    out = runner.run(calls(*["sleep"] * 20))
+    assert time.monotonic() - start < 5  # 20 x 0.3 s would be 6 s
+    assert all(row[0].failure == "timeout" for row in out)
+    assert "3 calls in a row" in out[-1][0].detail and runner.starts == 4
+    assert [row[1].score for row in out] == [0.5] * 20  # the other function still scores every row
+
+
 def test_what_a_timed_out_call_started_is_killed_with_it(runner_of, tmp_path):
     runner = runner_of("on_cue", timeout_s=1.0)
     call = {

@@ -66,3 +66,8 @@ def test_the_stage_turns_a_scored_validation_batch_into_its_metrics():
     out = Validate().run(batch, ctx)
     assert out.metrics == val_metrics(batch, n=2)
     assert out.metrics["val-core/bird/reward/mean@2"] == pytest.approx(0.75)
+
+
+def test_a_row_without_an_extra_number_counts_zero_there():
+    batch = scored([1.0, 0.0], ["a", "b"], ["bird"] * 2, [{"acc": 1.0}, {"answer": "x"}])
+    assert val_metrics(batch, n=1)["val-core/bird/acc/mean@1"] == pytest.approx(0.5)
