@@ -155,7 +155,12 @@ def validate_rows(report: dict) -> list[dict]:
     return rows
 
 
+def learning_command(task: str) -> str:
+    return "python -m benchmarks.bench_learning" + (f" --task {task}" if task != "bird" else "")
+
+
 def learning_rows(report: dict) -> list[dict]:
+    task = report.get("task", "bird")
     runs = report.get("runs", [])
     goal = report.get("goal", {})
     shown = "; ".join(
@@ -164,7 +169,7 @@ def learning_rows(report: dict) -> list[dict]:
     return [
         common.goal_row(
             "learning",
-            f"{report.get('task', 'bird')}: validation accuracy rise, every seed",
+            f"{task}: validation accuracy rise, every seed (`{learning_command(task)}`)",
             None,
             f"+{100 * goal.get('min_delta', 0):.0f} points within {goal.get('max_minutes', 0):g} min",
             report.get("passed"),
@@ -342,9 +347,7 @@ def learning_section(report: dict) -> list[str]:
         for r in runs
         if len(r.get("train_score_by_step") or []) >= 10
     ]
-    command = "python -m benchmarks.bench_learning" + (
-        f" --task {report['task']}" if report.get("task", "bird") != "bird" else ""
-    )
+    command = learning_command(report.get("task", "bird"))
     return [
         f"## {title}",
         "",

@@ -1,4 +1,4 @@
-"""The shipped warm start (rlflow/assets/models/tiny-sql-warm) loads through rlflow and answers questions.
+"""The shipped warm starts (rlflow/assets/models/tiny-sql-warm, tiny-arith-warm) load through rlflow and answer.
 
 A smoke test of the artifact the default pipeline starts from: it must load with rlflow's own
 model code, greedy-decode a ```sql fenced block (the format the reward extracts), and get some
@@ -84,3 +84,30 @@ def test_greedy_answers_are_fenced_sql_and_some_are_right(warm):
     scores = [score_row(t, train[i].reward_info, config, caches)[1] for i, t in enumerate(texts)]
     assert sum(s["format_ok"] for s in scores) >= PROMPTS - 2
     assert sum(s["acc"] for s in scores) > 0, texts
+
+
+def test_the_arithmetic_warm_start_answers_in_format_from_its_train_split():
+    """The arithmetic task's warm start: made from the train split, answers "#### <number>", some of them right."""
+    import re
+
+    import torch
+
+    from rlflow.assets import ARITH_WARM_START
+    from rlflow.backends.local.models import load_model
+    from rlflow.check import load_pipeline
+    from rlflow.data import load_split
+    from rlflow.data.tokenizer import load_tokenizer
+    from rlflow.schemas.pipeline import ModelSpec
+
+    meta = json.loads((ARITH_WARM_START / "warm_start.json").read_text())
+    assert meta["task"] == "arithmetic" and meta["trained_on"] == "train.parquet"
+    torch.set_num_threads(1)
+    spec = ModelSpec(path=str(ARITH_WARM_START))
+    tokenizer = load_tokenizer(spec, ROOT)
+    model = load_model(spec, tokenizer, seed=1, root=ROOT).eval()
+    pipeline = load_pipeline(ROOT / "pipelines" / "arithmetic_grpo.yaml").spec
+    train = load_split(pipeline, "train", ROOT, tokenizer)
+    texts = _greedy(tokenizer, model, train, list(range(2 * PROMPTS)))
+    assert all(re.fullmatch(r"#### \d+", t) for t in texts), texts
+    right = [t == f"#### {train[i].reward_info['ground_truth']}" for i, t in enumerate(texts)]
+    assert sum(right) > 0, texts
