@@ -26,7 +26,6 @@ ASSETS = Path(__file__).resolve().parent
 PIPELINES = ASSETS / "pipelines"
 BIRD_SAMPLE = ASSETS / "data" / "bird_sample"
 WARM_START = ASSETS / "models" / "tiny-sql-warm"
-ARITHMETIC = ASSETS / "data" / "arithmetic"
 ARITH_WARM_START = ASSETS / "models" / "tiny-arith-warm"
 # what the starter project holds, relative to ASSETS (this module and caches stay behind)
 STARTER_FILES = ("rlflow.yaml", "pipelines", "data", "models", "examples/arithmetic")
