@@ -20,13 +20,18 @@ REQUIRED = ("db_id", "question", "SQL")
 _MAX_REPORTED = 10
 
 
-def _read_bird(path: Path) -> list:
+def json_document(text: str, path: Path) -> object:
+    """The JSON value of ``text`` (read from ``path``); a syntax error or runaway nesting is a ``DataError``."""
     try:
-        records = json.loads(read_utf8(path))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
     except RecursionError:
         raise DataError(f"{path}: JSON nested too deeply to read; flatten the records") from None
+
+
+def _read_bird(path: Path) -> list:
+    records = json_document(read_utf8(path), path)
     if not isinstance(records, list):
         raise DataError(f"{path}: a BIRD file holds a JSON list of records, found {type(records).__name__}")
     return records

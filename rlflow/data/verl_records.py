@@ -32,10 +32,9 @@ Design decisions:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from rlflow.data.records import json_lines, read_jsonl, read_parquet
+from rlflow.data.records import json_document, json_lines, read_jsonl, read_parquet
 from rlflow.data.text import read_utf8
 from rlflow.errors import DataError
 from rlflow.schemas.diagnostics import short_repr
@@ -49,15 +48,7 @@ _PLAIN_SCALARS = (str, int, float, bool, type(None))
 
 def _read_json(path: Path) -> list:
     text = read_utf8(path)
-    if not text.lstrip().startswith("["):
-        return json_lines(text, path)
-    try:
-        rows = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise DataError(f"{path}: JSON nested too deeply to read; flatten the rows") from None
-    return rows
+    return json_document(text, path) if text.lstrip().startswith("[") else json_lines(text, path)
 
 
 _READERS = {".parquet": read_parquet, ".jsonl": read_jsonl, ".json": _read_json}
