@@ -48,7 +48,7 @@ SIZES = {
     "n": 8,
     "max_response_length": 48,
     "ppo_mini_batch_size": 16,
-    "ppo_micro_batch_size": 8,
+    "ppo_micro_batch_size_per_gpu": 8,
 }
 # --set overrides that put a pipeline at SIZES, without validation or checkpoints inside the timed steps.
 STEP_SETS = (
@@ -56,7 +56,7 @@ STEP_SETS = (
     f"algorithm.n={SIZES['n']}",
     f"data.max_response_length={SIZES['max_response_length']}",
     f"trainer.ppo_mini_batch_size={SIZES['ppo_mini_batch_size']}",
-    f"trainer.ppo_micro_batch_size={SIZES['ppo_micro_batch_size']}",
+    f"trainer.ppo_micro_batch_size_per_gpu={SIZES['ppo_micro_batch_size_per_gpu']}",
     "trainer.test_freq=-1",
     "trainer.val_before_train=false",
     "trainer.save_freq=-1",
@@ -67,7 +67,7 @@ QUICK_SETS = (
     "algorithm.n=2",
     "data.max_response_length=8",
     "trainer.ppo_mini_batch_size=2",
-    "trainer.ppo_micro_batch_size=2",
+    "trainer.ppo_micro_batch_size_per_gpu=2",
 )
 
 

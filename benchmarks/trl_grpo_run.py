@@ -14,7 +14,7 @@ Equal work, decided once here:
 - KL against a frozen reference (``beta`` = the pipeline's ``kl_loss_coef``, TRL's k3 estimator
   = ``low_var_kl``), clip ``epsilon`` = ``clip_ratio``, token-mean loss (TRL's ``dapo``), the
   pipeline's learning rate, constant (rlflow's default schedule);
-- one optimizer step per generation batch, in micro-batches of ``ppo_micro_batch_size``
+- one optimizer step per generation batch, in micro-batches of ``ppo_micro_batch_size_per_gpu``
   completions (gradient accumulation), as rlflow's actor does;
 - the reward is rlflow's SQL execution reward (``rlflow.stages.text2sql_reward.score_row``), in-process;
 - one thread (rlflow's actor worker gets one CPU and one thread).
@@ -104,7 +104,7 @@ def main() -> None:
         tokenizer.pad_token = tokenizer.eos_token
     dataset = Dataset.from_list(ordered_rows(spec, root, tokenizer, args.steps))
     t, a = spec.trainer, spec.algorithm
-    micro = t.ppo_micro_batch_size or t.ppo_mini_batch_size * a.n
+    micro = t.ppo_micro_batch_size_per_gpu or t.ppo_mini_batch_size * a.n
     completions = t.train_batch_size * a.n
     record: dict = {"process_start": process_start, "steps": [], "logs": [], "threads": args.threads}
 

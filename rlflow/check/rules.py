@@ -208,13 +208,13 @@ def check_batch_sizes(subject: Subject, report: Reporter) -> None:
                 f"split evenly over the {dp} data-parallel workers of {stage.on!r}",
                 f"make ppo_mini_batch_size x n a multiple of {dp}",
             )
-        elif t.ppo_micro_batch_size and (samples // dp) % t.ppo_micro_batch_size:
+        elif t.ppo_micro_batch_size_per_gpu and (samples // dp) % t.ppo_micro_batch_size_per_gpu:
             per = samples // dp
             report(
-                ("trainer", "ppo_micro_batch_size"),
+                ("trainer", "ppo_micro_batch_size_per_gpu"),
                 f"each of the {dp} workers of {stage.on!r} gets {per} samples per mini-batch "
-                f"({t.ppo_mini_batch_size} x n {n} / {dp}), not a multiple of ppo_micro_batch_size "
-                f"{t.ppo_micro_batch_size}",
+                f"({t.ppo_mini_batch_size} x n {n} / {dp}), not a multiple of ppo_micro_batch_size_per_gpu "
+                f"{t.ppo_micro_batch_size_per_gpu}",
                 f"use a divisor of {per}",
             )
 

@@ -71,9 +71,9 @@ class AlgorithmSpec(StrictModel):
 
     adv_estimator: Literal["grpo"] = "grpo"
     n: int = Field(8, ge=1, description="Samples per prompt (verl: actor_rollout_ref.rollout.n).")
-    clip_ratio: float = Field(0.2, gt=0)
-    clip_ratio_low: float | None = Field(None, gt=0)
-    clip_ratio_high: float | None = Field(None, gt=0)
+    clip_ratio: float = Field(0.2, gt=0, description="Used only where clip_ratio_low/high are null (as in verl).")
+    clip_ratio_low: float | None = Field(0.2, gt=0, description="Lower PPO clip: ratio >= 1 - clip_ratio_low.")
+    clip_ratio_high: float | None = Field(0.2, gt=0, description="Upper PPO clip: ratio <= 1 + clip_ratio_high.")
     clip_ratio_c: float = Field(3.0, gt=1)
     loss_agg_mode: LossAggMode = "token-mean"
     entropy_coeff: float = Field(0.0, ge=0)
@@ -107,10 +107,12 @@ class TrainerSpec(StrictModel):
 
     train_batch_size: int = Field(16, gt=0, description="Prompts per step.")
     ppo_mini_batch_size: int = Field(8, gt=0, description="Prompts per optimizer step (x n samples inside).")
-    ppo_micro_batch_size: int | None = Field(
+    ppo_micro_batch_size_per_gpu: int | None = Field(
         None, gt=0, description="Samples per forward/backward per worker (verl: ppo_micro_batch_size_per_gpu)."
     )
-    log_prob_micro_batch_size: int | None = Field(None, gt=0)
+    log_prob_micro_batch_size_per_gpu: int | None = Field(
+        None, gt=0, description="Samples per log-prob forward per worker (verl: log_prob_micro_batch_size_per_gpu)."
+    )
     ppo_epochs: int = Field(1, ge=1)
     total_steps: int | None = Field(None, gt=0, description="verl: trainer.total_training_steps.")
     total_epochs: int = Field(1, gt=0)

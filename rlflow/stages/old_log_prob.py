@@ -23,15 +23,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class LogProbConfig(StageConfig):
     micro_batch_size: int | None = Field(
-        None, gt=0, description="Samples per forward; defaults to trainer.log_prob_micro_batch_size."
+        None, gt=0, description="Samples per forward; defaults to trainer.log_prob_micro_batch_size_per_gpu."
     )
     engine: Literal["torch", "deepspeed"] = "torch"
 
 
 def log_prob_params(ctx: StageContext) -> dict:
-    """Micro-batch: the stage's, else trainer.log_prob_micro_batch_size, else the update's micro-batch."""
+    """Micro-batch: the stage's, else trainer.log_prob_micro_batch_size_per_gpu, else the update's micro-batch."""
     trainer = ctx.pipeline.trainer
-    size = ctx.config.micro_batch_size or trainer.log_prob_micro_batch_size or trainer.ppo_micro_batch_size
+    size = (
+        ctx.config.micro_batch_size or trainer.log_prob_micro_batch_size_per_gpu or trainer.ppo_micro_batch_size_per_gpu
+    )
     return {"micro_batch_size": size, "temperature": rollout_temperature(ctx.pipeline)}
 
 

@@ -302,7 +302,7 @@ def test_a_backend_that_returns_floats_for_token_ids_stops_the_run_at_the_rollou
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(sandbox), os.environ.get("PYTHONPATH", "")]))
     project = load_project_config(sandbox)
     sets = [
-        *("trainer.train_batch_size=2", "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size=4"),
+        *("trainer.train_batch_size=2", "trainer.ppo_mini_batch_size=2", "trainer.ppo_micro_batch_size_per_gpu=4"),
         *("algorithm.n=2", "data.max_response_length=8", "trainer.val_before_train=false"),
         'resources.arctic.config={engine: "lying_engine:build", num_threads: 1, retries: 0}',
     ]

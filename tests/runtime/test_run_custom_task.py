@@ -32,7 +32,7 @@ name: custom-task
 model: {path: "builtin:tiny-qwen2"}
 data: {format: verl, train: data/train.parquet, val: data/val.parquet, max_prompt_length: 64, max_response_length: 12}
 algorithm: {n: 4}
-trainer: {train_batch_size: 4, ppo_mini_batch_size: 2, ppo_micro_batch_size: 4, optim: {lr: 1.0e-4}}
+trainer: {train_batch_size: 4, ppo_mini_batch_size: 2, ppo_micro_batch_size_per_gpu: 4, optim: {lr: 1.0e-4}}
 resources:
   actor_pool: {type: local, device: cpu, cpus_per_worker: 1}
   reward_pool: {type: cpu, workers: 1}

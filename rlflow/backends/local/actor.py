@@ -50,7 +50,7 @@ def verl_actor_config(pipeline):
         strategy="fsdp",
         rollout_n=a.n,
         ppo_mini_batch_size=t.ppo_mini_batch_size,
-        ppo_micro_batch_size_per_gpu=t.ppo_micro_batch_size or t.ppo_mini_batch_size * a.n,
+        ppo_micro_batch_size_per_gpu=t.ppo_micro_batch_size_per_gpu or t.ppo_mini_batch_size * a.n,
         clip_ratio=a.clip_ratio,
         clip_ratio_low=a.clip_ratio_low,
         clip_ratio_high=a.clip_ratio_high,
@@ -152,7 +152,7 @@ class Actor:
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(SUMMED + AVERAGED, 0.0)
         micro_count, bad = 0, None
-        size = self.pipeline.trainer.ppo_micro_batch_size or max(len(mini), 1)
+        size = self.pipeline.trainer.ppo_micro_batch_size_per_gpu or max(len(mini), 1)
         for j, micro in enumerate(mini.chunks(size)):
             loss, parts = self._micro_loss(micro, temperature)
             if not torch.isfinite(loss):

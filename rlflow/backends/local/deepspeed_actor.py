@@ -69,7 +69,7 @@ def ds_config(pipeline, *, world_size: int, zero_stage: int, num_params: int = D
     t, a = pipeline.trainer, pipeline.algorithm
     bucket = int(max(1, min(DEFAULT_BUCKET, num_params)))
     rows_per_rank = max(1, math.ceil(t.ppo_mini_batch_size * a.n / world_size))
-    micro = min(t.ppo_micro_batch_size or rows_per_rank, rows_per_rank)
+    micro = min(t.ppo_micro_batch_size_per_gpu or rows_per_rank, rows_per_rank)
     dtype = pipeline.model.dtype
     return {
         "train_micro_batch_size_per_gpu": micro,
@@ -175,7 +175,7 @@ class DeepSpeedActor(Actor):
     # ---- one mini-batch ---------------------------------------------------------------------
     def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
         self._set_global_batch_info(mini)
-        size = self.pipeline.trainer.ppo_micro_batch_size or max(len(mini), 1)
+        size = self.pipeline.trainer.ppo_micro_batch_size_per_gpu or max(len(mini), 1)
         micros = mini.split(self._agreed_count(math.ceil(len(mini) / size)))
         sums = dict.fromkeys(self._metric_names(), 0.0)
         micro_count, bad = 0, None

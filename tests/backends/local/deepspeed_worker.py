@@ -39,7 +39,7 @@ def make_pipeline(engine: str, zero_stage: int) -> Pipeline:
             "trainer": {
                 "train_batch_size": len(PROMPTS),
                 "ppo_mini_batch_size": MINI_PROMPTS,
-                "ppo_micro_batch_size": 1,
+                "ppo_micro_batch_size_per_gpu": 1,
                 "seed": 5,
                 "optim": {"lr": 1e-3},
             },

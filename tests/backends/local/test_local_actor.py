@@ -80,7 +80,7 @@ def test_micro_batches_accumulate_to_the_whole_mini_batch(sharp_model, prompt_ba
     results = []
     for micro in (None, 1, 4):
         model = copy.deepcopy(sharp_model)
-        trainer = {"ppo_mini_batch_size": 3, "ppo_micro_batch_size": micro, "optim": {"name": "sgd", "lr": 0.1}}
+        trainer = {"ppo_mini_batch_size": 3, "ppo_micro_batch_size_per_gpu": micro, "optim": {"name": "sgd", "lr": 0.1}}
         pipeline = make_pipeline(algorithm={"loss_agg_mode": mode}, trainer=trainer)
         results.append((Actor(model, pipeline).update(batch), params_of(model)))
     (whole, whole_params), *others = results
