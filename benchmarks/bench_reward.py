@@ -74,13 +74,13 @@ def start_reward_pools(workers: tuple[int, ...]):
     """{k: (pool, reward stage, spec)} for reward pools of k workers, started on one Ray."""
     from rlflow.check import load_pipeline
     from rlflow.plan.compile import compile_plan
-    from rlflow.runtime.cluster import start_ray
+    from rlflow.runtime.cluster import Demand, start_ray
     from rlflow.runtime.pools import start_pools
     from rlflow.schemas.project import load_project_config
 
     project = load_project_config(common.ROOT)
     os.environ.setdefault("RAY_ADDRESS", "local")  # our own embedded Ray, never a cluster someone else started
-    start_ray(project, float(sum(workers)))
+    start_ray(project, [Demand(f"reward_pool_{k}", k, 1.0, 0.0) for k in workers])
     pools = {}
     for k in workers:
         spec = load_pipeline(

@@ -55,6 +55,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "step": ("benchmarks.bench_step", [], ["--quick"]),
     "forwarder": ("benchmarks.bench_forwarder", [], ["--quick"]),
     "startup": ("benchmarks.bench_startup", [], ["--quick"]),
+    "load": ("benchmarks.bench_load", [], ["--quick"]),
     "learning": ("benchmarks.bench_learning", [], ["--quick"]),
     "learning_arithmetic": (
         "benchmarks.bench_learning",

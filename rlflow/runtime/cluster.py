@@ -4,7 +4,9 @@ With no ``ray.address`` in rlflow.yaml an embedded local Ray is started (no dash
 stats off, quiet), always: ``address="local"`` makes Ray ignore ``RAY_ADDRESS`` and any
 ``ray start`` head on the machine, so what runs is what rlflow.yaml says. Its logical CPU count
 is raised to what the pipeline asks for when the laptop has fewer cores: CPU bundles are then
-shared, which is what a laptop user wants; GPUs are never invented.
+shared, which is what a laptop user wants; GPUs are never invented. Such a run is warned about,
+naming each pool's reservation: every worker runs as many torch threads as it reserves CPUs, so
+threads then share cores, and a step slows down many times over when anything else runs.
 
 With an address, the existing cluster is joined and its real resources are checked. Ray reads
 its token-authentication settings (``RAY_AUTH_MODE=token`` and the token from
@@ -38,8 +40,8 @@ class Demand:
     nnodes: int = 1
 
 
-def start_ray(project, cpu_demand: float) -> bool:
-    """Start or join Ray; returns True when this call started it (so the caller shuts it down)."""
+def start_ray(project, demands: list[Demand]) -> bool:
+    """Start or join Ray for pools that need ``demands``; True when this call started it (the caller shuts it down)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     import ray
@@ -56,7 +58,12 @@ def start_ray(project, cpu_demand: float) -> bool:
     if project.ray.address:
         _join(ray, project.ray.address, project.ray.connect_timeout_s, kwargs)
         return True
-    cpus = project.ray.num_cpus or max(os.cpu_count() or 1, int(-(-cpu_demand // 1)))
+    cores = machine_cores()
+    cpu_demand = sum(d.workers * d.cpus for d in demands)
+    warning = oversubscription(demands, cores)
+    if warning:
+        log.warning(warning)
+    cpus = project.ray.num_cpus or max(cores, int(-(-cpu_demand // 1)))
     for _ in range(EMBEDDED_START_ATTEMPTS - 1):
         try:
             ray.init(address="local", num_cpus=cpus, **kwargs)
@@ -68,6 +75,27 @@ def start_ray(project, cpu_demand: float) -> bool:
             ray.shutdown()
     ray.init(address="local", num_cpus=cpus, **kwargs)  # the last attempt: its failure is the run's
     return True
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (a container's or taskset's limit, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def oversubscription(demands: list[Demand], cores: int) -> str | None:
+    """A warning when the pools reserve more CPUs than the machine has, naming each pool's share; else None."""
+    want = sum(d.workers * d.cpus for d in demands)
+    if want <= cores:
+        return None
+    parts = ", ".join(f"{d.pool} {d.workers * d.cpus:g}" for d in demands if d.workers * d.cpus)
+    return (
+        f"the pools reserve {want:g} CPUs ({parts}) and this machine has {cores} cores: workers run one torch "
+        "thread per reserved CPU, so threads share cores and steps slow down many times over when anything else "
+        f"runs; lower cpus_per_worker or workers under resources: so they sum to {cores} or less"
+    )
 
 
 def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:

@@ -125,8 +125,7 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
 
     spec = loaded.spec
     pipeline_dict = spec.model_dump(by_alias=True, mode="json")
-    cpu_demand = sum(d.workers * d.cpus for d in demands(plan, 0))
-    started = start_ray(project, cpu_demand)
+    started = start_ray(project, demands(plan, 0))
     restarts = 0
     sinks: list = []
     try:

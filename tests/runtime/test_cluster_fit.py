@@ -3,7 +3,7 @@
 import pytest
 
 from rlflow.errors import ResourceError
-from rlflow.runtime.cluster import Demand, check_fit
+from rlflow.runtime.cluster import Demand, check_fit, machine_cores, oversubscription
 
 NODES = [{"name": "node0", "CPU": 16, "GPU": 4}, {"name": "node1", "CPU": 16, "GPU": 4}]
 
@@ -31,3 +31,14 @@ def test_cpu_shortfall():
 def test_gpu_pool_on_cpu_cluster():
     with pytest.raises(ResourceError, match="actor_pool wants 1 GPUs"):
         check_fit([Demand("actor_pool", 1, 1, 1)], [{"name": "laptop", "CPU": 2, "GPU": 0}])
+
+
+def test_oversubscription_names_each_pool_and_the_fix():
+    warning = oversubscription([Demand("actor_pool", 1, 2, 0), Demand("reward_pool", 2, 1, 0)], cores=2)
+    assert "reserve 4 CPUs (actor_pool 2, reward_pool 2)" in warning and "has 2 cores" in warning
+    assert "so they sum to 2 or less" in warning
+
+
+def test_reservations_within_the_cores_are_not_warned_about():
+    assert oversubscription([Demand("actor_pool", 1, 1, 0), Demand("reward_pool", 2, 0.5, 0)], cores=2) is None
+    assert machine_cores() >= 1

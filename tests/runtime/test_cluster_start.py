@@ -96,3 +96,12 @@ def test_an_unreachable_cluster_is_one_line_naming_the_address(project_dir):
     assert len(errors) == 1 and result.stderr.rstrip().endswith(errors[0]), result.stderr
     assert time.monotonic() - start < 60
     assert not (project_dir / "runs").exists(), "the failed run left its directory behind"
+
+
+def test_pools_reserving_more_cpus_than_the_machine_has_are_warned_about(project_dir):
+    (project_dir / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text())
+    cores = len(os.sched_getaffinity(0))
+    sets = small_sets("trainer.total_steps=1", f"resources.reward_pool.cpus_per_worker={cores}")
+    result = rlflow("run", "p.yaml", "--run-dir", "runs/r", *sets, cwd=project_dir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"reward_pool {2 * cores:g}" in result.stderr and f"this machine has {cores} cores" in result.stderr
