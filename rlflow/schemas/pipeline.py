@@ -58,8 +58,9 @@ class DataSpec(StrictModel):
     max_prompt_length: int = Field(512, gt=0)
     max_response_length: int = Field(64, gt=0)
     truncation: Literal["drop", "left", "error"] = Field(
-        "drop",
-        description="What to do with a prompt longer than max_prompt_length: drop it (counted), keep its tail, or fail.",
+        "error",
+        description="What to do with a prompt longer than max_prompt_length: fail (verl's default), drop it "
+        "(counted), or keep its tail.",
     )
     shuffle: bool = True
     max_train_samples: int | None = Field(None, gt=0)
@@ -115,7 +116,7 @@ class TrainerSpec(StrictModel):
     )
     ppo_epochs: int = Field(1, ge=1)
     total_steps: int | None = Field(None, gt=0, description="verl: trainer.total_training_steps.")
-    total_epochs: int = Field(1, gt=0)
+    total_epochs: int = Field(30, gt=0, description="Used when total_steps is not set (verl: trainer.total_epochs).")
     save_freq: int = Field(-1, description="Checkpoint every N steps and at the last step; -1 never.")
     test_freq: int = Field(-1, description="Validate every N steps and at the last step; -1 never.")
     val_before_train: bool = True
