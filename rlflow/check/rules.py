@@ -34,7 +34,7 @@ from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
 from rlflow.plan.compile import dataflow_problems
 from rlflow.schemas.diagnostics import parse_path, suggestion
-from rlflow.schemas.pipeline import DRIVER, TEXT2SQL_FORMATS, Pipeline, StageSpec
+from rlflow.schemas.pipeline import DRIVER, TEXT2SQL_FORMATS, Pipeline, StageSpec, data_parallel_size
 from rlflow.schemas.project import load_project_config
 from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.validation import validation_diagnostics
@@ -187,11 +187,6 @@ def check_clip_ratio(subject: Subject, report: Reporter) -> None:
         "for a bound that is null",
         f"set clip_ratio_low: {algo.clip_ratio} and clip_ratio_high: {algo.clip_ratio} instead",
     )
-
-
-def data_parallel_size(resource) -> int:
-    """Workers an update is split over: every device of a local pool; one for a remote backend."""
-    return resource.gpus_per_node * resource.nnodes if resource.type == "local" else 1
 
 
 def _samples_per_prompt(subject: Subject) -> int | None:

@@ -124,6 +124,11 @@ class TrainerSpec(StrictModel):
     optim: OptimSpec = OptimSpec()
     grad_clip: float = Field(1.0, gt=0)
     critic_warmup: int = Field(0, ge=0)
+    balance_batch: bool = Field(
+        True,
+        description="Reorder each step's batch so every data-parallel worker of the actor gets as many tokens "
+        "(verl: trainer.balance_batch); it matters only when the actor's pool has more than one worker.",
+    )
     keep_checkpoints: int = Field(2, ge=1, description="How many complete checkpoints to keep.")
     max_restarts: int = Field(
         0, ge=0, description="Worker restarts (resuming from the last checkpoint) before failing."
@@ -167,6 +172,11 @@ class RemotePool(StrictModel):
 
 
 Resource = Annotated[LocalPool | CpuPool | RemotePool, Field(discriminator="type")]
+
+
+def data_parallel_size(resource: LocalPool | CpuPool | RemotePool) -> int:
+    """Workers an update is split over: every device of a local pool; one for a remote backend (it splits inside)."""
+    return resource.gpus_per_node * resource.nnodes if resource.type == "local" else 1
 
 
 class StageSpec(StrictModel):

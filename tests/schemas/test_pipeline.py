@@ -77,6 +77,7 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
     "trainer.seed": "data.seed",
     "trainer.grad_clip": f"{ACTOR}.grad_clip",
     "trainer.critic_warmup": "trainer.critic_warmup",
+    "trainer.balance_batch": "trainer.balance_batch",
     "trainer.keep_checkpoints": "trainer.max_actor_ckpt_to_keep",
     "trainer.optim.name": f"{ACTOR}.optim.optimizer",
     "trainer.optim.lr": f"{ACTOR}.optim.lr",
