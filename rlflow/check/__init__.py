@@ -5,7 +5,8 @@ reads, renders, parses and positions the file (``rlflow.schemas.loader.parse_pip
 the rules here that need the stage registry, the plan and the backend registries run over what
 parsed (``rules``, ``fit``, ``engines``), and, unless told not to, the check that the data and
 model paths exist (``paths``). Every problem of both layers is raised together in
-one ``ConfigError``.
+one ``ConfigError``; warnings (a valid setting that does not do what it seems to) ride on the
+``LoadedPipeline`` of a valid file.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ step has a stage of every required role (any kind of the role counts: a plugin r
 reward); a ``reference`` stage is present exactly when the algorithm needs a reference
 policy; batch sizes divide the way verl needs; new weights can reach the rollout; the engines
 chosen work together; remote backends are registered, take the forwarders given and their
-``config:`` fits the backend's ``config_model``;
+``config:`` fits the backend's ``config_model``; a ``clip_ratio`` that verl's loss would ignore
+(both bounds set) is a warning;
 resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); the data
 section sets only what its format reads (``data.databases`` and ``data.prompt_template`` are for
 the text-to-SQL formats); when asked, the data files, databases and model directory exist
@@ -33,7 +34,7 @@ from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
 from rlflow.plan.compile import dataflow_problems
 from rlflow.schemas.diagnostics import parse_path, suggestion
-from rlflow.schemas.pipeline import DRIVER, TEXT2SQL_FORMATS, Pipeline, StageSpec
+from rlflow.schemas.pipeline import DRIVER, TEXT2SQL_FORMATS, Pipeline, StageSpec, data_parallel_size
 from rlflow.schemas.project import load_project_config
 from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.validation import validation_diagnostics
@@ -53,6 +54,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
     if subject.stages_complete:
         check_required_kinds(subject, report)
         check_reference(subject, report)
+    check_clip_ratio(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
     check_training_engines(subject, report)
@@ -170,9 +172,21 @@ def check_reference(subject: Subject, report: Reporter) -> None:
             )
 
 
-def data_parallel_size(resource) -> int:
-    """Workers an update is split over: every device of a local pool; one for a remote backend."""
-    return resource.gpus_per_node * resource.nnodes if resource.type == "local" else 1
+def check_clip_ratio(subject: Subject, report: Reporter) -> None:
+    """Warn when an explicit ``clip_ratio`` changes nothing: verl's loss reads it only for a null bound."""
+    algo = subject.algorithm
+    if algo is None or "clip_ratio" not in algo.model_fields_set:
+        return
+    low, high = algo.clip_ratio_low, algo.clip_ratio_high
+    if low is None or high is None or low == high == algo.clip_ratio:
+        return
+    report.warn(
+        ("algorithm", "clip_ratio"),
+        f"clip_ratio {algo.clip_ratio} is ignored, as in verl: the loss clips the ratio to "
+        f"[1 - clip_ratio_low, 1 + clip_ratio_high] = [1 - {low}, 1 + {high}], and clip_ratio only stands in "
+        "for a bound that is null",
+        f"set clip_ratio_low: {algo.clip_ratio} and clip_ratio_high: {algo.clip_ratio} instead",
+    )
 
 
 def _samples_per_prompt(subject: Subject) -> int | None:

@@ -35,6 +35,10 @@ def run(
     project = load_project_config()
     import_plugins(project.plugins)
     loaded = load_pipeline(pipeline, set_ or (), project=project)
+    from rlflow.cli.validate_files import warning_line
+
+    for warning in loaded.warnings:
+        typer.echo(warning_line(warning), err=True)
     from rlflow.runtime.launch import run_pipeline
 
     try:

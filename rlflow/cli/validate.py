@@ -2,7 +2,9 @@
 
 Exit 0 when every file is valid, 2 when any is not. Problems print one per line as
 ``file:line:col: path: problem (fix)`` on stderr; ``--json`` prints one JSON document on
-stdout instead. The work is ``rlflow.cli.validate_files``, which imports only the pure
+stdout instead. A valid file may carry warnings (a setting that verl, too, would ignore), printed
+as ``file:line:col: warning: path: message (fix)`` on stderr (``warnings`` in the JSON); they do
+not change the exit code. The work is ``rlflow.cli.validate_files``, which imports only the pure
 layers (pydantic, PyYAML, Jinja2) and never torch, Ray, verl or transformers (a test runs it
 in a subprocess and inspects sys.modules); a plain command line reaches it without typer.
 ``--no-check-paths`` skips the check that the data files, databases and model directory exist.

@@ -57,6 +57,8 @@ def check_files(pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: 
                     "stages": len(spec.stages),
                     "resources": len(spec.resources),
                     "diagnostics": [],
+                    "warnings": [d.to_dict() for d in loaded.warnings],
+                    "warning_text": [warning_line(d) for d in loaded.warnings],
                 }
             )
     return results
@@ -66,7 +68,7 @@ def report(results: list[dict], as_json: bool) -> int:
     """Print the results (JSON on stdout, or one line per problem on stderr); returns the exit code:
     0 all valid, 2 some file is invalid, 1 an internal error."""
     if as_json:
-        payload = [{k: v for k, v in r.items() if k != "text"} for r in results]
+        payload = [{k: v for k, v in r.items() if k not in ("text", "warning_text")} for r in results]
         print(json.dumps({"ok": all(r["ok"] for r in results), "files": payload}, indent=2))
     else:
         _print_lines(results)
@@ -95,6 +97,12 @@ def fast_path(argv: Sequence[str]) -> int | None:
     return report(check_files(args.pipelines, args.sets, check_paths=args.check_paths), args.as_json)
 
 
+def warning_line(diagnostic) -> str:
+    """``file:line:col: warning: path: message (fix)``: a diagnostic that leaves the pipeline valid."""
+    where = f"{diagnostic.file}:{diagnostic.line}:{diagnostic.col}: " if diagnostic.file else ""
+    return f"{where}warning: {str(diagnostic).removeprefix(where)}"
+
+
 def _failure(file: str, exc) -> dict:
     return {
         "file": file,
@@ -109,6 +117,8 @@ def _print_lines(results: list[dict]) -> None:
     for r in results:
         if r["ok"]:
             print(f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources)")
+            for line in r["warning_text"]:
+                print(line, file=sys.stderr)
         elif "error" in r:
             problems += 1
             print(f"{r['file']}: {r['error']}", file=sys.stderr)

@@ -7,11 +7,14 @@ What runs, mirroring verl's ``PPOTrainerSync``:
 - step: the declared stages in the order their data dependencies allow, verl's order breaking
   ties (rlflow.plan.dataflow). Stages that would never run are left out: a ``reference``
   stage without a KL term, a ``save_freq`` stage without ``save_freq``, a ``test_freq``
-  stage without ``test_freq`` or ``data.val``.
+  stage without ``test_freq`` or ``data.val``, a ``balance`` stage unless it balances (below).
 - implicit stages: the built-in ``checkpoint`` kind (on the resource that writes
   ``actor_weights``) when ``save_freq > 0`` and no checkpoint stage is declared; the built-in
   ``validation`` kind (on the resource that writes ``responses``) when ``data.val`` is set
-  and it would run, and none is declared. They are marked ``implicit``.
+  and it would run, and none is declared; the built-in ``balance`` kind (on the driver) when
+  ``trainer.balance_batch`` is on and the ``update`` stage's pool has more than one
+  data-parallel worker (verl balances across its actor's data-parallel ranks; with one there is
+  nothing to balance). They are marked ``implicit``.
 
 Stages are found by the role their kind declares, never by kind name.
 
@@ -32,7 +35,7 @@ from rlflow.plan.model import DRIVER, RESUME, Plan, PlanStage, frozen_mapping
 from rlflow.plan.placement import build_placements
 from rlflow.schemas.pipeline import Pipeline, StageSpec
 from rlflow.stages.base import StageKind
-from rlflow.stages.registry import STAGE_KINDS, builtin_kind
+from rlflow.stages.registry import STAGE_KINDS, actor_data_parallel_size, builtin_kind
 
 ACTOR_WEIGHTS = "actor_weights"  # its producer hosts checkpoints (save and load)
 RESPONSES = "responses"  # its producer hosts the implicit validation
@@ -109,7 +112,13 @@ def _runs(spec: Pipeline, kind: type[StageKind]) -> bool:
         return spec.trainer.test_freq > 0 and spec.data.val is not None
     if kind.role == "reference":
         return spec.algorithm.uses_reference
+    if kind.role == "balance":
+        return _balances(spec)
     return True
+
+
+def _balances(spec: Pipeline) -> bool:
+    return spec.trainer.balance_batch and actor_data_parallel_size(spec) > 1
 
 
 def _node(spec: Pipeline, stage: StageSpec, kind: type[StageKind], path: str, origin: str = "") -> FlowNode:
@@ -124,20 +133,22 @@ def _node(spec: Pipeline, stage: StageSpec, kind: type[StageKind], path: str, or
 
 
 def _implicit(spec: Pipeline, declared: list[_Stage]) -> list[_Stage]:
-    """The checkpoint and validation stages verl runs even when the pipeline does not declare them."""
+    """The checkpoint, validation and balance stages verl runs even when the pipeline does not declare them."""
     added: list[_Stage] = []
     taken = {s.name for s in spec.stages}
     roles = {s.kind.role for s in declared}
-    wanted = [
-        ("checkpoint", ACTOR_WEIGHTS, spec.trainer.save_freq > 0, "added because trainer.save_freq > 0"),
-        ("validation", RESPONSES, _validates(spec), "added because data.val is set"),
+    actor, rollout = _producer_of(declared, ACTOR_WEIGHTS), _producer_of(declared, RESPONSES)
+    dp = actor_data_parallel_size(spec)
+    wanted = [  # (role, where it runs, whether it runs, why it is added)
+        ("checkpoint", actor and actor.spec.on, spec.trainer.save_freq > 0, "added because trainer.save_freq > 0"),
+        ("validation", rollout and rollout.spec.on, _validates(spec), "added because data.val is set"),
+        ("balance", DRIVER, _balances(spec), f"added because trainer.balance_batch and the actor's {dp} workers"),
     ]
-    for role, anchor_field, needed, origin in wanted:
-        anchor = _producer_of(declared, anchor_field)
-        if not needed or role in roles or anchor is None:
+    for role, on, needed, origin in wanted:
+        if not needed or role in roles or on is None:
             continue
         kind = builtin_kind(role)
-        stage = StageSpec(name=_free_name(kind.name, taken), uses=kind.name, on=anchor.spec.on)
+        stage = StageSpec(name=_free_name(kind.name, taken), uses=kind.name, on=on)
         taken.add(stage.name)
         added.append(_Stage(stage, kind, _node(spec, stage, kind, "stages", origin), implicit=True))
     return added

@@ -52,6 +52,7 @@ class LoadedPipeline:
     rendered: str  # after templating
     data: dict  # parsed from ``rendered``, merged over its ``base:`` chain, after ``--set`` paths
     project: ProjectConfig
+    warnings: tuple[Diagnostic, ...] = ()  # settings that are valid but do not do what they seem to
 
     def resolved_yaml(self) -> str:
         """The fully rendered, merged, validated pipeline as YAML (every default spelled out; no ``base``)."""
@@ -86,7 +87,10 @@ class ParsedPipeline:
 
     def loaded(self) -> LoadedPipeline:
         assert self.spec is not None, "only a pipeline that parsed is loaded"
-        return LoadedPipeline(self.spec, self.path, self.source, self.rendered, self.data, self.project)
+        warnings = self.document.relocate(mark_set_origins(self.report.warnings, self.overrides), str(self.path))
+        return LoadedPipeline(
+            self.spec, self.path, self.source, self.rendered, self.data, self.project, tuple(sort_unique(warnings))
+        )
 
 
 def parse_pipeline(

@@ -58,8 +58,9 @@ class DataSpec(StrictModel):
     max_prompt_length: int = Field(512, gt=0)
     max_response_length: int = Field(64, gt=0)
     truncation: Literal["drop", "left", "error"] = Field(
-        "drop",
-        description="What to do with a prompt longer than max_prompt_length: drop it (counted), keep its tail, or fail.",
+        "error",
+        description="What to do with a prompt longer than max_prompt_length: fail (verl's default), drop it "
+        "(counted), or keep its tail.",
     )
     shuffle: bool = True
     max_train_samples: int | None = Field(None, gt=0)
@@ -115,7 +116,7 @@ class TrainerSpec(StrictModel):
     )
     ppo_epochs: int = Field(1, ge=1)
     total_steps: int | None = Field(None, gt=0, description="verl: trainer.total_training_steps.")
-    total_epochs: int = Field(1, gt=0)
+    total_epochs: int = Field(30, gt=0, description="Used when total_steps is not set (verl: trainer.total_epochs).")
     save_freq: int = Field(-1, description="Checkpoint every N steps and at the last step; -1 never.")
     test_freq: int = Field(-1, description="Validate every N steps and at the last step; -1 never.")
     val_before_train: bool = True
@@ -123,6 +124,11 @@ class TrainerSpec(StrictModel):
     optim: OptimSpec = OptimSpec()
     grad_clip: float = Field(1.0, gt=0)
     critic_warmup: int = Field(0, ge=0)
+    balance_batch: bool = Field(
+        True,
+        description="Reorder each step's batch so every data-parallel worker of the actor gets as many tokens "
+        "(verl: trainer.balance_batch); it matters only when the actor's pool has more than one worker.",
+    )
     keep_checkpoints: int = Field(2, ge=1, description="How many complete checkpoints to keep.")
     max_restarts: int = Field(
         0, ge=0, description="Worker restarts (resuming from the last checkpoint) before failing."
@@ -166,6 +172,11 @@ class RemotePool(StrictModel):
 
 
 Resource = Annotated[LocalPool | CpuPool | RemotePool, Field(discriminator="type")]
+
+
+def data_parallel_size(resource: LocalPool | CpuPool | RemotePool) -> int:
+    """Workers an update is split over: every device of a local pool; one for a remote backend (it splits inside)."""
+    return resource.gpus_per_node * resource.nnodes if resource.type == "local" else 1
 
 
 class StageSpec(StrictModel):

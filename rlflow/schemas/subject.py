@@ -2,7 +2,9 @@
 
 ``Subject`` holds every section of a pipeline that parsed (all of it, or what survived a schema
 error), so that rules that depend on a broken section stay silent instead of raising false
-alarms; ``Reporter`` turns (path, message, fix) into a ``Diagnostic`` positioned in the file.
+alarms; ``Reporter`` turns (path, message, fix) into a ``Diagnostic`` positioned in the file:
+a problem (the pipeline is invalid), or with ``warn`` a warning (valid, but a setting does not
+do what it seems to, e.g. a knob verl ignores in that combination).
 The loader builds both; the validator (``rlflow.check``) runs its rules over them.
 """
 
@@ -42,7 +44,15 @@ class Reporter:
     def __init__(self, file: str, positions: Positions) -> None:
         self.file, self.positions = file, positions
         self.diagnostics: list[Diagnostic] = []
+        self.warnings: list[Diagnostic] = []
 
     def __call__(self, path: tuple, message: str, fix: str = "", at: str = "value") -> None:
+        self.diagnostics.append(self._at(path, message, fix, at))
+
+    def warn(self, path: tuple, message: str, fix: str = "", at: str = "value") -> None:
+        """A warning: the pipeline stays valid, and validate and run print it."""
+        self.warnings.append(self._at(path, message, fix, at))
+
+    def _at(self, path: tuple, message: str, fix: str, at: str) -> Diagnostic:
         line, col = self.positions.locate(path, at)
-        self.diagnostics.append(Diagnostic(self.file, line, col, format_path(path), message, fix))
+        return Diagnostic(self.file, line, col, format_path(path), message, fix)

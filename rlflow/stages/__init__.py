@@ -4,6 +4,7 @@ Only metadata is imported here (pure Python and pydantic); each kind imports tor
 """
 
 from rlflow.stages import (  # noqa: F401  (imported to register)
+    balance_batch,
     generate,
     group_filter,
     grpo_advantage,

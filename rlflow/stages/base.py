@@ -3,7 +3,7 @@
 A stage kind is a class. Its metadata is pure Python, so that validation and plan compilation
 never import torch:
 
-- ``role``: what the kind is to a GRPO step (``rollout``, ``reward``, ``log_prob``,
+- ``role``: what the kind is to a GRPO step (``rollout``, ``reward``, ``balance``, ``log_prob``,
   ``reference``, ``advantage``, ``filter``, ``update``, ``checkpoint``, ``weight_sync``,
   ``validation``, or ``transform``, the default: a stage that adds fields and needs nothing more
   of the runtime). The planner, the validator and the step loop find stages by role, never by
@@ -48,6 +48,7 @@ SOURCE_FIELDS = ("prompts", "prompt_mask", "uid", "data_source", "raw_prompt", "
 Role = Literal[
     "rollout",
     "reward",
+    "balance",
     "log_prob",
     "reference",
     "advantage",

@@ -1,9 +1,10 @@
 """The stage-kind registry: built-in kinds plus plugins from the ``rlflow.stages`` entry-point group.
 
 Besides names, the registry answers by role: ``kinds_with_role`` lists every registered kind
-of a role (a plugin reward counts as a reward), and ``builtin_kind`` names the built-in kind
-the compiler adds for a role the pipeline leaves implicit (checkpoint, validation) and the
-validator suggests when a required role is missing.
+of a role (a plugin reward counts as a reward), ``builtin_kind`` names the built-in kind
+the compiler adds for a role the pipeline leaves implicit (checkpoint, validation, balance) and the
+validator suggests when a required role is missing, and ``actor_data_parallel_size`` finds the
+workers the ``update`` stage trains on.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import get_args
 
 from rlflow.errors import RegistryError
 from rlflow.registry import Registry
+from rlflow.schemas.pipeline import Pipeline, data_parallel_size
 from rlflow.stages.base import Role, StageKind
 
 STAGE_KINDS: Registry[type[StageKind]] = Registry(
@@ -52,3 +54,12 @@ def builtin_kind(role: Role) -> type[StageKind]:
 def kinds_with_role(role: Role) -> list[str]:
     """Names of every registered kind of ``role``."""
     return [name for name in STAGE_KINDS.names() if STAGE_KINDS.get(name).role == role]
+
+
+def actor_data_parallel_size(pipeline: Pipeline) -> int:
+    """The data-parallel workers of the resource the ``update`` stage trains on (1 without one): verl's actor dp."""
+    for stage in pipeline.stages:
+        if stage.uses in STAGE_KINDS and STAGE_KINDS.get(stage.uses).role == "update":
+            resource = pipeline.resources.get(stage.on)
+            return data_parallel_size(resource) if resource is not None else 1
+    return 1

@@ -33,9 +33,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class ValidateConfig(StageConfig):
+    """Sampling for the validation rollout, with the defaults of verl's ``rollout.val_kwargs``: greedy."""
+
     do_sample: bool = False
-    temperature: float = Field(1.0, ge=0)
+    temperature: float = Field(0.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, ge=-1)
     n: int = Field(1, ge=1, description="Samples per validation prompt (mean@n).")
 
 

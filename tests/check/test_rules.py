@@ -205,3 +205,28 @@ def test_text2sql_reward_needs_text_to_sql_rows(project_dir):
         "10:26: stages[1].uses: text2sql_reward scores SQL on the databases of text-to-SQL records, but data.format "
         "is verl, whose rows have none; use a reward for that data, or a text-to-SQL format (bird, jsonl, parquet)"
     ]
+
+
+@pytest.mark.parametrize(
+    "algorithm, warned",
+    [
+        ("clip_ratio: 0.3", "clip_ratio 0.3 is ignored, as in verl"),
+        ("clip_ratio: 0.3, clip_ratio_low: 0.1, clip_ratio_high: 0.28", "= [1 - 0.1, 1 + 0.28]"),
+        ("clip_ratio: 0.3, clip_ratio_high: null", None),  # the upper bound is clip_ratio
+        ("clip_ratio: 0.2", None),  # equal to both bounds: nothing is lost
+        ("clip_ratio_low: 0.2, clip_ratio_high: 0.28", None),  # DAPO's clip-higher, written as in verl
+    ],
+)
+def test_a_clip_ratio_that_verl_ignores_is_a_warning(project_dir, algorithm, warned):
+    loaded = load_text(project_dir, MINIMAL.replace("algorithm: {n: 4}", f"algorithm: {{n: 4, {algorithm}}}"))
+    if warned is None:
+        assert loaded.warnings == ()
+        return
+    (warning,) = loaded.warnings
+    assert (warning.line, warning.path) == (3, "algorithm.clip_ratio") and warned in warning.message
+    assert warning.fix.startswith("set clip_ratio_low: 0.3 and clip_ratio_high: 0.3")
+
+
+def test_a_clip_ratio_warning_names_the_set_that_made_it(project_dir):
+    (warning,) = load_text(project_dir, MINIMAL, sets=["algorithm.clip_ratio=0.25"]).warnings
+    assert warning.message.startswith("--set algorithm.clip_ratio=0.25: clip_ratio 0.25 is ignored")

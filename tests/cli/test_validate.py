@@ -87,7 +87,21 @@ def test_json_output():
         }
     ]
     ok = json.loads(rlflow("validate", BIRD, "--json").stdout)
-    assert ok == {"ok": True, "files": [{"file": BIRD, "ok": True, "stages": 7, "resources": 2, "diagnostics": []}]}
+    assert ok == {
+        "ok": True,
+        "files": [{"file": BIRD, "ok": True, "stages": 7, "resources": 2, "diagnostics": [], "warnings": []}],
+    }
+
+
+def test_a_warning_prints_and_leaves_the_file_valid():
+    clip = "algorithm.clip_ratio=0.3"
+    result = rlflow("validate", BIRD, "--set", clip)
+    assert result.returncode == 0 and result.stdout == f"{BIRD}: ok (7 stages, 2 resources)\n"
+    line = line_of(REPO / BIRD, "algorithm:")
+    assert result.stderr.startswith(f"{BIRD}:{line}:12: warning: algorithm.clip_ratio: --set {clip}: clip_ratio 0.3 ")
+    assert result.stderr.rstrip().endswith("(set clip_ratio_low: 0.3 and clip_ratio_high: 0.3 instead)")
+    (entry,) = json.loads(rlflow("validate", BIRD, "--json", "--set", clip).stdout)["files"]
+    assert entry["ok"] is True and [w["path"] for w in entry["warnings"]] == ["algorithm.clip_ratio"]
 
 
 def test_missing_data_and_model_are_reported_unless_paths_are_not_checked(tmp_path):
@@ -167,6 +181,7 @@ def test_help(args):
         ["pipelines/bird_grpo.yaml"],
         ["pipelines/bird_grpo.yaml", "--json"],
         ["pipelines/bird_grpo.yaml", "--set", "trainer.total_steps=0", "-s", "algorithm.n=1"],
+        ["pipelines/bird_grpo.yaml", "--set", "algorithm.clip_ratio=0.3"],
         ["pipelines/bird_grpo.yaml", "pipelines/missing.yaml", "--json"],
         ["pipelines/bird_grpo.yaml", "-s", "bird_root=/nowhere"],
         ["pipelines/bird_grpo.yaml", "-s", "bird_root=/nowhere", "--no-check-paths"],

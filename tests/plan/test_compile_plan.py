@@ -117,6 +117,53 @@ def test_group_filter_lands_between_reward_and_old_log_prob():
     assert Edge("reward", "keep_varied", ("scores",), loop=False) in plan.edges
 
 
+def on_workers(gpus_per_node: int, nnodes: int = 1, text: str = SMALL) -> str:
+    """``text`` with the actor's pool split over ``gpus_per_node x nnodes`` data-parallel workers."""
+    pool = f"pool: {{type: local, device: cpu, gpus_per_node: {gpus_per_node}, nnodes: {nnodes}}}"
+    return text.replace("pool: {type: local, device: cpu}", pool)
+
+
+def test_batch_balancing_runs_after_the_reward_when_the_actor_has_several_workers():
+    order = ["generate", "reward", "balance_batch", "old_log_prob", "advantage", "update_actor", "sync_weights"]
+    for text in (on_workers(2), on_workers(1, nnodes=2)):
+        plan = compile_plan(spec_from_yaml(text))
+        assert list(plan.stage_names()) == order
+        balance = plan.stage("balance_batch")
+        assert (balance.role, balance.resource, balance.dispatch, balance.implicit) == ("balance", "driver",
+                                                                                       "driver", True)  # fmt: skip
+        assert balance.changes_rows and balance.verl_timer is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        SMALL,  # one worker: nothing to balance
+        on_workers(2).replace("val_before_train: false", "val_before_train: false, balance_batch: false"),
+        # the rollout has two workers, the actor one: verl balances over the actor's ranks
+        SMALL.replace("  scorers:", "  rollout: {type: local, device: cpu, gpus_per_node: 2}\n  scorers:").replace(
+            "{name: generate, uses: generate, on: pool}", "{name: generate, uses: generate, on: rollout}"
+        ),
+    ],
+)
+def test_no_batch_balancing_without_several_actor_workers_or_with_the_knob_off(text):
+    plan = compile_plan(spec_from_yaml(text))
+    assert not plan.with_role("balance") and "balance_batch" not in plan.resources["driver"].stages
+
+
+def test_balancing_comes_after_a_group_filter():
+    plan = compile_plan(with_stages("{name: keep_varied, uses: group_filter, on: driver}", text=on_workers(2)))
+    names = plan.stage_names()
+    assert names.index("reward") < names.index("keep_varied") < names.index("balance_batch")
+    assert names.index("balance_batch") + 1 == names.index("old_log_prob")
+
+
+def test_a_declared_balance_stage_follows_the_same_rule():
+    declared = "{name: rebalance, uses: balance_batch, on: driver}"
+    plan = compile_plan(with_stages(declared, text=on_workers(2)))
+    assert [s.name for s in plan.with_role("balance")] == ["rebalance"] and not plan.stage("rebalance").implicit
+    assert not compile_plan(with_stages(declared)).with_role("balance")
+
+
 def test_plugin_kind_runs_right_after_its_last_producer(register_kinds):
     register_kinds(kind("adv_stats", ("advantages", "response_mask"), ("adv_report",)),
                    kind("weight_audit", ("actor_weights",), ("audit",)))  # fmt: skip

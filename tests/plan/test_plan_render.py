@@ -45,8 +45,8 @@ def test_golden(name, suffix):
 def test_text_shows_order_placement_loop_and_colocation():
     text = render_text(golden_plan("local"))
     step = text.split("step (")[1]
-    order = ["generate", "reward", "keep_varied", "old_log_prob", "ref_log_prob", "advantage", "update_actor",
-             "save_checkpoint", "sync_weights", "validate"]  # fmt: skip
+    order = ["generate", "reward", "keep_varied", "balance_batch", "old_log_prob", "ref_log_prob", "advantage",
+             "update_actor", "save_checkpoint", "sync_weights", "validate"]  # fmt: skip
     positions = [step.index(f"{i}.  {name}") for i, name in enumerate(order, 1)]
     assert positions == sorted(positions)
     assert "loop: sync_weights --rollout_weights--> generate of the next step" in text

@@ -150,3 +150,17 @@ def test_the_walk_sees_the_whole_grpo_step(verl_order):
     assert ("call", "on_step_end") in events and ("call", "_step_once") in events
     timers = [name for kind, name in events if kind == "timer"]
     assert timers[0] == "step" and "gen" in timers and "update_weights" in timers
+
+
+def test_batch_balancing_sits_where_verl_balances(verl_order):
+    """With two actor workers the plan balances between the stages that verl times before and after ``_balance_batch``."""
+    events = verl_order[1]
+    at = events.index(("call", "_balance_batch"))
+    before = {name for kind, name in events[:at] if kind == "timer"}
+    after = {name for kind, name in events[at:] if kind == "timer"}
+    sets = ["resources.actor_pool.gpus_per_node=2"]
+    spec = load_pipeline(REPO / "pipelines" / "bird_grpo.yaml", sets, load_project_config(REPO)).spec
+    step = list(compile_plan(spec).step)
+    i = next(i for i, s in enumerate(step) if s.kind == "balance_batch")
+    assert [s.verl_timer for s in step[:i]] == ["gen", "reward"] and {"gen", "reward"} <= before
+    assert {s.verl_timer for s in step[i + 1 :]} <= after

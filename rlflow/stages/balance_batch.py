@@ -1,0 +1,76 @@
+"""Stage ``balance_batch``: reorder the step's batch so each data-parallel worker of the actor gets as many tokens.
+
+verl step 3: ``_balance_batch`` of verl's trainer, after generation and the reward, before
+``old_log_prob`` (verl times no stage for it). Design decisions:
+- verl's own functions: each row's workload is ``calculate_workload`` of its token count
+  (prompt plus response tokens, verl's ``seq_len``), ``get_seqlen_balanced_partitions(...,
+  k_partitions=dp, equal_size=True)`` splits the rows into one partition per worker, and
+  ``log_seqlen_unbalance`` gives the ``global_seqlen/{min,max,minmax_diff,balanced_min,
+  balanced_max,mean}`` metrics (token sums per worker before and after).
+- Rows, not groups, as verl balances (it keeps groups together only for its PrefixGrouper):
+  the advantage groups rows by ``uid``, not by position, so scattering a group is harmless.
+- The partitions are laid end to end in worker order, each keeping its rows in batch order (as
+  verl's sync trainer does), because the executor hands worker ``r`` the ``r``-th contiguous
+  shard. ``dp`` is the data-parallel size of the pool the ``update`` stage trains on.
+- A batch whose rows do not divide by ``dp`` (a filter dropped groups) is padded with
+  placeholder rows of no tokens for the partitioning, as verl pads its batch, and the
+  placeholders are dropped again. They sort below every real row, so verl's partitioner (which
+  deals each run of ``dp`` rows, in order of size, to ``dp`` different partitions) puts each in
+  a different partition: the partitions then have the sizes of the executor's contiguous shards
+  (differing by one), and are matched to them.
+- The compiler adds this stage when ``trainer.balance_batch`` is on and that pool has more than
+  one worker; declared by hand, it follows the same rule.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rlflow.errors import StageError
+from rlflow.stages.base import StageContext, StageKind
+from rlflow.stages.registry import actor_data_parallel_size, builtin_stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.batch import Batch
+
+METRIC_PREFIX = "global_seqlen"
+
+
+def balanced_partitions(seqlens: list[int], dp: int) -> list[list[int]]:
+    """Row indices for each of ``dp`` workers, in worker order; worker ``r`` gets as many rows as the
+    ``r``-th of ``dp`` contiguous shards of the batch holds."""
+    import torch
+    from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions
+
+    rows = len(seqlens)
+    padded = seqlens + [0] * (-rows % dp)
+    workloads = calculate_workload(torch.tensor(padded, dtype=torch.int64)).tolist()
+    real = [[i for i in part if i < rows] for part in get_seqlen_balanced_partitions(workloads, dp, equal_size=True)]
+    shard_sizes = [(r + 1) * rows // dp - r * rows // dp for r in range(dp)]
+    if sorted(map(len, real)) != sorted(shard_sizes):  # only rows of no tokens could mix with the placeholders
+        raise StageError(f"balance_batch: partitions of {sorted(map(len, real))} rows do not fit shards {shard_sizes}")
+    return [real.pop(next(j for j, part in enumerate(real) if len(part) == size)) for size in shard_sizes]
+
+
+@builtin_stage
+class BalanceBatch(StageKind):
+    name = "balance_batch"
+    role = "balance"
+    # The masks give each row's tokens; the scores place the stage after the reward, where verl balances.
+    reads_fields = ("prompt_mask", "response_mask", "token_level_scores")
+    allowed_on = frozenset({"driver"})
+    dispatch = "driver"
+    changes_rows = True  # the same rows in another order: the runtime takes the batch whole
+    description = "Reorder the batch so every data-parallel worker of the actor gets as many tokens (verl)."
+
+    def run(self, batch: Batch, ctx: StageContext) -> Batch:
+        from verl.utils.seqlen_balancing import log_seqlen_unbalance
+
+        dp = actor_data_parallel_size(ctx.pipeline)
+        seqlens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist()
+        partitions = balanced_partitions(seqlens, dp)
+        out = batch.index([i for part in partitions for i in part])
+        # verl's sums over dp contiguous chunks before balancing need a row count dp divides: the placeholders
+        padded = seqlens + [0] * (-len(seqlens) % dp)
+        out.metrics.update(log_seqlen_unbalance(seqlen_list=padded, partitions=partitions, prefix=METRIC_PREFIX))
+        return out
