@@ -21,7 +21,7 @@ compiled plan. Design decisions:
 - Each timer (``with marked_timer("<name>", ...)`` or ``_timer``) and each ``self.<...>(...)``
   call becomes a ``Site`` that remembers its context: the timers around it, the ``if`` tests it
   sits under (``not (...)`` in an ``else``, and after an ``if`` that leaves the block with
-  ``return``/``continue``/``break``/``raise``), and the ``for`` loops around it. Exception
+  ``return``/``continue``/``break``/``raise``), and the loops around it. Exception
   handlers are not walked: they are not the step's order.
 """
 
@@ -56,7 +56,7 @@ class Site:
     line: int
     timers: tuple[str, ...] = ()  # enclosing timers, outermost first (a timer's own name is not among them)
     conditions: tuple[str, ...] = ()  # enclosing ``if`` tests, outermost first, as ``ast.unparse`` writes them
-    loops: tuple[str, ...] = ()  # the iterables of enclosing ``for`` loops, inside the phase walked
+    loops: tuple[str, ...] = ()  # enclosing loops in the phase walked: a ``for``'s iterable, a ``while``'s test
 
     @property
     def in_step(self) -> bool:
