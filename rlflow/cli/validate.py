@@ -8,6 +8,8 @@ not change the exit code. The work is ``rlflow.cli.validate_files``, which impor
 layers (pydantic, PyYAML, Jinja2) and never torch, Ray, verl or transformers (a test runs it
 in a subprocess and inspects sys.modules); a plain command line reaches it without typer.
 ``--no-check-paths`` skips the check that the data files, databases and model directory exist.
+``--verl`` compares each valid file's plan with the installed verl's ``PPOTrainerSync`` step
+(order, conditions, cadence, the step timer); differences are warnings and leave the exit code alone.
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ def validate(
         "--check-paths/--no-check-paths",
         help="Check that the data files, databases folder and model directory exist (skip on a machine without them).",
     ),
+    verl: bool = typer.Option(
+        False,
+        "--verl",
+        help="Also compare each plan with the installed verl's PPOTrainerSync step (order, conditions, cadence, "
+        "step timer); differences are warnings, the exit code stays 0. Skipped when verl is not installed.",
+    ),
 ) -> None:
     """Check pipeline files: YAML, templates, schema, the rules of a GRPO step and that the data and model exist."""
     from rlflow.cli.validate_files import check_files, report
 
-    code = report(check_files(pipelines, set_ or (), check_paths=check_paths), as_json)
+    code = report(check_files(pipelines, set_ or (), check_paths=check_paths, verl=verl), as_json)
     if code:
         raise typer.Exit(code)

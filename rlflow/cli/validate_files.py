@@ -3,6 +3,8 @@
 Kept apart from the typer command so the entry point can run a plain ``rlflow validate``
 without importing typer at all (typer and its click layer cost more than the whole check);
 ``rlflow.cli.validate`` wraps the same two functions for ``--help`` and the full CLI.
+``--verl`` also compiles each valid file's plan and compares it with the installed verl's step
+(``rlflow.check.verl_order``, imported only then): differences are warnings, never errors.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def check_files(pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: bool = True) -> list[dict]:
+def check_files(
+    pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: bool = True, verl: bool = False
+) -> list[dict]:
     """One result per file (``ok``, counts or diagnostics); an unreadable rlflow.yaml is one failed result.
 
     ``check_paths``: the data files, databases folder and model directory must exist.
+    ``verl``: a valid file's result also holds ``verl_order``, its plan compared with verl's step.
     """
     # On its first model pydantic scans every installed package for pydantic plugins; that
     # scan costs more than the whole validation, and validation needs no plugin.
@@ -59,9 +64,24 @@ def check_files(pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: 
                     "diagnostics": [],
                     "warnings": [d.to_dict() for d in loaded.warnings],
                     "warning_text": [warning_line(d) for d in loaded.warnings],
+                    **({"verl_order": _verl_order(spec)} if verl else {}),
                 }
             )
     return results
+
+
+def _verl_order(spec) -> dict:
+    from rlflow.check.verl_order import compare_with_verl
+    from rlflow.plan.compile import compile_plan
+
+    report = compare_with_verl(spec, compile_plan(spec))
+    return {
+        "source": report.source,
+        "differences": list(report.differences),
+        "skipped": report.skipped,
+        "summary": report.summary(),
+        "warnings": report.warnings(),
+    }
 
 
 def report(results: list[dict], as_json: bool) -> int:
@@ -79,7 +99,7 @@ def report(results: list[dict], as_json: bool) -> int:
 
 def fast_path(argv: Sequence[str]) -> int | None:
     """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--json``,
-    ``--no-check-paths``) and return its exit code; None for anything else (``--help``, an
+    ``--no-check-paths``, ``--verl``) and return its exit code; None for anything else (``--help``, an
     unknown option, no file), which the full CLI then handles and explains."""
     if not argv or argv[0] != "validate" or any(a in ("-h", "--help") for a in argv[1:]):
         return None
@@ -88,13 +108,14 @@ def fast_path(argv: Sequence[str]) -> int | None:
     parser.add_argument("--set", "-s", dest="sets", action="append", default=[])
     parser.add_argument("--json", dest="as_json", action="store_true")
     parser.add_argument("--check-paths", dest="check_paths", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--verl", action="store_true")
     try:
         args, unknown = parser.parse_known_args(list(argv[1:]))
     except argparse.ArgumentError:
         return None
     if unknown or not args.pipelines:
         return None
-    return report(check_files(args.pipelines, args.sets, check_paths=args.check_paths), args.as_json)
+    return report(check_files(args.pipelines, args.sets, check_paths=args.check_paths, verl=args.verl), args.as_json)
 
 
 def warning_line(diagnostic) -> str:
@@ -119,6 +140,12 @@ def _print_lines(results: list[dict]) -> None:
             print(f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources)")
             for line in r["warning_text"]:
                 print(line, file=sys.stderr)
+            order = r.get("verl_order")
+            if order and order["warnings"]:
+                for line in order["warnings"]:
+                    print(f"{r['file']}: warning: {line}", file=sys.stderr)
+            elif order:
+                print(f"{r['file']}: {order['summary']}")
         elif "error" in r:
             problems += 1
             print(f"{r['file']}: {r['error']}", file=sys.stderr)

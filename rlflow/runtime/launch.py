@@ -1,7 +1,8 @@
 """``run_pipeline``: everything ``rlflow run`` does, from a loaded pipeline to a finished run.
 
 Order: lock the run directory (one run per directory, see ``run_lock``), compile the plan,
-load the data on the driver, start (or join) Ray, check that the
+compare it with the installed verl's step (each difference a warning, see
+``rlflow.check.verl_order``), load the data on the driver, start (or join) Ray, check that the
 cluster can hold every pool (fail within seconds, shortfall named), start the pools, train.
 Whatever happens (an error, a dead worker, Ctrl-C) the pools are stopped and remote backends
 destroyed; the last complete checkpoint stays usable. With ``trainer.max_restarts > 0`` a
@@ -93,6 +94,7 @@ def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool) -> 
     if ckpt is not None:
         checkpoints.check_resumable((ckpt / "pipeline.resolved.yaml").read_text(), resolved, force)
     plan = compile_plan(spec)
+    _warn_verl_order(spec, plan)
     done = int(checkpoints.read_state(ckpt)["global_step"]) if ckpt is not None else 0
     if spec.trainer.total_steps is not None:  # known before loading any data: refuse an empty resume at once
         _check_work_left(done, spec.trainer.total_steps)
@@ -104,6 +106,17 @@ def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool) -> 
     _log_data_stats(data)
     with interrupts.guard():
         return _train_with_restarts(loaded, project, plan, rd, data, ckpt, resolved)
+
+
+def _warn_verl_order(spec, plan) -> None:
+    """One warning per way the plan departs from verl's PPOTrainerSync step; the run goes on."""
+    from rlflow.check.verl_order import compare_with_verl
+
+    report = compare_with_verl(spec, plan)
+    for line in report.warnings():
+        log.warning("%s", line)
+    if not report.warnings():
+        log.info("%s", report.summary())
 
 
 def _check_work_left(done: int, total: int) -> None:

@@ -31,6 +31,7 @@ from rlflow.runtime.executor import Executor
 from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.sinks import StepTimer
 from rlflow.schemas.pipeline import DRIVER, Pipeline
+from rlflow.stages.base import due
 
 log = logging.getLogger("rlflow.runtime")
 
@@ -66,10 +67,6 @@ def fresh_sampler(spec, data: DataState):
 
 def total_steps(spec, data: DataState) -> int:
     return spec.trainer.total_steps or spec.trainer.total_epochs * data.sampler.steps_per_epoch
-
-
-def due(freq: int, step: int, last: int) -> bool:
-    return freq > 0 and (step % freq == 0 or step == last)
 
 
 class StepLoop:
@@ -156,11 +153,7 @@ class StepLoop:
         return self._step_metrics(step, epoch, batch, timing, val_metrics)
 
     def _due(self, stage: PlanStage, step: int) -> bool:
-        if stage.cadence == "save_freq":
-            return due(self.spec.trainer.save_freq, step, self.total)
-        if stage.cadence == "test_freq":
-            return due(self.spec.trainer.test_freq, step, self.total)
-        return True
+        return due(stage.cadence, self.spec.trainer, step, self.total)
 
     def _step_metrics(self, step: int, epoch: int, batch: Batch, timing: dict, val_metrics: dict) -> dict[str, Any]:
         from rlflow.metrics import compute_data_metrics, compute_timing_metrics

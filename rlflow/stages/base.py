@@ -62,6 +62,19 @@ Role = Literal[
 Dispatch = Literal["shard", "all", "driver"]
 Cadence = Literal["every_step", "save_freq", "test_freq"]
 
+
+def due(cadence: Cadence, trainer: Any, step: int, last: int) -> bool:
+    """Whether a stage of ``cadence`` runs at ``step`` of a run whose last step is ``last``.
+
+    ``save_freq`` and ``test_freq`` name the trainer knob (``trainer.save_freq``, ...): the stage
+    runs every that many steps and at the last step, never when the knob is 0 or less (verl's rule).
+    """
+    if cadence == "every_step":
+        return True
+    freq = getattr(trainer, cadence)
+    return freq > 0 and (step % freq == 0 or step == last)
+
+
 # verl's timer names in PPOTrainerSync's order; the compiler breaks ties by this order.
 VERL_ORDER = (
     "gen",

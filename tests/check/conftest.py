@@ -1,4 +1,5 @@
-"""Fixtures for the validator's tests: they load pipelines as the schema tests do, with the same helpers."""
+"""Fixtures for the validator's tests: they load pipelines as the schema tests do, with the same helpers,
+and edit copies of verl's trainer for the verl order check (verl_copy.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "schemas"))  # schema_helpers: shared with tests/schemas
+sys.path.insert(0, str(Path(__file__).parent))  # verl_copy: shared with tests/cli and tests/runtime
 
 from schema_helpers import write_project  # noqa: E402
+from verl_copy import VerlCopy  # noqa: E402
 
 
 @pytest.fixture
@@ -37,3 +40,9 @@ def rows_reward():
 
     yield RowsReward.name
     STAGE_KINDS.unregister(RowsReward.name)
+
+
+@pytest.fixture
+def verl_copy(tmp_path) -> VerlCopy:
+    """An editable copy of the installed verl's sync trainer (read it with ``root=verl_copy.root``)."""
+    return VerlCopy(tmp_path / "verl_src")

@@ -11,6 +11,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "check"))  # verl_copy: an editable copy of verl's trainer
+
+from verl_copy import VerlCopy  # noqa: E402
+
 BIRD = "pipelines/bird_grpo.yaml"
 HEAVY = ("torch", "ray", "verl", "transformers", "vllm", "deepspeed")
 
@@ -125,9 +129,48 @@ def test_broken_project_config_is_reported(tmp_path):
     assert result.stderr.startswith("rlflow.yaml:2:7: ray.adress: unknown key 'adress' (did you mean 'address'?)")
 
 
+def test_verl_flag_finds_the_shipped_pipeline_in_verl_order():
+    result = rlflow("validate", "--verl", BIRD)
+    assert result.returncode == 0 and result.stderr == ""
+    ok, order = result.stdout.splitlines()
+    assert ok == f"{BIRD}: ok (7 stages, 2 resources)"
+    assert order.startswith(f"{BIRD}: verl order: the plan runs as PPOTrainerSync in verl ") and order.endswith(" does")
+
+
+def test_verl_flag_warns_about_a_changed_verl_and_exits_0(tmp_path):
+    changed = VerlCopy(tmp_path / "verl_src").unwrap_if("trainer_base.py", "self.use_reference_policy")
+    result = rlflow("validate", "--verl", BIRD, env={"RLFLOW_VERL_SOURCE": str(changed.root)})
+    assert result.returncode == 0
+    assert result.stdout == f"{BIRD}: ok (7 stages, 2 resources)\n"
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith(f"{BIRD}: warning: verl order: verl `ref` (trainer_base.py:")
+    assert "'ref_log_prob' (ref_log_prob): verl no longer runs it under `if self.use_reference_policy`" in warning
+    report = json.loads(
+        rlflow("validate", "--verl", "--json", BIRD, env={"RLFLOW_VERL_SOURCE": str(changed.root)}).stdout
+    )
+    assert report["ok"] is True and report["files"][0]["verl_order"]["differences"] == [
+        warning.split("verl order: ", 1)[1]
+    ]
+
+
+def test_verl_flag_without_verl_says_so_and_exits_0():
+    code = (  # the light install: nothing finds a verl package
+        "import importlib.util, sys\n"
+        "real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name == 'verl' else real(name, *a)\n"
+        "sys.argv = ['rlflow', 'validate', '--verl', 'pipelines/bird_grpo.yaml']\n"
+        "from rlflow.cli.main import main\nmain()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert result.stderr == (
+        f"{BIRD}: warning: verl order: verl is not installed, check skipped (pip install 'rlflow[train]' to run it)\n"
+    )
+
+
 RUNNER = """
 import sys
-sys.argv = ["rlflow", "validate", "pipelines/bird_grpo.yaml"]
+sys.argv = ["rlflow", "validate", *{args!r}]
 from rlflow.cli.main import main
 try:
     main()
@@ -140,8 +183,9 @@ print(code, " ".join(heavy) or "-", file=sys.stderr)
 """
 
 
-def test_validate_imports_no_heavy_module():
-    code = RUNNER.replace("{heavy!r}", repr(set(HEAVY)))
+@pytest.mark.parametrize("args", [[BIRD], ["--verl", BIRD]])
+def test_validate_imports_no_heavy_module(args):
+    code = RUNNER.replace("{heavy!r}", repr(set(HEAVY))).replace("{args!r}", repr(args))
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.stderr.strip().splitlines()[-1] == "0 -", result.stderr
 
@@ -175,6 +219,11 @@ def test_help(args):
     assert result.returncode == 0 and "Usage" in result.stdout
 
 
+def test_validate_help_says_what_verl_does():
+    text = " ".join(rlflow("validate", "--help", env={"COLUMNS": "300"}).stdout.split())  # one line per option
+    assert "--verl" in text and "PPOTrainerSync" in text and "the exit code stays 0" in text
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -186,6 +235,8 @@ def test_help(args):
         ["pipelines/bird_grpo.yaml", "-s", "bird_root=/nowhere"],
         ["pipelines/bird_grpo.yaml", "-s", "bird_root=/nowhere", "--no-check-paths"],
         ["--check-paths", "pipelines/bird_grpo.yaml", "-s", "model_path=models/none"],
+        ["pipelines/bird_grpo.yaml", "--verl"],
+        ["--verl", "pipelines/bird_grpo.yaml", "--json"],
     ],
 )
 def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, monkeypatch):

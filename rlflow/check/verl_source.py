@@ -1,0 +1,257 @@
+"""verl's synchronous trainer as its source has it: every timer and trainer call of start-up and of one step.
+
+rlflow promises to run a step in the order of verl's ``PPOTrainerSync``. This module reads that
+order from the verl that is installed, so that ``rlflow.check.verl_order`` can compare it with a
+compiled plan. Design decisions:
+
+- verl is never imported (``rlflow validate`` must not import torch, Ray or verl, and verl's V1
+  trainer cannot even be imported without its transfer-queue service). The package is located
+  with ``importlib.util.find_spec("verl")``, which finds a top-level package without running it,
+  and its trainer modules are parsed with ``ast``.
+- ``RLFLOW_VERL_SOURCE`` names a folder holding a ``verl/`` package source to read instead of
+  the installed one. It exists for the tests, which point it at edited copies of verl's trainer
+  (a swapped call, a dropped condition) and check that each edit is caught.
+- The walk follows the trainer's life as verl's entry point drives it: ``init()``, then
+  ``fit()``. Start-up is ``init`` plus ``fit`` up to its training loop; the step is the body
+  of that loop (its first ``while``). Statements are visited in execution order; a call of one
+  of the trainer's own methods, resolved on the class hierarchy nearest class first (so the
+  sync trainer's ``on_step_end`` hook, which times ``update_weights``, is found), is walked
+  into where it is called, except the methods named as ``leaves`` (the calls that do a stage's
+  work: what happens inside them is the stage's business, not the step's order).
+- Each timer (``with marked_timer("<name>", ...)`` or ``_timer``) and each ``self.<...>(...)``
+  call becomes a ``Site`` that remembers its context: the timers around it, the ``if`` tests it
+  sits under (``not (...)`` in an ``else``, and after an ``if`` that leaves the block with
+  ``return``/``continue``/``break``/``raise``), and the loops around it. Exception
+  handlers are not walked: they are not the step's order.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Literal
+
+SOURCE_ENV = "RLFLOW_VERL_SOURCE"  # a folder holding a verl/ source tree to read instead of the installed verl
+SYNC_TRAINER = ("verl.trainer.ppo.v1.trainer_sync", "PPOTrainerSync")
+TIMER_FUNCTIONS = ("marked_timer", "_timer")
+STEP_TIMER = "step"  # verl's timing_s/step
+_TRY_NODES = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))  # try/except* is Python 3.11+
+
+
+class VerlSourceError(Exception):
+    """verl's trainer source is not laid out as this reader expects (a file, class or loop is missing)."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """A timer or a trainer call, where it sits in verl's source and under what."""
+
+    kind: Literal["timer", "call"]
+    name: str  # the timer's name, or the call's target below ``self`` (``checkpoint_manager.update_weights``)
+    file: str  # the module's file name (``trainer_base.py``)
+    line: int
+    timers: tuple[str, ...] = ()  # enclosing timers, outermost first (a timer's own name is not among them)
+    conditions: tuple[str, ...] = ()  # enclosing ``if`` tests, outermost first, as ``ast.unparse`` writes them
+    loops: tuple[str, ...] = ()  # enclosing loops in the phase walked: a ``for``'s iterable, a ``while``'s test
+
+    @property
+    def in_step(self) -> bool:
+        """Inside verl's ``step`` timer (counted in ``timing_s/step``)."""
+        return STEP_TIMER in self.timers
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class SyncTrainer:
+    """The sites of ``PPOTrainerSync``'s start-up and of one training step, in execution order."""
+
+    root: Path
+    startup: tuple[Site, ...]
+    step: tuple[Site, ...]
+
+
+def verl_root() -> Path | None:
+    """The folder that holds the ``verl`` package to read: ``$RLFLOW_VERL_SOURCE``, else the
+    installed verl's; None when verl is not installed."""
+    override = os.environ.get(SOURCE_ENV)
+    if override:
+        return Path(override)
+    spec = find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).parent
+
+
+@lru_cache(maxsize=8)
+def read_sync_trainer(root: Path, leaves: frozenset[str] = frozenset()) -> SyncTrainer:
+    """Walk ``PPOTrainerSync`` under ``root``; ``VerlSourceError`` when its layout is not the expected one.
+
+    Read once per process and folder (``rlflow validate --verl`` checks several files against it)."""
+    methods = _methods(_class_chain(root, *SYNC_TRAINER))
+    for name in ("init", "fit"):
+        if name not in methods:
+            raise VerlSourceError(f"{SYNC_TRAINER[1]} has no method {name}() (verl's trainer layout changed)")
+    fit, fit_file = methods["fit"]
+    loop_at = next((i for i, stmt in enumerate(fit.body) if isinstance(stmt, ast.While)), None)
+    if loop_at is None:
+        raise VerlSourceError(f"{fit_file}: fit() has no training loop (while ...) any more")
+    walk = _Walk(methods, leaves)
+    init, init_file = methods["init"]
+    walk.block(init.body, _Context(init_file))
+    walk.block(fit.body[:loop_at], _Context(fit_file))
+    startup = tuple(walk.take())
+    walk.block(fit.body[loop_at].body, _Context(fit_file))
+    return SyncTrainer(root, startup, tuple(walk.take()))
+
+
+# ---- the class hierarchy --------------------------------------------------------------------
+
+
+def _parse(root: Path, module: str) -> tuple[ast.Module, str]:
+    path = root / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        raise VerlSourceError(f"{path} is missing (verl's trainer layout changed)")
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), path.name
+    except SyntaxError as exc:
+        raise VerlSourceError(f"{path}:{exc.lineno}: cannot be parsed: {exc.msg}") from None
+
+
+def _class_chain(root: Path, module: str, name: str) -> list[tuple[ast.ClassDef, str]]:
+    """The class and its bases defined in verl, nearest first (depth-first, as single inheritance resolves)."""
+    tree, file = _parse(root, module)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    if name not in classes:
+        raise VerlSourceError(f"{file} defines no class {name} (verl's trainer layout changed)")
+    imported = {a.asname or a.name: n.module for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    chain = [(classes[name], file)]
+    for base in classes[name].bases:
+        if not isinstance(base, ast.Name):
+            continue
+        source = module if base.id in classes else imported.get(base.id)
+        if source and source.startswith("verl."):
+            chain += _class_chain(root, source, base.id)
+    return chain
+
+
+def _methods(chain: list[tuple[ast.ClassDef, str]]) -> dict[str, tuple[ast.FunctionDef, str]]:
+    methods: dict[str, tuple[ast.FunctionDef, str]] = {}
+    for cls, file in reversed(chain):  # nearer classes override farther ones
+        methods.update({f.name: (f, file) for f in cls.body if isinstance(f, ast.FunctionDef)})
+    return methods
+
+
+# ---- the walk -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Context:
+    file: str
+    timers: tuple[str, ...] = ()
+    conditions: tuple[str, ...] = ()
+    loops: tuple[str, ...] = ()
+    stack: tuple[str, ...] = field(default=())  # methods being walked into (no recursion)
+
+
+class _Walk:
+    """Sites in execution order; ``take`` hands over those found since the last ``take``."""
+
+    def __init__(self, methods: dict[str, tuple[ast.FunctionDef, str]], leaves: frozenset[str]) -> None:
+        self.methods = methods
+        self.leaves = leaves
+        self.sites: list[Site] = []
+
+    def take(self) -> list[Site]:
+        sites, self.sites = self.sites, []
+        return sites
+
+    def emit(self, kind: Literal["timer", "call"], name: str, node: ast.AST, ctx: _Context) -> None:
+        self.sites.append(Site(kind, name, ctx.file, node.lineno, ctx.timers, ctx.conditions, ctx.loops))
+
+    def block(self, stmts: list[ast.stmt], ctx: _Context) -> None:
+        for stmt in stmts:
+            self.stmt(stmt, ctx)
+            if isinstance(stmt, ast.If) and not stmt.orelse and _leaves_block(stmt.body):
+                ctx = replace(ctx, conditions=(*ctx.conditions, _negated(stmt.test)))
+
+    def stmt(self, node: ast.stmt, ctx: _Context) -> None:
+        if isinstance(node, ast.If):
+            self.expr(node.test, ctx)
+            self.block(node.body, replace(ctx, conditions=(*ctx.conditions, ast.unparse(node.test))))
+            self.block(node.orelse, replace(ctx, conditions=(*ctx.conditions, _negated(node.test))))
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            for item in node.items:
+                self.expr(item.context_expr, ctx)
+                timer = _timer_name(item.context_expr)
+                if timer is not None:
+                    self.emit("timer", timer, item.context_expr, ctx)
+                    ctx = replace(ctx, timers=(*ctx.timers, timer))
+            self.block(node.body, ctx)
+        elif isinstance(node, ast.For | ast.AsyncFor):
+            self.expr(node.iter, ctx)
+            self.block(node.body, replace(ctx, loops=(*ctx.loops, ast.unparse(node.iter))))
+            self.block(node.orelse, ctx)
+        elif isinstance(node, ast.While):
+            self.expr(node.test, ctx)
+            self.block(node.body, replace(ctx, loops=(*ctx.loops, ast.unparse(node.test))))
+            self.block(node.orelse, ctx)
+        elif isinstance(node, _TRY_NODES):
+            for part in (node.body, node.orelse, node.finalbody):
+                self.block(part, ctx)
+        elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    self.expr(child, ctx)
+
+    def expr(self, node: ast.expr, ctx: _Context) -> None:
+        """Calls in the order they run: a call's arguments before the call."""
+        if isinstance(node, ast.Lambda):  # its body runs later, if at all
+            return
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                self.expr(child, ctx)
+        if not isinstance(node, ast.Call):
+            return
+        target = _below_self(node.func)
+        if target is None:
+            return
+        self.emit("call", target, node, ctx)
+        if target in self.methods and target not in self.leaves and target not in ctx.stack:
+            method, file = self.methods[target]
+            self.block(method.body, replace(ctx, file=file, stack=(*ctx.stack, target)))
+
+
+def _timer_name(node: ast.expr) -> str | None:
+    """``marked_timer("gen", ...)`` -> ``gen``."""
+    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
+        return None
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    value = node.args[0].value
+    return value if name in TIMER_FUNCTIONS and isinstance(value, str) else None
+
+
+def _below_self(node: ast.expr) -> str | None:
+    """``self.a.b`` -> ``a.b``; None for anything not rooted at ``self``."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id == "self" and parts:
+        return ".".join(reversed(parts))
+    return None
+
+
+def _negated(test: ast.expr) -> str:
+    return ast.unparse(ast.UnaryOp(op=ast.Not(), operand=test))
+
+
+def _leaves_block(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Return | ast.Continue | ast.Break | ast.Raise)
