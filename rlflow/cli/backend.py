@@ -11,7 +11,9 @@ CONFIG is either
   that resource's ``config`` supplies host, port, device and the rest, and its ``handle_file``
   (when set) is where the handle is written, so the run finds it without copying anything; or
 - a JSON main_config, exactly what a run hands a backend:
-  ``{"pipeline": {...}, "resource": NAME, "backend_config": {...}, "project_root": PATH}``.
+  ``{"pipeline": {...}, "resource": NAME, "backend_config": {...}, "project_root": PATH,
+  "run_dir": PATH or null}``. A served server belongs to no run: built from a pipeline file,
+  its main_config has ``run_dir: null`` and it logs to stderr.
 
 Heavy imports (torch, the engine) happen inside the command.
 """
@@ -102,6 +104,7 @@ def _main_config(config: Path, resource: str | None, sets: tuple[str, ...]) -> d
         "resource": name,
         "backend_config": dict(loaded.spec.resources[name].config),
         "project_root": str(project.root),
+        "run_dir": None,  # served by hand, for whichever runs join it
     }
 
 

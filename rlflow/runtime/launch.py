@@ -153,7 +153,7 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
                 pipeline_dict,
                 str(project.root),
                 gpus,
-                lambda p: main_config(pipeline_dict, p, project),
+                lambda p: main_config(pipeline_dict, p, project, rd.path),
                 tuple(project.plugins),
                 str(rd.path),
             )
@@ -184,13 +184,15 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
             ray.shutdown()
 
 
-def main_config(pipeline_dict: dict, placement, project) -> dict[str, Any]:
-    """What a remote backend is built from: JSON-able, so it can cross a process boundary."""
+def main_config(pipeline_dict: dict, placement, project, run_dir: Path) -> dict[str, Any]:
+    """What a remote backend is built from: JSON-able, so it can cross a process boundary. ``run_dir`` is
+    absolute, since the backend may run in another working directory (the reference server runs in the root)."""
     return {
         "pipeline": pipeline_dict,
         "resource": placement.name,
         "backend_config": dict(placement.backend_config or {}),
         "project_root": str(project.root),
+        "run_dir": str(Path(run_dir).absolute()),
     }
 
 

@@ -2,7 +2,8 @@
 
 ``<runs_dir>/<pipeline name>/<run id>/`` holds ``pipeline.resolved.yaml``, ``metrics.jsonl``
 (one object per step), ``trace.jsonl`` (one object per stage execution), ``workers.json``
-(where each resource's workers run), ``checkpoints/step_<N>/`` and ``run.lock`` (held by the
+(where each resource's workers run), ``checkpoints/step_<N>/``, ``backends/`` (remote backends'
+logs, which they write themselves: ``main_config["run_dir"]``) and ``run.lock`` (held by the
 live run, see ``run_lock``). Lines are appended and flushed one at a time so a crash loses at
 most the line being written; a resumed run truncates metrics past its checkpoint so no step
 appears twice.
@@ -35,10 +36,14 @@ def latest_run(runs_dir: Path, pipeline_name: str) -> Path | None:
 
 
 class RunDir:
-    """Writers for one run's files."""
+    """Writers for one run's files.
+
+    ``path`` is made absolute: checkpoint folders are handed to workers and remote backends, which
+    may run in another working directory (the reference server runs in the project root).
+    """
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+        self.path = Path(path).absolute()
         self.checkpoints = self.path / CHECKPOINTS
         self.path.mkdir(parents=True, exist_ok=True)
         self.checkpoints.mkdir(exist_ok=True)

@@ -3,22 +3,25 @@
 Two ways in:
 
 - pytest: subclass ``RemoteBackendConformance`` and set ``backend_name`` (and, if needed,
-  ``backend_config`` or ``make_main_config``)::
+  ``backend_config``, ``model`` or ``make_main_config``)::
 
       from rlflow.testing.remote_backend import RemoteBackendConformance
 
       class TestMyBackend(RemoteBackendConformance):
           backend_name = "mine"
+          model = {"path": "/models/my-model", "dtype": "bfloat16"}  # default: the built-in tiny model
 
-- anything else: ``check_backend("mine", main_config)`` runs every check in order and raises
-  ``AssertionError`` naming the first contract the backend breaks.
+- anything else: ``check_backend("mine", main_config, checkpoint_dir)`` runs every check in order
+  and raises ``AssertionError`` naming the first contract the backend breaks;
+  ``tiny_main_config`` builds a main_config for it.
 
 The checks drive the backend exactly as a run does (docs/remote_backend.md): the driver
 creates it, a forwarder reconnects from the handle, the init sync (``update_weights`` then
 ``set_global_steps``) precedes the first ``generate``, then generate -> log-probs ->
-update_actor -> checkpoint -> sync. They use the built-in tiny model, tiny batches and a
-learning rate large enough that one update visibly moves the policy, so a backend that
-ignores an update (or a checkpoint load) fails.
+update_actor -> checkpoint -> sync. A checkpoint is saved into an existing empty folder that is
+then renamed, as the runtime does, and loaded from its new name. They use the built-in tiny
+model unless given another, tiny batches and a learning rate large enough that one update
+visibly moves the policy, so a backend that ignores an update (or a checkpoint load) fails.
 """
 
 from __future__ import annotations
@@ -40,16 +43,28 @@ RESPONSE_LENGTH = 8
 
 
 def tiny_main_config(
-    backend: str, project_root: str | Path, *, backend_config: dict | None = None, resource: str = "arctic"
+    backend: str,
+    project_root: str | Path,
+    *,
+    backend_config: dict | None = None,
+    resource: str = "arctic",
+    model: dict[str, Any] | None = None,
+    run_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """A main_config as the runtime builds it, for a tiny GRPO pipeline bound to ``backend``."""
+    """A main_config as the runtime builds it, for a tiny GRPO pipeline bound to ``backend``.
+
+    ``model`` is the pipeline's ``model:`` section (``path``, ``tokenizer``, ``dtype``, ...; a
+    relative path resolves against ``project_root``); by default the built-in tiny model. The
+    prompts the checks send are token ids 3-199, so any vocabulary of 200 tokens or more works.
+    ``run_dir`` is the run directory a backend may write its logs into (None: outside a run).
+    """
     from rlflow.schemas.pipeline import Pipeline
 
     on = {"name": "x", "on": resource}
     pipeline = Pipeline.model_validate(
         {
             "name": "conformance",
-            "model": {"path": "builtin:tiny-qwen2"},
+            "model": model or {"path": "builtin:tiny-qwen2"},
             "data": {"train": "train.json", "max_prompt_length": 16, "max_response_length": RESPONSE_LENGTH},
             "algorithm": {"n": 2, "use_kl_loss": True, "kl_loss_coef": 0.001},
             "trainer": {"train_batch_size": 2, "ppo_mini_batch_size": 2, "optim": {"lr": 1e-3}, "seed": 1},
@@ -73,6 +88,7 @@ def tiny_main_config(
         "resource": resource,
         "backend_config": dict(backend_config or {}),
         "project_root": str(project_root),
+        "run_dir": None if run_dir is None else str(run_dir),
     }
 
 
@@ -214,20 +230,30 @@ def check_sync(engine: RemoteBackend, global_steps: int) -> None:
     metrics = engine.update_weights(global_steps)
     assert isinstance(metrics, dict), "update_weights must return a dict"
     assert engine.set_global_steps(global_steps) is None
-    assert tuple(engine.generate(prompt_batch(), GEN)["responses"].shape) == (4, RESPONSE_LENGTH), (
-        "generate must work after a weight sync"
+    out = engine.generate(prompt_batch(), GEN)
+    assert tuple(out["responses"].shape) == (4, RESPONSE_LENGTH), "generate must work after a weight sync"
+    version = out.metrics.get("rollout/policy_version")
+    assert version is None or version == global_steps, (
+        f"rollout/policy_version must be the global_steps last given to set_global_steps ({global_steps}), "
+        f"got {version}"
     )
 
 
 def check_checkpoint(engine: RemoteBackend, batch: Batch, directory: Path) -> None:
-    saved = engine.save_checkpoint(str(directory), 2)
+    """Save into an existing empty folder, which is then renamed with a file added beside the backend's
+    (as the runtime does), and load from the new name: a backend must not remember where it saved."""
+    writing, final = Path(directory) / ".tmp-step_2", Path(directory) / "step_2"
+    writing.mkdir(parents=True)
+    saved = engine.save_checkpoint(str(writing), 2)
     assert isinstance(saved, dict), "save_checkpoint must return a dict"
+    (writing / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    writing.rename(final)
     at_save = engine.compute_log_prob(batch, {})["old_log_probs"]
     batch = batch.update(Batch({"old_log_probs": at_save, "advantages": _advantages(batch)}))
     engine.update_actor(batch, {"global_steps": 3})
     moved = engine.compute_log_prob(batch, {})["old_log_probs"]
     assert not torch.allclose(moved, at_save, atol=1e-6), "update_actor after a save must move the policy"
-    loaded = engine.load_checkpoint(str(directory))
+    loaded = engine.load_checkpoint(str(final))
     assert isinstance(loaded, dict), "load_checkpoint must return a dict"
     restored = engine.compute_log_prob(batch, {})["old_log_probs"]
     assert torch.allclose(restored, at_save, atol=1e-5), "load_checkpoint must restore the policy saved"
@@ -276,10 +302,16 @@ class RemoteBackendConformance:
 
     backend_name: ClassVar[str]
     backend_config: ClassVar[dict[str, Any]] = {}
+    model: ClassVar[dict[str, Any]] = {}  # the pipeline's model: section; empty: the built-in tiny model
 
     @classmethod
     def make_main_config(cls, project_root: Path) -> dict[str, Any]:
-        return tiny_main_config(cls.backend_name, project_root, backend_config=cls.backend_config)
+        """The main_config every test uses; ``<project_root>/run`` stands for the run directory."""
+        run_dir = Path(project_root) / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)  # a run's directory exists before its backends start
+        return tiny_main_config(
+            cls.backend_name, project_root, backend_config=cls.backend_config, model=cls.model, run_dir=run_dir
+        )
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -206,6 +206,7 @@ def reference_server(tmp_path_factory):
         "resource": "arctic",
         "backend_config": {"num_threads": 1},
         "project_root": str(root),
+        "run_dir": None,
     }
     backend = create_backend("reference", main_config)
     yield backend
@@ -316,7 +317,7 @@ def test_a_backend_that_returns_floats_for_token_ids_stops_the_run_at_the_rollou
         str(sandbox),
         rd.append_trace,
         str(rd.path),
-        main_config_for=lambda p: main_config(pipeline_dict, p, project),
+        main_config_for=lambda p: main_config(pipeline_dict, p, project, rd.path),
     )
     try:
         loop = StepLoop(spec, plan, executor, rd, load_data(spec, sandbox), "", [])

@@ -1,6 +1,7 @@
 """The reference backend's server dying: the run fails naming the backend, or recovers by restarting.
 
-The server is a real OS process (started by the run); the test kills it with SIGKILL.
+The server is a real OS process (started by the run); the test kills it with SIGKILL. Its log is
+``<run dir>/backends/arctic.log``, written by every server the run starts.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def test_backend_killed_mid_step_fails_within_the_watchdog_naming_it(tmp_path):
         assert _wait(lambda: 1 in _steps(run_dir), proc, timeout=600)
         trace = run_dir / "trace.jsonl"
         assert _wait(lambda: any(r["stage"] == "ref_log_prob" and r["step"] == 2 for r in read_jsonl(trace)), proc, 300)
-        os.kill(_backend_pid(run_dir), signal.SIGKILL)  # the update of step 2 is next
+        pid = _backend_pid(run_dir)
+        os.kill(pid, signal.SIGKILL)  # the update of step 2 is next
         killed = time.time()
         _, err = proc.communicate(timeout=300)
         took = time.time() - killed
@@ -62,6 +64,8 @@ def test_backend_killed_mid_step_fails_within_the_watchdog_naming_it(tmp_path):
     assert "remote backend of resource 'arctic' is gone" in err and "reference" in err
     assert "Traceback" not in err
     assert took < 120, f"noticed the dead backend after {took:.0f} s"
+    # the server's log is the run's, and survives the failure for the post-mortem
+    assert f"(pid {pid})" in (run_dir / "backends" / "arctic.log").read_text()
 
 
 def test_twenty_steps_survive_two_backend_restarts(tmp_path):
@@ -90,3 +94,5 @@ def test_twenty_steps_survive_two_backend_restarts(tmp_path):
     assert set(updates) == set(range(1, 21))
     redone = {s for s in updates if updates.count(s) > 1}
     assert len(redone) <= 2, f"only a step in flight at a kill is run again (from its checkpoint): {redone}"
+    log = (run_dir / "backends" / "arctic.log").read_text()  # every server of the run wrote to it
+    assert all(f"(pid {pid})" in log for pid in [*killed, _backend_pid(run_dir)])

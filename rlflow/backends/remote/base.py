@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from rlflow.backends.engine import Engine
 from rlflow.errors import BackendError
 
-MAIN_CONFIG_KEYS = ("pipeline", "resource", "backend_config", "project_root")
+MAIN_CONFIG_KEYS = ("pipeline", "resource", "backend_config", "project_root", "run_dir")
 
 
 class RemoteBackend(Engine):
@@ -48,7 +48,9 @@ class RemoteBackend(Engine):
         """Start the backend (``handle`` is None) or reconnect to a running one (start nothing).
 
         ``main_config``: ``{"pipeline": <resolved pipeline dict>, "resource": <name>,
-        "backend_config": <the resource's config dict>, "project_root": <str>}``. On failure,
+        "backend_config": <the resource's config dict>, "project_root": <str>, "run_dir": <str or
+        None>}``. ``run_dir`` is the run's directory (absolute), where a backend may write its logs
+        (under ``backends/``); it is None outside a run (``rlflow backend serve``). On failure,
         raise and leave nothing running.
         """
 
@@ -78,6 +80,11 @@ def check_main_config(main_config: Any, backend: str) -> dict[str, Any]:
     config = main_config["backend_config"]
     if not isinstance(config, dict):
         raise BackendError(f"remote backend {backend!r}: backend_config must be a dict, got {type(config).__name__}")
+    run_dir = main_config["run_dir"]
+    if run_dir is not None and not isinstance(run_dir, str):
+        raise BackendError(
+            f"remote backend {backend!r}: run_dir must be a path string or null, got {type(run_dir).__name__}"
+        )
     return config
 
 

@@ -64,7 +64,9 @@ class ReferenceConfig(ServerSettings):
         None, gt=0, description="Give up on a silent call; None waits (the stage watchdog still applies)."
     )
     log_dir: str | None = Field(
-        None, description="Where a started server writes its log; a temporary folder by default."
+        None,
+        description="Folder where a started server writes server.log; by default <run_dir>/backends/<resource>.log "
+        "in a run, a temporary folder otherwise.",
     )
 
     @model_validator(mode="after")

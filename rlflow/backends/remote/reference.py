@@ -2,7 +2,10 @@
 
 ``from_config(main_config)`` (driver, once) starts ``python -m rlflow.backends.remote.server``
 in its own OS process and session, waits until it writes its handle (failing with the tail
-of its log if it dies first or misses ``startup_timeout_s``), and connects.
+of its log if it dies first or misses ``startup_timeout_s``), and connects. In a run the server's
+log is ``<run_dir>/backends/<resource>.log``, kept with the run's metrics and appended to by a
+restarted server; ``log_dir`` in the config puts it elsewhere. The files that hold the token
+(the server's config, its handle) live in a private temporary folder, never in the run directory.
 ``from_config(main_config, handle=...)`` (each forwarder) only connects. A resource config
 with ``handle`` or ``handle_file`` joins a server started by ``rlflow backend serve``; that
 server belongs to whoever started it, so ``destroy`` then only disconnects.
@@ -78,7 +81,12 @@ class ReferenceBackend(RemoteBackend):
     def _start(cls, main_config: dict[str, Any], config: ReferenceConfig) -> ReferenceBackend:
         workdir = Path(config.log_dir or tempfile.mkdtemp(prefix="rlflow-backend-"))
         workdir.mkdir(parents=True, exist_ok=True)
-        process, handle, log_path = _launch(main_config, config, workdir)
+        log_path = _log_path(main_config, config, workdir)
+        try:
+            process, handle = _launch(main_config, config, workdir, log_path)
+        except BaseException:
+            _tidy(workdir)
+            raise
         backend = cls(_client(handle, config), process=process, workdir=workdir, log_path=log_path)
         try:
             backend._client.connect()
@@ -107,9 +115,7 @@ class ReferenceBackend(RemoteBackend):
         if process is not None:
             _stop(process, grace_s)
             if self._workdir is not None:
-                # the serve file holds the token; the log stays for the post-mortem
-                for name in ("serve.json", "handle.json"):
-                    (self._workdir / name).unlink(missing_ok=True)
+                _tidy(self._workdir)
 
     def close(self) -> None:
         """Drop this instance's connection (a forwarder shutting down); the server keeps running."""
@@ -196,12 +202,35 @@ def _read_handle_file(path: str, project_root: str) -> dict[str, Any]:
         ) from None
 
 
-def _launch(main_config: dict[str, Any], config: ReferenceConfig, workdir: Path) -> tuple[subprocess.Popen, dict, Path]:
+def _log_path(main_config: dict[str, Any], config: ReferenceConfig, workdir: Path) -> Path:
+    """``<log_dir>/server.log`` when the config names a folder, else ``<run_dir>/backends/<resource>.log``
+    in a run (beside its metrics, kept with it), else ``server.log`` in the temporary workdir."""
+    run_dir = main_config["run_dir"]
+    if config.log_dir is not None or run_dir is None:
+        return workdir / "server.log"
+    folder = Path(run_dir) / "backends"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{main_config['resource']}.log"
+
+
+def _tidy(workdir: Path) -> None:
+    """Remove the files that hold the token, and the workdir itself once nothing else (a log) is in it."""
+    for name in ("serve.json", "handle.json"):
+        (workdir / name).unlink(missing_ok=True)
+    try:
+        workdir.rmdir()
+    except OSError:  # it holds the log (kept for the post-mortem) or other files
+        pass
+
+
+def _launch(
+    main_config: dict[str, Any], config: ReferenceConfig, workdir: Path, log_path: Path
+) -> tuple[subprocess.Popen, dict]:
     """Start the server process and wait for its handle; on any failure nothing is left running."""
     serve = ServeConfig(
         main_config=main_config, backend=NAME, token=secrets.token_urlsafe(32), **config.server_settings()
     )
-    config_path, handle_path, log_path = workdir / "serve.json", workdir / "handle.json", workdir / "server.log"
+    config_path, handle_path = workdir / "serve.json", workdir / "handle.json"
     handle_path.unlink(missing_ok=True)
     fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -235,7 +264,7 @@ def _launch(main_config: dict[str, Any], config: ReferenceConfig, workdir: Path)
         config_path.unlink(missing_ok=True)
         raise
     config_path.unlink(missing_ok=True)  # the server has read it; the token now lives in memory only
-    return process, handle, log_path
+    return process, handle
 
 
 def _wait_for_handle(process: subprocess.Popen, handle_path: Path, log_path: Path, timeout_s: float) -> dict:

@@ -15,7 +15,7 @@ HERE = Path(__file__).parent
 TOKEN = "test-token-0123456789"
 
 
-def make_main_config(root: Path, **backend_config) -> dict:
+def make_main_config(root: Path, *, run_dir: Path | None = None, **backend_config) -> dict:
     pipeline = Pipeline.model_validate(
         {
             "name": "remote-test",
@@ -31,6 +31,7 @@ def make_main_config(root: Path, **backend_config) -> dict:
         "resource": "arctic",
         "backend_config": dict(backend_config),
         "project_root": str(root),
+        "run_dir": None if run_dir is None else str(run_dir),
     }
 
 

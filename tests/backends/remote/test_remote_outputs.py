@@ -47,7 +47,7 @@ def test_responses_one_column_short_fail_the_run_at_the_rollout(tmp_path, fake_i
         str(REPO),
         rd.append_trace,
         str(rd.path),
-        main_config_for=lambda placement: main_config(pipeline_dict, placement, project),
+        main_config_for=lambda placement: main_config(pipeline_dict, placement, project, rd.path),
     )
     try:
         loop = StepLoop(spec, plan, executor, rd, load_data(spec, REPO), loaded.resolved_yaml(), [])

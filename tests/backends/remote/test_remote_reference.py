@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 
 import psutil
@@ -62,6 +63,22 @@ def test_destroy_stops_the_server_it_started_but_not_one_it_joined(tmp_path, fak
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not (tmp_path / "logs" / "serve.json").exists()  # the file with the token is gone
     assert "shutdown requested" in (tmp_path / "logs" / "server.log").read_text()
+
+
+def test_in_a_run_the_log_goes_to_the_run_directory_and_token_files_stay_out(tmp_path, fake_importable, monkeypatch):
+    private = tmp_path / "tmp"  # where the server's config and handle (both hold the token) are written
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for _ in range(2):  # a restarted backend (trainer.max_restarts) appends to the same log
+        backend = create_backend("reference", make_main_config(tmp_path, run_dir=run_dir, **FAKE))
+        assert backend.log_path == run_dir / "backends" / "arctic.log"
+        destroy_backend(backend)
+    assert [p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file()] == ["backends/arctic.log"]
+    log = backend.log_path.read_text()
+    assert log.count("serving backend 'reference'") == 2 and "shutdown requested" in log
+    assert not list(private.iterdir()), "the private folder is removed once the server is stopped"
 
 
 def test_server_dying_during_startup_reports_its_log_and_leaves_nothing(tmp_path, fake_importable):

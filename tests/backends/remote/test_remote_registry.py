@@ -128,8 +128,13 @@ def test_invalid_backend_config_names_the_field(tmp_path):
 
 
 def test_bad_main_config_and_handle_are_clear_errors(tmp_path):
-    with pytest.raises(BackendError, match="main_config lacks backend_config, project_root"):
+    with pytest.raises(BackendError, match="main_config lacks backend_config, project_root, run_dir"):
         create_backend("reference", {"pipeline": {}, "resource": "arctic"})
+    without_run_dir = {k: v for k, v in make_main_config(tmp_path).items() if k != "run_dir"}
+    with pytest.raises(BackendError, match=r"main_config lacks run_dir \(it needs .*, project_root, run_dir\)"):
+        connect_backend("reference", without_run_dir, {"host": "127.0.0.1"})
+    with pytest.raises(BackendError, match="run_dir must be a path string or null, got int"):
+        create_backend("reference", {**make_main_config(tmp_path), "run_dir": 3})
     with pytest.raises(BackendError, match="the reconnect handle must be a dict"):
         connect_backend("reference", make_main_config(tmp_path), "127.0.0.1:4000")
     with pytest.raises(BackendError, match="a reconnect handle needs host, port, token, protocol"):
