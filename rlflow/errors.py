@@ -66,6 +66,14 @@ class StageTimeout(StageError):
     """A stage call outlived its watchdog."""
 
 
+class RemoteCallFailed(StageError):
+    """A remote backend answered a call with an error (its engine failed or refused the call).
+
+    The backend is alive, so the runtime fails the stage rather than restarting the backend: a
+    restart would meet the same failure again.
+    """
+
+
 class ResourceError(RlflowError):
     """The cluster cannot hold the pipeline's resources (the shortfall is named)."""
 

@@ -8,9 +8,10 @@ a forwarder makes one call at a time). Design decisions:
   retries, at most ``retries`` times with doubling backoff. Retrying is safe for every method:
   the read-only ones are idempotent, and the server remembers the replies of the state-changing
   ones (``update_actor``, ``update_weights``) by call id, so a retry never applies them twice.
-- What the server *answers* is never retried: a refusal (token, protocol version, size) or a
-  failure inside the engine is raised at once as a ``BackendError`` naming the backend, the
-  address and the method, with the server's traceback tail.
+- What the server *answers* is never retried: a refusal (token, protocol version, size) is
+  raised at once as a ``BackendError`` subclass naming the backend, the address and the method;
+  a failure inside the engine as ``RemoteCallFailed`` (not a ``BackendError``: the backend is
+  alive, so the runtime fails the stage instead of restarting it), with the server's traceback tail.
 - Every byte through the socket is counted (hello frames and retries included), in total and
   per method; ``traffic()`` reports them and replies carry the running totals as metrics
   ``forwarder/bytes_sent`` and ``forwarder/bytes_received``.
@@ -28,7 +29,7 @@ from typing import Any
 
 from rlflow.backends.remote import wire
 from rlflow.batch import Batch
-from rlflow.errors import BackendError
+from rlflow.errors import BackendError, RemoteCallFailed
 
 HANDLE_KEYS = ("host", "port", "token", "protocol")
 
@@ -177,7 +178,7 @@ class BackendClient:
             f"{type(failure).__name__}: {failure} (is the backend process still running?)"
         ) from failure
 
-    def _answer_error(self, reply: dict[str, Any], method: str) -> BackendError:
+    def _answer_error(self, reply: dict[str, Any], method: str) -> BackendError | RemoteCallFailed:
         error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
         if reply.get("kind") != "error":
             return wire.MalformedFrame(f"{self._where(method)}: unexpected reply {reply.get('kind')!r}")
@@ -188,7 +189,7 @@ class BackendClient:
             "ProtocolMismatch": wire.ProtocolMismatch,
             "FrameTooLarge": wire.FrameTooLarge,
             "MalformedFrame": wire.MalformedFrame,
-        }.get(kind, BackendError)
+        }.get(kind, RemoteCallFailed)
         return cls(f"{self._where(method)}: the server answered {kind}: {message}{trace}")
 
     # -- accounting --------------------------------------------------------------------------

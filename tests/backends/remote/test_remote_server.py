@@ -13,6 +13,7 @@ from remote_helpers import TOKEN, handle_of
 from rlflow.backends.remote import wire
 from rlflow.backends.remote.client import BackendClient, check_handle
 from rlflow.batch import Batch
+from rlflow.errors import RemoteCallFailed
 
 
 def _batch(rows: int = 2) -> Batch:
@@ -110,13 +111,15 @@ def test_malformed_frames_are_answered_and_other_clients_unaffected(served):
 
 
 def test_unknown_method_and_bad_arguments_are_errors_that_keep_the_connection(served):
+    """Answered failures are ``RemoteCallFailed``, not ``BackendError``: the runtime must not restart a live backend."""
     client = _client(served)
-    with pytest.raises(wire.BackendError, match="unknown method 'train'; known: generate"):
+    with pytest.raises(RemoteCallFailed, match="unknown method 'train'; known: generate"):
         client.call("train")
-    with pytest.raises(wire.BackendError, match="argument 'global_steps' must be int"):
+    with pytest.raises(RemoteCallFailed, match="argument 'global_steps' must be int"):
         client.call("set_global_steps", {"global_steps": "3"})
-    with pytest.raises(wire.BackendError, match="update_actor.*KeyError"):
+    with pytest.raises(RemoteCallFailed, match="update_actor.*KeyError") as info:
         client.call("update_actor", {"params": {}}, _batch())  # the engine needs advantages
+    assert not isinstance(info.value, wire.BackendError)
     assert client.reconnects == 0 and client.call("ping")["protocol"] == wire.PROTOCOL_VERSION
 
 
