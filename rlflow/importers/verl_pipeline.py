@@ -171,7 +171,6 @@ class _Converter:
             self.cfg.is_set(n.verl) for n in VERL_NAMES if n.owner == "validate"
         )
         self.withs["reward_function"] = self._reward()
-        self.withs.setdefault("update_actor", {})
         stages = []
         for name, kind, resource in STEP:
             if (kind == "ref_log_prob" and not uses_kl) or (kind == "validate" and not validates):
@@ -185,8 +184,14 @@ class _Converter:
 
     def _reward(self) -> dict:
         """verl moves a legacy ``custom_reward_function`` with any value set over ``reward.custom_reward_function``."""
-        keys = [n.verl for n in VERL_NAMES if n.owner == "reward_function"]
-        self.consumed.update(keys)
+        self.consumed.update(n.verl for n in VERL_NAMES if n.owner == "reward_function")
+        for key in ("reward_model.enable", "reward.reward_model.enable"):
+            if self.cfg.get(key):
+                self._problem(
+                    key,
+                    "rlflow has no model-based reward",
+                    "score with a reward function, or a reward stage kind of your own (docs/pipeline_format.md#stages)",
+                )
         legacy = self.cfg.get("custom_reward_function") or {}
         section = "custom_reward_function" if any(v is not None for v in legacy.values()) else None
         section = section or "reward.custom_reward_function"
@@ -233,9 +238,9 @@ class _Converter:
     # ---- what did not carry over -------------------------------------------------------------
     def _list_dropped(self) -> None:
         for key, value in self.cfg.set_keys.items():
-            if key in self.consumed or any(key == c or key.startswith(c + ".") for c in self.consumed):
+            if key in self.consumed:
                 continue
-            name = next((n for n in VERL_NAMES if n.verl == key), None)
+            name = BY_VERL.get(key)
             if name is not None and name.place in ("project", "command"):
                 why = _elsewhere(name, value)
             elif name is not None:

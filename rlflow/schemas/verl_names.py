@@ -209,6 +209,7 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
         "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)",
     ),
     ("reward.reward_manager.", "rlflow scores row by row on the cpu pool, as verl's naive manager"),
+    ("reward_model.reward_manager", "rlflow scores row by row on the cpu pool, as verl's naive manager"),
     (
         "reward.custom_reward_function.reward_kwargs",
         "rlflow calls the function with verl's four keywords only; bind extra arguments in a wrapper function",

@@ -162,6 +162,14 @@ def test_unsupported_values_are_errors_naming_each_verl_key_at_once():
     )
 
 
+def test_a_model_based_reward_is_refused():
+    with pytest.raises(ConfigError) as info:
+        converted("reward.reward_model.enable=True")
+    assert str(info.value).startswith(
+        "reward.reward_model.enable: True (a command-line override): rlflow has no model-based reward"
+    )
+
+
 def test_a_value_jinja_would_read_is_refused():
     with pytest.raises(ConfigError) as info:
         converted("data.train_files='{{ root }}/a.parquet'")
