@@ -42,7 +42,6 @@ class VerlConfig:
 
     source: str  # the config as named on the command line
     values: dict  # resolved, plain containers
-    overrides: tuple[str, ...]  # as given
     set_keys: dict[str, Any]  # dotted leaf key -> resolved value: an override, or a value off verl's default
     override_keys: frozenset[str]  # dotted keys the overrides name
 
@@ -94,10 +93,9 @@ def read_verl_config(config: str, overrides: Sequence[str] = ()) -> VerlConfig:
     parsed = _parse_overrides(overrides)
     composed = _compose(path, list(overrides), parsed)
     values = _resolve(composed)
-    changed = _flatten(OmegaConf.to_container(composed, resolve=False))
-    default_leaves = _shipped_leaves()
+    leaves, default_leaves = _flatten(OmegaConf.to_container(composed, resolve=False)), _shipped_leaves()
     resolved = _flatten(values)
-    set_keys = {k: resolved.get(k) for k, v in changed.items() if default_leaves.get(k, _MISSING) != v}
+    set_keys = {k: resolved.get(k) for k, v in leaves.items() if default_leaves.get(k, _MISSING) != v}
     keys = set()
     for override in parsed:
         key = override.key_or_group
@@ -108,7 +106,7 @@ def read_verl_config(config: str, overrides: Sequence[str] = ()) -> VerlConfig:
             continue  # a config-group choice (data=legacy_data): the diff above shows what it changed
         keys.add(key)
         set_keys.update(_flatten(value, key))
-    return VerlConfig(config, values, tuple(overrides), dict(sorted(set_keys.items())), frozenset(keys))
+    return VerlConfig(config, values, dict(sorted(set_keys.items())), frozenset(keys))
 
 
 @functools.cache

@@ -285,10 +285,10 @@ def verl_key_hints(path: tuple, value: Any, limit: int = 12) -> list[tuple[tuple
     known = [leaf for leaf in leaves if ".".join(leaf) in BY_VERL or why_not(".".join(leaf))]
     if not known and path[0] not in _VERL_ONLY_SECTIONS:
         return None
-    hints = [(leaf, _leaf_hint(leaf)) for leaf in (known or leaves)]
+    hints = [(leaf, _leaf_hint(leaf)) for leaf in leaves]
     if len(hints) > limit:
         rest = len(hints) - limit
-        more = f"{rest} more verl key{'s' * (rest != 1)} under {'.'.join(path)}; `rlflow import-verl` converts a verl config"
+        more = f"{rest} more key{'s' * (rest != 1)} under {'.'.join(path)}; `rlflow import-verl` converts a verl config"
         hints = hints[:limit] + [(path, more)]
     return hints
 
@@ -298,7 +298,7 @@ def _leaf_hint(leaf: tuple) -> str:
     if key in BY_VERL:
         return BY_VERL[key].hint()
     why = why_not(key)
-    return f"verl's {key} has no rlflow counterpart" + (f": {why}" if why else "")
+    return f"verl's {key} has no rlflow counterpart: {why}" if why else f"rlflow has no counterpart of {key}"
 
 
 def _leaves(path: tuple, value: Any):

@@ -192,3 +192,36 @@ def test_a_bad_override_is_one_line_and_exit_2(tmp_path, overrides, expected):
     result = shell(f"{rlflow_cmd()} import-verl ppo_trainer {overrides}", tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith(expected) and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.slow  # Ray, torch and verl's reward in its child process: about a minute and a half
+def test_an_imported_config_trains_with_verls_own_reward(tmp_path):
+    """No custom reward: rows of verl's GSM8K data source score with verl's default_compute_score."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\nlogging: {sinks: [jsonl]}\n")
+    for split in ("train", "val"):
+        rows = pq.read_table(REPO / "rlflow" / "assets" / "data" / "arithmetic" / f"{split}.parquet").to_pylist()
+        rows = [{**row, "data_source": "openai/gsm8k"} for row in rows[:32]]  # answers after ####, as GSM8K's
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{split}.parquet")
+    model = REPO / "rlflow" / "assets" / "models" / "tiny-arith-warm"
+    imported = shell(
+        f"{rlflow_cmd()} import-verl ppo_trainer algorithm.adv_estimator=grpo "
+        "data.train_files=train.parquet data.val_files=val.parquet data.train_batch_size=4 "
+        f"data.max_prompt_length=64 data.max_response_length=16 actor_rollout_ref.model.path={model} "
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2 actor_rollout_ref.rollout.n=2 trainer.n_gpus_per_node=1 "
+        "trainer.total_training_steps=2 trainer.test_freq=2 trainer.project_name=gsm8k reward.num_workers=1 -o p.yaml",
+        tmp_path,
+    )
+    assert imported.returncode == 0, imported.stderr
+    run = shell(f"{rlflow_cmd()} run p.yaml --set resources.actor_pool.device=cpu", tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (run_dir,) = (tmp_path / "runs" / "gsm8k").iterdir()
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if "actor/pg_loss" in s] == [1, 2]
+    score = [s["val-core/openai/gsm8k/reward/mean@1"] for s in steps if "val-core/openai/gsm8k/reward/mean@1" in s]
+    assert "verl.utils.reward_score:default_compute_score" in (tmp_path / "p.yaml").read_text()
+    assert score and 0 < score[-1] <= 1, "verl's GSM8K scorer found the warm start's right answers (greedy)"

@@ -87,20 +87,28 @@ def test_a_pasted_verl_section_gets_one_hint_per_key():
     hints = dict(
         verl_key_hints(
             ("actor_rollout_ref",),
-            {"actor": {"optim": {"lr": 1e-6}, "fsdp_config": {"param_offload": True}}, "rollout": {"n": 5}},
+            {
+                "actor": {"optim": {"lr": 1e-6}, "fsdp_config": {"param_offload": True}, "made_up": 1},
+                "rollout": {"n": 5},
+            },
         )
     )
     assert hints[("actor_rollout_ref", "actor", "optim", "lr")].endswith("is rlflow's trainer.optim.lr")
     assert hints[("actor_rollout_ref", "rollout", "n")].endswith("is rlflow's algorithm.n")
     offload = hints[("actor_rollout_ref", "actor", "fsdp_config", "param_offload")]
     assert offload.startswith("verl's actor_rollout_ref.actor.fsdp_config.param_offload has no rlflow counterpart: ")
+    assert (
+        hints[("actor_rollout_ref", "actor", "made_up")]
+        == "rlflow has no counterpart of actor_rollout_ref.actor.made_up"
+    )
 
 
 def test_a_huge_paste_is_capped_and_points_at_import_verl():
     section = {"critic": {f"k{i}": i for i in range(30)}}
     hints = verl_key_hints(("critic",), section["critic"], limit=5)
     assert len(hints) == 6
-    assert hints[-1] == (("critic",), "25 more verl keys under critic; `rlflow import-verl` converts a verl config")
+    assert hints[0] == (("critic", "k0"), "verl's critic.k0 has no rlflow counterpart: GRPO has no critic")
+    assert hints[-1] == (("critic",), "25 more keys under critic; `rlflow import-verl` converts a verl config")
 
 
 def test_keys_that_are_not_verls_get_no_hint():
