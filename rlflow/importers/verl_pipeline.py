@@ -25,9 +25,7 @@ Design decisions:
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from rlflow.errors import ConfigError, Diagnostic
+from rlflow.importers.pipeline_yaml import no_template, render_pipeline
 from rlflow.importers.verl_config import VerlConfig
+from rlflow.importers.verl_values import SKIP, Unsupported, convert_value, show
 from rlflow.schemas.diagnostics import short_repr
 from rlflow.schemas.pipeline import NAME_PATTERN, Pipeline
 from rlflow.schemas.validation import clean_loc
@@ -45,7 +45,6 @@ from rlflow.stages import STAGE_KINDS
 VERL_DEFAULT_REWARD = "verl.utils.reward_score:default_compute_score"
 ACTOR_POOL, REWARD_POOL = "actor_pool", "reward_pool"
 POOLS = {"local": ACTOR_POOL, "cpu": REWARD_POOL}  # pool type -> its name in the pipeline
-SKIP = object()  # a converter's "this key gives no value": the next key of the same field is tried
 SINKS = {"console", "wandb", "tensorboard", "mlflow"}  # verl logger names rlflow.yaml logging.sinks takes
 # the step, in verl's order: (stage name, kind, resource)
 STEP = (
@@ -58,14 +57,6 @@ STEP = (
     ("sync_weights", "sync_weights", ACTOR_POOL),
     ("validate", "validate", ACTOR_POOL),
 )
-
-
-class Unsupported(Exception):
-    """A verl value rlflow cannot take: what is wrong and how to fix it."""
-
-    def __init__(self, message: str, fix: str = "") -> None:
-        super().__init__(message)
-        self.message, self.fix = message, fix
 
 
 @dataclass
@@ -92,7 +83,7 @@ class Conversion:
         head = [
             f"Imported from verl's {self.source} by `rlflow import-verl`; check it with `rlflow validate {check_with}`."
         ]
-        comments = [_no_template(line) for line in [*head, *self.listing()]]
+        comments = [no_template(line) for line in [*head, *self.listing()]]
         return "".join(f"# {line}\n" for line in comments) + render_pipeline(self.pipeline)
 
 
@@ -131,7 +122,7 @@ class _Converter:
             if not self.cfg.has(name.verl):
                 continue
             try:
-                value = CONVERTERS.get(name.verl, _plain)(self.cfg.get(name.verl), self)
+                value = convert_value(name.verl, self.cfg.get(name.verl), self)
             except Unsupported as exc:
                 self._problem(name.verl, exc.message, exc.fix)
                 return
@@ -158,6 +149,9 @@ class _Converter:
 
     def changed(self, line: str) -> None:
         self.out.changed.append(line)
+
+    def drop(self, line: str) -> None:
+        self.out.dropped.append(line)
 
     def _problem(self, key: str, message: str, fix: str = "") -> None:
         value = self.cfg.get(key)
@@ -247,7 +241,7 @@ class _Converter:
                 why = f"{name.hint()}, which this pipeline does not use"
             else:
                 why = why_not(key) or "rlflow has no such setting"
-            self.out.dropped.append(f"{key}: {_show(value)}: {why}")
+            self.drop(f"{key}: {show(value)}: {why}")
 
     # ---- the result must be a pipeline rlflow takes ------------------------------------------
     def _validate(self, pipeline: dict) -> None:
@@ -303,234 +297,6 @@ def _elsewhere(name: VerlName, value: Any) -> str:
     return f"use `{name.rlflow}`{note}"
 
 
-# ---- value converters: verl value -> rlflow value, SKIP, or Unsupported ------------------------------
-Converter = Callable[[Any, _Converter], Any]
-
-
-def _plain(value: Any, conv: _Converter) -> Any:
-    return SKIP if value is None else value
-
-
-def _nullable(value: Any, conv: _Converter) -> Any:
-    return value
-
-
-def _one_file(key: str) -> Converter:
-    def convert(value: Any, conv: _Converter) -> Any:
-        files = list(value) if isinstance(value, (list, tuple)) else [value]
-        files = [f for f in files if f]
-        if not files:
-            return SKIP
-        if len(files) > 1:
-            conv.out.dropped.append(
-                f"{key}: {_show(files[1:])}: rlflow reads one file per split and uses {files[0]} only; "
-                "merge the files into one (e.g. pyarrow.concat_tables) to train on all of them"
-            )
-        return str(files[0])
-
-    return convert
-
-
-def _filter_overlong(value: Any, conv: _Converter) -> Any:
-    if not value:
-        return SKIP
-    conv.changed("data.filter_overlong_prompts=True: data.truncation is drop (over-long prompts are left out, counted)")
-    return "drop"
-
-
-def _truncation(value: Any, conv: _Converter) -> Any:
-    if value in ("error", "left"):
-        return value
-    raise Unsupported(
-        "rlflow keeps a prompt's tail (left) or fails (error); it has no right or middle truncation",
-        "set data.truncation=left or error, or data.filter_overlong_prompts=True to leave such prompts out",
-    )
-
-
-def _all_samples(value: Any, conv: _Converter) -> Any:
-    return SKIP if value is None or value < 0 else value
-
-
-def _model_path(value: Any, conv: _Converter) -> Any:
-    text = str(value)
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not Path(text).exists():
-        conv.changed(
-            f"actor_rollout_ref.model.path={text}: a Hugging Face Hub id; rlflow loads a local directory: "
-            f"download it (huggingface-cli download {text} --local-dir DIR) and set model.path to DIR"
-        )
-    return text
-
-
-def _lookup(table: dict[str, str], what: str, fix: str) -> Converter:
-    def convert(value: Any, conv: _Converter) -> Any:
-        if value is None:
-            return SKIP
-        found = table.get(str(value).lower())
-        if found is None:
-            raise Unsupported(f"rlflow has no {what} {value!r}", fix)
-        return found
-
-    return convert
-
-
-def _global_size(key: str, per_worker: str) -> Converter:
-    def convert(value: Any, conv: _Converter) -> Any:
-        if value is None:
-            return SKIP
-        workers = conv.workers()
-        size = max(int(value) // workers, 1)
-        conv.changed(f"{key}={value}: verl's deprecated global size over {workers} workers: {per_worker} {size}")
-        return size
-
-    return convert
-
-
-def _warmup_steps(value: Any, conv: _Converter) -> Any:
-    if value is not None and value >= 0:
-        return value
-    ratio = conv.cfg.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio") or 0
-    if not ratio:
-        return 0
-    total = conv.cfg.get("trainer.total_training_steps")
-    if total:
-        steps = int(ratio * total)
-        conv.changed(f"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio={ratio}: lr_warmup_steps {steps}")
-        return steps
-    raise Unsupported(
-        "rlflow's warm-up is a number of steps and verl's ratio needs trainer.total_training_steps",
-        "set actor_rollout_ref.actor.optim.lr_warmup_steps, or trainer.total_training_steps",
-    )
-
-
-def _rollout(value: Any, conv: _Converter) -> Any:
-    if value in (None, "???"):
-        conv.changed("actor_rollout_ref.rollout.name is not set (verl requires it): the torch rollout")
-        return SKIP
-    if value in ("vllm", "hf"):
-        return value
-    raise Unsupported(
-        "rlflow's rollouts are torch, hf and vllm (docs/engines.md)", "set actor_rollout_ref.rollout.name=vllm"
-    )
-
-
-def _strategy(value: Any, conv: _Converter) -> Any:
-    if value in ("fsdp", "fsdp2"):
-        return "torch"
-    raise Unsupported(
-        "rlflow's actor engines are torch (for verl's fsdp/fsdp2) and deepspeed (docs/engines.md)",
-        "set actor_rollout_ref.actor.strategy=fsdp",
-    )
-
-
-def _estimator(value: Any, conv: _Converter) -> Any:
-    if value == "grpo":
-        return value
-    default = " (verl's default: PPO with a critic)" if value == "gae" else ""
-    raise Unsupported(f"rlflow trains GRPO only{default}", "set algorithm.adv_estimator=grpo")
-
-
-def _device(value: Any, conv: _Converter) -> Any:
-    if value in ("cuda", "gpu"):
-        return "gpu"
-    if value == "cpu":
-        return "cpu"
-    raise Unsupported("rlflow's local pools run on CUDA GPUs or the CPU", "set trainer.device=cuda")
-
-
-def _project_name(value: Any, conv: _Converter) -> Any:
-    return SKIP if not value else str(value)
-
-
-CONVERTERS: dict[str, Converter] = {
-    "data.train_files": _one_file("data.train_files"),
-    "data.val_files": _one_file("data.val_files"),
-    "data.filter_overlong_prompts": _filter_overlong,
-    "data.truncation": _truncation,
-    "data.train_max_samples": _all_samples,
-    "data.val_max_samples": _all_samples,
-    "actor_rollout_ref.model.path": _model_path,
-    "actor_rollout_ref.actor.fsdp_config.model_dtype": _lookup(
-        {
-            "fp32": "float32",
-            "float32": "float32",
-            "bf16": "bfloat16",
-            "bfloat16": "bfloat16",
-            "fp16": "float16",
-            "float16": "float16",
-        },
-        "model dtype",
-        "set actor_rollout_ref.actor.fsdp_config.model_dtype to fp32, bf16 or fp16",
-    ),
-    **{
-        key: _global_size(key, per_worker)
-        for key, per_worker in (
-            ("actor_rollout_ref.actor.ppo_micro_batch_size", "trainer.ppo_micro_batch_size_per_gpu"),
-            ("actor_rollout_ref.rollout.log_prob_micro_batch_size", "trainer.log_prob_micro_batch_size_per_gpu"),
-            ("actor_rollout_ref.ref.log_prob_micro_batch_size", "the ref_log_prob stage's micro_batch_size"),
-        )
-    },
-    "actor_rollout_ref.actor.optim.optimizer": _lookup(
-        {"adamw": "adamw", "adam": "adam", "sgd": "sgd"},
-        "optimizer",
-        "set actor_rollout_ref.actor.optim.optimizer to AdamW, Adam or SGD",
-    ),
-    "actor_rollout_ref.actor.optim.lr_warmup_steps": _warmup_steps,
-    "actor_rollout_ref.actor.optim.lr_scheduler_type": _lookup(
-        {"constant": "constant", "cosine": "cosine"}, "lr scheduler", "set lr_scheduler_type to constant or cosine"
-    ),
-    "actor_rollout_ref.actor.optim.warmup_style": _lookup(
-        {"constant": "constant", "cosine": "cosine"}, "lr scheduler", "set lr_scheduler_type to constant or cosine"
-    ),
-    "actor_rollout_ref.actor.clip_ratio_low": _nullable,
-    "actor_rollout_ref.actor.clip_ratio_high": _nullable,
-    "actor_rollout_ref.actor.strategy": _strategy,
-    "actor_rollout_ref.rollout.name": _rollout,
-    "algorithm.adv_estimator": _estimator,
-    "trainer.device": _device,
-    "trainer.project_name": _project_name,
-}
-
-
-# ---- rendering ----------------------------------------------------------------------------------------
-def render_pipeline(pipeline: dict) -> str:
-    """YAML in the house style: sections as blocks, each resource and each stage on one line."""
-    import yaml
-
-    parts = []
-    for key, value in _ordered(Pipeline, pipeline).items():
-        if key == "stages":
-            parts.append("stages:\n" + "".join(f"  - {_flow(stage)}\n" for stage in value))
-        elif key == "resources":
-            parts.append("resources:\n" + "".join(f"  {name}: {_flow(pool)}\n" for name, pool in value.items()))
-        else:
-            parts.append(yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=False, width=120))
-    return "".join(parts)
-
-
-def _flow(value: Any) -> str:
-    import yaml
-
-    text = yaml.safe_dump(value, sort_keys=False, default_flow_style=True, width=10**6).strip()
-    # PyYAML writes YAML 1.1 and quotes the key `on`; rlflow reads YAML 1.2, where it is a plain string
-    return text.replace("'on': ", "on: ")
-
-
-def _ordered(model: type[BaseModel], data: dict) -> dict:
-    """``data`` with its keys in the order ``model`` declares its fields (nested models likewise)."""
-    fields = list(model.model_fields)
-    out = {}
-    for key in sorted(data, key=lambda k: fields.index(k) if k in fields else len(fields)):
-        value, info = data[key], model.model_fields.get(key)
-        kind = info.annotation if info is not None else None
-        nested = isinstance(kind, type) and issubclass(kind, BaseModel) and isinstance(value, dict)
-        out[key] = _ordered(kind, value) if nested else value
-    return out
-
-
-def _show(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def _strings(value: Any, path: str = ""):
     if isinstance(value, dict):
         for key, child in value.items():
@@ -542,8 +308,3 @@ def _strings(value: Any, path: str = ""):
             )
     elif isinstance(value, str):
         yield path, value
-
-
-def _no_template(line: str) -> str:
-    """A comment line with Jinja2's delimiters broken up (the file is rendered as a template)."""
-    return re.sub(r"\{([{%#])", r"{ \1", line)
