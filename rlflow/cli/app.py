@@ -10,7 +10,7 @@ import importlib
 
 import typer
 
-COMMAND_MODULES = ("init", "validate", "schema", "graph", "run", "plot", "backend")
+COMMAND_MODULES = ("init", "validate", "schema", "graph", "run", "plot", "backend", "import_verl")
 
 app = typer.Typer(
     name="rlflow",

@@ -19,6 +19,7 @@ from pathlib import Path
 import typer
 
 from rlflow.cli.extras import PLOT_MODULES, require_train
+from rlflow.cli.positional_overrides import EXTRA_ARGUMENTS, reject_extra_arguments
 from rlflow.errors import RlflowError
 
 FORMATS = ("text", "mermaid", "dot", "json")
@@ -27,6 +28,7 @@ DEFAULT_TIMELINE_PICTURE = Path("timeline.svg")
 
 
 def graph(
+    ctx: typer.Context,
     pipeline: Path | None = typer.Argument(None, help="Pipeline file (YAML, a Jinja2 template)."),
     set_: list[str] | None = typer.Option(
         None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."
@@ -41,6 +43,7 @@ def graph(
     ),
 ) -> None:
     """Show a pipeline's compiled step (stages in order, resources, data), or a run's timeline."""
+    reject_extra_arguments(ctx, [pipeline] if pipeline is not None else [])
     if fmt not in FORMATS:
         raise typer.BadParameter(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}", param_hint="--format")
     if (pipeline is None) == (timeline is None):
@@ -115,4 +118,4 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("graph")(graph)
+    app.command("graph", context_settings=EXTRA_ARGUMENTS)(graph)

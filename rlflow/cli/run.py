@@ -11,9 +11,11 @@ from pathlib import Path
 import typer
 
 from rlflow.cli.extras import require_train
+from rlflow.cli.positional_overrides import EXTRA_ARGUMENTS, reject_extra_arguments
 
 
 def run(
+    ctx: typer.Context,
     pipeline: Path = typer.Argument(..., help="Pipeline file (YAML, a Jinja2 template)."),
     set_: list[str] | None = typer.Option(
         None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."
@@ -24,6 +26,7 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the runtime does."),
 ) -> None:
     """Train: run the pipeline's GRPO steps on Ray (an embedded local Ray unless rlflow.yaml names a cluster)."""
+    reject_extra_arguments(ctx, [pipeline])
     require_train("run")
     from rlflow.check import load_pipeline
     from rlflow.schemas.project import load_project_config
@@ -55,4 +58,4 @@ def run(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(run)
+    app.command("run", context_settings=EXTRA_ARGUMENTS)(run)

@@ -42,8 +42,11 @@ def validate(
     ),
 ) -> None:
     """Check pipeline files: YAML, templates, schema, the rules of a GRPO step and that the data and model exist."""
+    from rlflow.cli.positional_overrides import print_override_error
     from rlflow.cli.validate_files import check_files, report
 
+    if print_override_error(pipelines):
+        raise typer.Exit(2)
     code = report(check_files(pipelines, set_ or (), check_paths=check_paths, verl=verl), as_json)
     if code:
         raise typer.Exit(code)

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlflow.cli.positional_overrides import print_override_error
+
 
 def check_files(
     pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: bool = True, verl: bool = False
@@ -100,7 +102,8 @@ def report(results: list[dict], as_json: bool) -> int:
 def fast_path(argv: Sequence[str]) -> int | None:
     """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--json``,
     ``--no-check-paths``, ``--verl``) and return its exit code; None for anything else (``--help``, an
-    unknown option, no file), which the full CLI then handles and explains."""
+    unknown option, no file), which the full CLI then handles and explains. A Hydra-style
+    ``key=value`` in place of a file is answered with the ``--set`` to write (exit 2)."""
     if not argv or argv[0] != "validate" or any(a in ("-h", "--help") for a in argv[1:]):
         return None
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
@@ -115,6 +118,8 @@ def fast_path(argv: Sequence[str]) -> int | None:
         return None
     if unknown or not args.pipelines:
         return None
+    if print_override_error(args.pipelines):
+        return 2
     return report(check_files(args.pipelines, args.sets, check_paths=args.check_paths, verl=args.verl), args.as_json)
 
 

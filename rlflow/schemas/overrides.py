@@ -11,6 +11,9 @@ Design decisions:
   are checked against that stage kind's config model, which the caller looks up
   (``config_model_of``: this layer knows no stage kinds). A list index must exist.
 - Problems are positioned in the pipeline file, at the deepest part of the path it holds.
+- verl's habits get rlflow's answer: a verl key (``--set actor_rollout_ref.actor.optim.lr=1e-5``)
+  is told rlflow's name and the ``--set`` to write (``rlflow.schemas.verl_names``), and Hydra's
+  ``+``/``++``/``~`` prefixes are told that ``--set`` needs none.
 - A value that is applied but then fails validation or a check is still reported at its place
   in the file, and named as the ``--set`` it came from (``mark_set_origins``), so nobody
   searches the file for a value that is not in it.
@@ -24,6 +27,7 @@ from typing import Any
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
 from rlflow.schemas.validation import known_keys, walk
+from rlflow.schemas.verl_names import lookup
 from rlflow.schemas.yaml_loader import Positions, parse_yaml
 
 
@@ -45,6 +49,10 @@ def parse_settings(sets: list[str] | tuple[str, ...], file: str) -> tuple[list[S
     for text in sets:
         name, eq, raw = text.partition("=")
         name = name.strip()
+        if name.startswith(("+", "~")):
+            message, fix = _hydra_prefix(name, raw)
+            problems.append(Diagnostic(file, 1, 1, "", f"--set {text!r}: {message}", fix))
+            continue
         if not eq or not name:
             problems.append(
                 Diagnostic(
@@ -63,6 +71,18 @@ def parse_settings(sets: list[str] | tuple[str, ...], file: str) -> tuple[list[S
             continue
         settings.append(Setting(text, path, _read_value(raw)))
     return settings, problems
+
+
+def _hydra_prefix(name: str, raw: str) -> tuple[str, str]:
+    """(problem, fix) for a Hydra override prefix: ``+key=v``, ``++key=v`` (add) or ``~key`` (delete)."""
+    bare = name.lstrip("+~")
+    if name.startswith("~"):
+        return "Hydra's '~' deletes a key, which --set cannot", f"set {bare} to the value you want, or edit the file"
+    prefix = name[: len(name) - len(name.lstrip("+"))]
+    return (
+        f"Hydra's {prefix!r} prefix",
+        f"--set needs none: --set {bare}={raw} sets the field whether or not the file has it",
+    )
 
 
 def _read_value(raw: str) -> Any:
@@ -86,7 +106,7 @@ def apply_overrides(
     """Apply ``settings`` (paths) to ``data`` in place; a diagnostic for each path the schema rejects."""
     problems = []
     for setting in settings:
-        problem = _check_path(data, setting.path, root, config_model_of)
+        problem = _check_path(data, setting, root, config_model_of)
         if problem is None:
             problem = _assign(data, setting.path, setting.value)
         if problem is not None:
@@ -109,8 +129,9 @@ def mark_set_origins(diagnostics: list[Diagnostic], settings: list[Setting]) -> 
     return out
 
 
-def _check_path(data: dict, path: tuple, root: Any, config_model_of: ConfigModelOf) -> tuple[int, str, str] | None:
-    """None when ``path`` is allowed, else (depth reached, message, fix)."""
+def _check_path(data: dict, setting: Setting, root: Any, config_model_of: ConfigModelOf) -> tuple[int, str, str] | None:
+    """None when the setting's path is allowed, else (depth reached, message, fix)."""
+    path = setting.path
     for depth in range(1, len(path) + 1):
         parent, key = path[: depth - 1], path[depth - 1]
         node = _get(data, parent)
@@ -121,13 +142,24 @@ def _check_path(data: dict, path: tuple, root: Any, config_model_of: ConfigModel
             if not known:
                 fix = f"set it whole: --set {'.'.join(map(str, parent))}=..."
                 return depth - 1, f"{format_path(parent)} is a single value, not a mapping", fix
-            return depth - 1, f"unknown key {key!r}", suggestion(key, known) or f"known keys: {', '.join(known)}"
+            fix = _verl_fix(data, setting) or suggestion(key, known) or f"known keys: {', '.join(known)}"
+            return depth - 1, f"unknown key {key!r}", fix
         if isinstance(key, int) and not (isinstance(node, list) and key < len(node)):
             size = len(node) if isinstance(node, list) else 0
             return depth - 1, f"index {key} is out of range ({format_path(parent)} has {size} items)", ""
         if _is_stage_with(path, depth):
             return _check_stage_with(data, path, config_model_of)
     return None
+
+
+def _verl_fix(data: dict, setting: Setting) -> str:
+    """rlflow's name for a verl key, with the ``--set`` to write where there is one; '' for other keys."""
+    name = lookup(setting.path)
+    if name is None:
+        return ""
+    target = None if name.global_size else name.pipeline_path(data)
+    value = setting.text.partition("=")[2]
+    return name.hint() + (f"; write --set {target}={value}" if target else "")
 
 
 def _is_stage_with(path: tuple, depth: int) -> bool:

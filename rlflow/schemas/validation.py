@@ -12,6 +12,9 @@ Design decisions:
 - pydantic inserts union tags into ``loc`` (``resources.a.local.gpus_per_node``); a step of
   ``loc`` that is not a key of the data at that point (and is not the last step) is such a
   tag and is dropped.
+- An unknown key that is verl's (``data.train_files``, a pasted ``actor_rollout_ref:`` section)
+  is answered with rlflow's name for it (``rlflow.schemas.verl_names``) instead of a did-you-mean,
+  one diagnostic per verl key, each at its own line.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, short_repr, suggestion
+from rlflow.schemas.verl_names import verl_key_hints
 from rlflow.schemas.yaml_loader import Positions
 
 _TYPE_NAMES = {
@@ -145,12 +149,22 @@ def validation_diagnostics(
     out = []
     for err in exc.errors():
         loc = clean_loc(tuple(err["loc"]), data)
+        if err["type"] == "extra_forbidden":
+            hints = verl_key_hints(prefix + loc, err.get("input"))
+            if hints:
+                out += [_at(positions, file, where, f"unknown key {where[-1]!r}", hint) for where, hint in hints]
+                continue
         path, message, fix, at = _describe(err, loc, root, data)
         # a missing key has no spot of its own: point at the key that holds the mapping
         where = (prefix + path[:-1], "key") if at == "parent" else (prefix + path, at)
         line, col = positions.locate(*where)
         out.append(Diagnostic(file, line, col, format_path(prefix + path), message, fix))
     return out
+
+
+def _at(positions: Positions, file: str, path: tuple, message: str, fix: str) -> Diagnostic:
+    line, col = positions.locate(path, "key")
+    return Diagnostic(file, line, col, format_path(path), message, fix)
 
 
 def _describe(err: dict, loc: tuple, root: Any, data: Any) -> tuple[tuple, str, str, str]:

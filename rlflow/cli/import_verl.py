@@ -1,0 +1,50 @@
+"""``rlflow import-verl CONFIG [OVERRIDES...] [-o FILE]``: a verl GRPO config as an rlflow pipeline.
+
+    rlflow import-verl ppo_trainer algorithm.adv_estimator=grpo data.train_files=... -o gsm8k.yaml
+
+CONFIG is a verl config file (``ppo_trainer.yaml`` style, Hydra ``defaults:`` included) or the
+name of one verl ships; the overrides are passed exactly as verl's example scripts pass them.
+The pipeline goes to stdout (or ``-o FILE``); what did not carry over, and what changed meaning,
+goes to stderr and to comments at the top of the pipeline. A thin shell over
+``rlflow.importers``; Hydra is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlflow.cli.extras import require_train
+
+VERL_MODULES = ("verl", "hydra", "omegaconf")
+
+
+def import_verl(
+    config: str = typer.Argument(
+        ..., help="A verl config file (ppo_trainer.yaml style), or the name of one verl ships: ppo_trainer."
+    ),
+    overrides: list[str] | None = typer.Argument(
+        None, help="Hydra overrides as verl's scripts pass them: key=value, +key=value, ~key.", show_default=False
+    ),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the pipeline here instead of stdout."),
+) -> None:
+    """Convert a verl GRPO config (and its Hydra overrides) into an rlflow pipeline."""
+    require_train("import-verl", VERL_MODULES)
+    from rlflow.importers.verl_config import read_verl_config
+    from rlflow.importers.verl_pipeline import convert
+
+    conversion = convert(read_verl_config(config, overrides or ()))
+    text = conversion.render(str(output) if output is not None else "FILE")
+    for line in conversion.listing():
+        typer.echo(line, err=True)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+    typer.echo(f"wrote {output}; check it with `rlflow validate {output}`", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import-verl")(import_verl)

@@ -1,0 +1,235 @@
+"""verl values as rlflow values: one converter per verl key whose value needs more than copying.
+
+A converter takes the verl value and a ``Context`` (the composed config, and where to note a
+change of meaning or a dropped value) and returns the rlflow value, ``SKIP`` (this key gives no
+value, so the next verl key of the same rlflow field is tried: a ``null`` per-GPU size falls back
+to the deprecated global one), or raises ``Unsupported`` with what is wrong and how to fix it.
+Keys without a converter are copied, ``null`` meaning "no value".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlflow.importers.verl_config import VerlConfig
+
+SKIP = object()  # "this key gives no value": the next key of the same rlflow field is tried
+
+
+class Unsupported(Exception):
+    """A verl value rlflow cannot take: what is wrong and how to fix it."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.message, self.fix = message, fix
+
+
+class Context(Protocol):
+    """What a converter may look at and report to."""
+
+    cfg: VerlConfig
+
+    def changed(self, line: str) -> None: ...  # a conversion whose meaning shifts
+    def drop(self, line: str) -> None: ...  # a value that does not carry over
+    def workers(self) -> int: ...  # the data-parallel size: n_gpus_per_node x nnodes
+
+
+Converter = Callable[[Any, Context], Any]
+
+
+def convert_value(key: str, value: Any, ctx: Context) -> Any:
+    """verl's ``key`` = ``value`` as rlflow's value, ``SKIP``, or ``Unsupported``."""
+    return CONVERTERS.get(key, _plain)(value, ctx)
+
+
+def show(value: Any) -> str:
+    """A value as a listing line shows it: text as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _plain(value: Any, conv: Context) -> Any:
+    return SKIP if value is None else value
+
+
+def _nullable(value: Any, conv: Context) -> Any:
+    return value
+
+
+def _one_file(key: str) -> Converter:
+    def convert(value: Any, conv: Context) -> Any:
+        files = list(value) if isinstance(value, (list, tuple)) else [value]
+        files = [f for f in files if f]
+        if not files:
+            return SKIP
+        if len(files) > 1:
+            conv.drop(
+                f"{key}: {show(files[1:])}: rlflow reads one file per split and uses {files[0]} only; "
+                "merge the files into one (e.g. pyarrow.concat_tables) to train on all of them"
+            )
+        return str(files[0])
+
+    return convert
+
+
+def _filter_overlong(value: Any, conv: Context) -> Any:
+    if not value:
+        return SKIP
+    conv.changed("data.filter_overlong_prompts=True: data.truncation is drop (over-long prompts are left out, counted)")
+    return "drop"
+
+
+def _truncation(value: Any, conv: Context) -> Any:
+    if value in ("error", "left"):
+        return value
+    raise Unsupported(
+        "rlflow keeps a prompt's tail (left) or fails (error); it has no right or middle truncation",
+        "set data.truncation=left or error, or data.filter_overlong_prompts=True to leave such prompts out",
+    )
+
+
+def _all_samples(value: Any, conv: Context) -> Any:
+    return SKIP if value is None or value < 0 else value
+
+
+def _model_path(value: Any, conv: Context) -> Any:
+    text = str(value)
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not Path(text).exists():
+        conv.changed(
+            f"actor_rollout_ref.model.path={text}: a Hugging Face Hub id; rlflow loads a local directory: "
+            f"download it (huggingface-cli download {text} --local-dir DIR) and set model.path to DIR"
+        )
+    return text
+
+
+def _lookup(table: dict[str, str], what: str, fix: str) -> Converter:
+    def convert(value: Any, conv: Context) -> Any:
+        if value is None:
+            return SKIP
+        found = table.get(str(value).lower())
+        if found is None:
+            raise Unsupported(f"rlflow has no {what} {value!r}", fix)
+        return found
+
+    return convert
+
+
+def _global_size(key: str, per_worker: str) -> Converter:
+    def convert(value: Any, conv: Context) -> Any:
+        if value is None:
+            return SKIP
+        workers = conv.workers()
+        size = max(int(value) // workers, 1)
+        conv.changed(f"{key}={value}: verl's deprecated global size over {workers} workers: {per_worker} {size}")
+        return size
+
+    return convert
+
+
+def _warmup_steps(value: Any, conv: Context) -> Any:
+    if value is not None and value >= 0:
+        return value
+    ratio = conv.cfg.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio") or 0
+    if not ratio:
+        return 0
+    total = conv.cfg.get("trainer.total_training_steps")
+    if total:
+        steps = int(ratio * total)
+        conv.changed(f"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio={ratio}: lr_warmup_steps {steps}")
+        return steps
+    raise Unsupported(
+        "rlflow's warm-up is a number of steps and verl's ratio needs trainer.total_training_steps",
+        "set actor_rollout_ref.actor.optim.lr_warmup_steps, or trainer.total_training_steps",
+    )
+
+
+def _rollout(value: Any, conv: Context) -> Any:
+    if value in (None, "???"):
+        conv.changed("actor_rollout_ref.rollout.name is not set (verl requires it): the torch rollout")
+        return SKIP
+    if value in ("vllm", "hf"):
+        return value
+    raise Unsupported(
+        "rlflow's rollouts are torch, hf and vllm (docs/engines.md)", "set actor_rollout_ref.rollout.name=vllm"
+    )
+
+
+def _strategy(value: Any, conv: Context) -> Any:
+    if value in ("fsdp", "fsdp2"):
+        return "torch"
+    raise Unsupported(
+        "rlflow's actor engines are torch (for verl's fsdp/fsdp2) and deepspeed (docs/engines.md)",
+        "set actor_rollout_ref.actor.strategy=fsdp",
+    )
+
+
+def _estimator(value: Any, conv: Context) -> Any:
+    if value == "grpo":
+        return value
+    default = " (verl's default: PPO with a critic)" if value == "gae" else ""
+    raise Unsupported(f"rlflow trains GRPO only{default}", "set algorithm.adv_estimator=grpo")
+
+
+def _device(value: Any, conv: Context) -> Any:
+    if value in ("cuda", "gpu"):
+        return "gpu"
+    if value == "cpu":
+        return "cpu"
+    raise Unsupported("rlflow's local pools run on CUDA GPUs or the CPU", "set trainer.device=cuda")
+
+
+def _project_name(value: Any, conv: Context) -> Any:
+    return SKIP if not value else str(value)
+
+
+CONVERTERS: dict[str, Converter] = {
+    "data.train_files": _one_file("data.train_files"),
+    "data.val_files": _one_file("data.val_files"),
+    "data.filter_overlong_prompts": _filter_overlong,
+    "data.truncation": _truncation,
+    "data.train_max_samples": _all_samples,
+    "data.val_max_samples": _all_samples,
+    "actor_rollout_ref.model.path": _model_path,
+    "actor_rollout_ref.actor.fsdp_config.model_dtype": _lookup(
+        {
+            "fp32": "float32",
+            "float32": "float32",
+            "bf16": "bfloat16",
+            "bfloat16": "bfloat16",
+            "fp16": "float16",
+            "float16": "float16",
+        },
+        "model dtype",
+        "set actor_rollout_ref.actor.fsdp_config.model_dtype to fp32, bf16 or fp16",
+    ),
+    **{
+        key: _global_size(key, per_worker)
+        for key, per_worker in (
+            ("actor_rollout_ref.actor.ppo_micro_batch_size", "trainer.ppo_micro_batch_size_per_gpu"),
+            ("actor_rollout_ref.rollout.log_prob_micro_batch_size", "trainer.log_prob_micro_batch_size_per_gpu"),
+            ("actor_rollout_ref.ref.log_prob_micro_batch_size", "the ref_log_prob stage's micro_batch_size"),
+        )
+    },
+    "actor_rollout_ref.actor.optim.optimizer": _lookup(
+        {"adamw": "adamw", "adam": "adam", "sgd": "sgd"},
+        "optimizer",
+        "set actor_rollout_ref.actor.optim.optimizer to AdamW, Adam or SGD",
+    ),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": _warmup_steps,
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": _lookup(
+        {"constant": "constant", "cosine": "cosine"}, "lr scheduler", "set lr_scheduler_type to constant or cosine"
+    ),
+    "actor_rollout_ref.actor.optim.warmup_style": _lookup(
+        {"constant": "constant", "cosine": "cosine"}, "lr scheduler", "set lr_scheduler_type to constant or cosine"
+    ),
+    "actor_rollout_ref.actor.clip_ratio_low": _nullable,
+    "actor_rollout_ref.actor.clip_ratio_high": _nullable,
+    "actor_rollout_ref.actor.strategy": _strategy,
+    "actor_rollout_ref.rollout.name": _rollout,
+    "algorithm.adv_estimator": _estimator,
+    "trainer.device": _device,
+    "trainer.project_name": _project_name,
+}

@@ -1,0 +1,309 @@
+"""verl's config keys and where each lives in rlflow: one table for ``rlflow import-verl`` and for errors.
+
+A verl user writes verl's names out of habit: ``actor_rollout_ref.actor.optim.lr`` in a pipeline
+file, ``--set data.train_files=...``, ``trainer.ppo_micro_batch_size``. The validator answers such
+an unknown key with the rlflow field it maps to ("verl's actor_rollout_ref.actor.optim.lr is
+rlflow's trainer.optim.lr"), and ``rlflow import-verl`` converts a verl config with the same
+table, so the two can never disagree. docs/verl.md shows the table (a test keeps them equal).
+
+Design decisions:
+- A ``VerlName`` says where rlflow keeps a verl knob: a pipeline field (``trainer.optim.lr``),
+  a key of a stage's ``with:`` (``temperature`` of the ``generate`` stage), a key of a pool
+  (``gpus_per_node`` of the ``local`` pool), a key of rlflow.yaml, or a command-line option.
+  Several verl keys may land on one rlflow field (verl's deprecated names); the table lists the
+  current name first, which is also the order ``import-verl`` prefers.
+- verl's deprecated global batch sizes (``ppo_micro_batch_size``, ``log_prob_micro_batch_size``)
+  are marked ``global_size``: verl divides them by the data-parallel size, rlflow's are per worker.
+- ``WITHOUT_COUNTERPART`` says, by key prefix, why a verl knob has no rlflow counterpart and what
+  to do instead; anything else verl has and rlflow does not gets a generic line.
+- Pure data and string handling: no torch, Ray, verl or omegaconf (the schemas layer imports it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Place = Literal["field", "stage", "pool", "project", "command"]
+
+ACTOR = "actor_rollout_ref.actor"
+ROLLOUT = "actor_rollout_ref.rollout"
+OPTIM = "actor_rollout_ref.actor.optim"
+
+
+@dataclass(frozen=True)
+class VerlName:
+    """One verl key and rlflow's counterpart.
+
+    ``rlflow`` is a dotted pipeline path (place ``field``), a key under the ``with:`` of the stage
+    kind ``owner`` (``stage``), a key of the pool of type ``owner`` (``pool``), a key of rlflow.yaml
+    (``project``) or a command line (``command``).
+    """
+
+    verl: str
+    rlflow: str
+    place: Place = "field"
+    owner: str = ""
+    note: str = ""
+    global_size: bool = False
+
+    @property
+    def where(self) -> str:
+        """rlflow's name in words: ``trainer.optim.lr``, ``with.temperature of the generate stage``, ..."""
+        if self.place == "stage":
+            return f"with.{self.rlflow} of the {self.owner} stage"
+        if self.place == "pool":
+            return f"{self.rlflow} of the {self.owner} pool (resources)"
+        if self.place == "project":
+            return f"{self.rlflow} in rlflow.yaml"
+        if self.place == "command":
+            return f"`{self.rlflow}`"
+        return self.rlflow
+
+    def hint(self) -> str:
+        """The sentence an error shows: ``verl's X is rlflow's Y`` (with how they differ, when they do)."""
+        if self.global_size:
+            leaf = self.verl.rpartition(".")[2]
+            return (
+                f"verl's {leaf} is a deprecated global size; rlflow's {self.where} is per worker: "
+                "verl's global size divided by the number of workers"
+            )
+        return f"verl's {self.verl} is rlflow's {self.where}" + (f"; {self.note}" if self.note else "")
+
+    def pipeline_path(self, data: Any = None) -> str | None:
+        """The dotted path ``--set`` takes for this knob in the pipeline ``data``; None when it is not a
+        pipeline field or ``data`` has no stage or pool to hold it."""
+        if self.place == "field":
+            return self.rlflow
+        if self.place == "stage" and isinstance(data, Mapping) and isinstance(data.get("stages"), list):
+            for i, stage in enumerate(data["stages"]):
+                if isinstance(stage, Mapping) and stage.get("uses") == self.owner:
+                    return f"stages.{i}.with.{self.rlflow}"
+        if self.place == "pool" and isinstance(data, Mapping) and isinstance(data.get("resources"), Mapping):
+            for name, pool in data["resources"].items():
+                if isinstance(pool, Mapping) and pool.get("type") == self.owner:
+                    return f"resources.{name}.{self.rlflow}"
+        return None
+
+
+def _same(section: str, keys: str, rlflow_section: str, place: Place = "field", owner: str = "") -> list[VerlName]:
+    """verl ``section.k`` -> rlflow ``rlflow_section.k`` for each k of ``keys`` (same name both sides)."""
+    prefix = f"{rlflow_section}." if rlflow_section else ""
+    return [VerlName(f"{section}.{k}", f"{prefix}{k}", place, owner) for k in keys.split()]
+
+
+VERL_NAMES: tuple[VerlName, ...] = (
+    # data
+    VerlName("data.train_files", "data.train", note="one file: verl takes a list"),
+    VerlName("data.val_files", "data.val", note="one file: verl takes a list"),
+    *_same("data", "max_prompt_length max_response_length", "data"),
+    VerlName("data.filter_overlong_prompts", "data.truncation", note="true is truncation: drop"),
+    VerlName("data.truncation", "data.truncation", note="error and left; verl's right and middle have no counterpart"),
+    VerlName("data.shuffle", "data.shuffle"),
+    VerlName("data.seed", "trainer.seed", note="rlflow's one seed also seeds sampling"),
+    VerlName("data.train_max_samples", "data.max_train_samples", note="-1 (all) is null"),
+    VerlName("data.val_max_samples", "data.max_val_samples", note="-1 (all) is null"),
+    VerlName("data.train_batch_size", "trainer.train_batch_size"),
+    # model
+    VerlName("actor_rollout_ref.model.path", "model.path", note="a local directory: rlflow downloads nothing"),
+    VerlName("actor_rollout_ref.model.tokenizer_path", "model.tokenizer"),
+    VerlName("actor_rollout_ref.model.enable_gradient_checkpointing", "model.gradient_checkpointing"),
+    VerlName(f"{ACTOR}.fsdp_config.model_dtype", "model.dtype", note="fp32, bf16, fp16 are float32, bfloat16, float16"),
+    # actor: batch sizes, update, loss
+    VerlName(f"{ACTOR}.ppo_mini_batch_size", "trainer.ppo_mini_batch_size"),
+    VerlName(f"{ACTOR}.ppo_micro_batch_size_per_gpu", "trainer.ppo_micro_batch_size_per_gpu"),
+    VerlName(f"{ACTOR}.ppo_micro_batch_size", "trainer.ppo_micro_batch_size_per_gpu", global_size=True),
+    VerlName(f"{ACTOR}.ppo_epochs", "trainer.ppo_epochs"),
+    VerlName(f"{OPTIM}.clip_grad", "trainer.grad_clip"),
+    VerlName(f"{ACTOR}.grad_clip", "trainer.grad_clip"),
+    VerlName(f"{OPTIM}.optimizer", "trainer.optim.name", note="AdamW, Adam, SGD are adamw, adam, sgd"),
+    *_same(OPTIM, "lr weight_decay betas", "trainer.optim"),
+    VerlName(f"{OPTIM}.lr_warmup_steps", "trainer.optim.lr_warmup_steps", note="-1 with no warm-up ratio is 0"),
+    VerlName(f"{OPTIM}.lr_scheduler_type", "trainer.optim.lr_scheduler", note="constant or cosine"),
+    VerlName(f"{OPTIM}.warmup_style", "trainer.optim.lr_scheduler", note="verl's deprecated lr_scheduler_type"),
+    VerlName(f"{OPTIM}.min_lr_ratio", "trainer.optim.min_lr_ratio"),
+    *_same(
+        ACTOR,
+        "clip_ratio clip_ratio_low clip_ratio_high clip_ratio_c loss_agg_mode entropy_coeff "
+        "use_kl_loss kl_loss_coef kl_loss_type",
+        "algorithm",
+    ),
+    VerlName(f"{ACTOR}.strategy", "engine", "stage", "update_actor", note="fsdp and fsdp2 are the torch engine"),
+    # rollout
+    VerlName(f"{ROLLOUT}.n", "algorithm.n"),
+    VerlName(f"{ROLLOUT}.name", "engine", "stage", "generate", note="vllm is vllm; no sglang or trtllm rollout"),
+    *_same(ROLLOUT, "temperature top_p top_k do_sample", "", "stage", "generate"),
+    *_same(f"{ROLLOUT}.val_kwargs", "temperature top_p n do_sample", "", "stage", "validate"),
+    VerlName(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", "trainer.log_prob_micro_batch_size_per_gpu"),
+    VerlName(f"{ROLLOUT}.log_prob_micro_batch_size", "trainer.log_prob_micro_batch_size_per_gpu", global_size=True),
+    VerlName("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", "micro_batch_size", "stage", "ref_log_prob"),
+    VerlName(
+        "actor_rollout_ref.ref.log_prob_micro_batch_size", "micro_batch_size", "stage", "ref_log_prob", global_size=True
+    ),
+    # algorithm
+    VerlName("algorithm.adv_estimator", "algorithm.adv_estimator", note="grpo only"),
+    *_same("algorithm", "norm_adv_by_std_in_grpo use_kl_in_reward kl_penalty", "algorithm"),
+    VerlName("algorithm.kl_ctrl.kl_coef", "algorithm.kl_coef", note="a fixed coefficient, verl's kl_ctrl.type: fixed"),
+    # reward
+    VerlName("reward.custom_reward_function.path", "function", "stage", "reward_function", note="path.py:name"),
+    VerlName("reward.custom_reward_function.name", "function", "stage", "reward_function", note="path.py:name"),
+    VerlName("custom_reward_function.path", "function", "stage", "reward_function", note="path.py:name"),
+    VerlName("custom_reward_function.name", "function", "stage", "reward_function", note="path.py:name"),
+    VerlName("reward.num_workers", "workers", "pool", "cpu"),
+    VerlName("reward_model.num_workers", "workers", "pool", "cpu"),
+    # trainer
+    *_same("trainer", "total_epochs", "trainer"),
+    VerlName("trainer.total_training_steps", "trainer.total_steps"),
+    *_same("trainer", "save_freq test_freq val_before_train critic_warmup", "trainer"),
+    VerlName("trainer.max_actor_ckpt_to_keep", "trainer.keep_checkpoints", note="null (keep all) has no counterpart"),
+    VerlName("trainer.project_name", "name", note="the run directory and the wandb project"),
+    VerlName("trainer.n_gpus_per_node", "gpus_per_node", "pool", "local"),
+    VerlName("trainer.nnodes", "nnodes", "pool", "local"),
+    VerlName("trainer.device", "device", "pool", "local", note="cuda is gpu"),
+    # outside the pipeline
+    VerlName("trainer.logger", "logging.sinks", "project"),
+    VerlName("trainer.default_local_dir", "runs_dir", "project", note="runs go to <runs_dir>/<name>/<run id>"),
+    VerlName("ray_kwargs.ray_init.num_cpus", "ray.num_cpus", "project"),
+    VerlName(
+        "trainer.experiment_name", "rlflow run --run-dir DIR", "command", note="otherwise <runs_dir>/<name>/<run id>"
+    ),
+    VerlName("trainer.resume_mode", "rlflow run --resume latest", "command", note="rlflow resumes only when asked"),
+    VerlName("trainer.resume_from_path", "rlflow run --resume RUN_DIR", "command"),
+)
+
+BY_VERL: dict[str, VerlName] = {name.verl: name for name in VERL_NAMES}
+
+# Why a verl knob has no rlflow counterpart, by key prefix (the longest matching prefix wins).
+WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
+    (
+        f"{ACTOR}.fsdp_config.",
+        "rlflow's torch engine keeps a whole replica per worker; to shard, use "
+        "update_actor with.engine: deepspeed and zero_stage",
+    ),
+    ("actor_rollout_ref.ref.fsdp_config.", "the reference is a frozen replica per worker"),
+    (f"{ACTOR}.use_dynamic_bsz", "rlflow's micro-batches count samples, not tokens"),
+    (f"{ACTOR}.ppo_max_token_len_per_gpu", "rlflow's micro-batches count samples, not tokens"),
+    (f"{ACTOR}.ulysses_sequence_parallel_size", "rlflow has no sequence parallelism"),
+    (f"{ACTOR}.checkpoint.", "a checkpoint always holds the model, optimizer, data position and RNG"),
+    (f"{ACTOR}.policy_loss.", "rlflow's loss is verl's vanilla PPO clip (with dual clip)"),
+    ("actor_rollout_ref.model.use_remove_padding", "rlflow's torch engine cuts padding columns itself"),
+    ("actor_rollout_ref.model.lora", "rlflow fine-tunes all weights (no LoRA)"),
+    ("actor_rollout_ref.model.use_liger", "the model runs transformers' own kernels"),
+    ("actor_rollout_ref.model.use_fused_kernels", "the model runs transformers' own kernels"),
+    (f"{ROLLOUT}.tensor_model_parallel_size", "rlflow's vLLM runs one engine per worker, without tensor parallelism"),
+    (f"{ROLLOUT}.gpu_memory_utilization", "rlflow's vLLM takes 0.5 of the GPU and sleeps while the actor trains"),
+    (f"{ROLLOUT}.log_prob_use_dynamic_bsz", "rlflow's micro-batches count samples, not tokens"),
+    (f"{ROLLOUT}.log_prob_max_token_len_per_gpu", "rlflow's micro-batches count samples, not tokens"),
+    (f"{ROLLOUT}.free_cache_engine", "rlflow's vLLM sleeps between generations where the platform can"),
+    (f"{ROLLOUT}.enforce_eager", "rlflow chooses vLLM's engine options itself"),
+    (f"{ROLLOUT}.max_num_batched_tokens", "rlflow chooses vLLM's engine options itself"),
+    (f"{ROLLOUT}.dtype", "the rollout runs in model.dtype"),
+    (f"{ROLLOUT}.mode", "rlflow's rollout is synchronous, inside the step"),
+    (f"{ROLLOUT}.multi_turn.", "rlflow rolls out single-turn responses"),
+    ("actor_rollout_ref.hybrid_engine", "stages bound to one pool share its workers (colocated)"),
+    ("critic.", "GRPO has no critic"),
+    ("reward_model.", "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)"),
+    (
+        "reward.reward_model.",
+        "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)",
+    ),
+    ("reward.reward_manager.", "rlflow scores row by row on the cpu pool, as verl's naive manager"),
+    ("reward_model.reward_manager", "rlflow scores row by row on the cpu pool, as verl's naive manager"),
+    (
+        "reward.custom_reward_function.reward_kwargs",
+        "rlflow calls the function with verl's four keywords only; bind extra arguments in a wrapper function",
+    ),
+    (
+        "custom_reward_function.reward_kwargs",
+        "rlflow calls the function with verl's four keywords only; bind extra arguments in a wrapper function",
+    ),
+    ("trainer.balance_batch", "rlflow keeps the n samples of a prompt on one worker instead"),
+    ("trainer.use_v1", "rlflow runs verl's synchronous step order (PPOTrainerSync)"),
+    ("trainer.v1.", "rlflow runs verl's synchronous step order (PPOTrainerSync)"),
+    ("trainer.log_val_generations", "validation metrics only; responses are not logged"),
+    ("trainer.val_only", "validation runs with training (trainer.val_before_train)"),
+    ("global_profiler.", "`rlflow graph --timeline RUN_DIR` shows where each step's time went"),
+    ("data.dataloader_num_workers", "rlflow reads the whole data file at start"),
+    ("data.prompt_key", "rlflow reads the column `prompt`"),
+    ("data.reward_fn_key", "rlflow hands the column `data_source` to the reward"),
+    ("data.custom_cls.", "rlflow reads verl's parquet columns with its own reader"),
+    ("algorithm.kl_ctrl.", "rlflow's KL coefficient in the reward is fixed (kl_ctrl.type: fixed)"),
+    ("algorithm.filter_groups.", "a group_filter stage drops groups whose rewards do not vary (min_std)"),
+    ("algorithm.rollout_correction.", "rlflow trains on-policy: rollout and actor hold the same weights"),
+)
+
+
+def why_not(key: str) -> str:
+    """Why verl's ``key`` has no rlflow counterpart (the longest matching prefix), or ''."""
+    best = ""
+    reason = ""
+    for prefix, why in WITHOUT_COUNTERPART:
+        if (key == prefix or key.startswith(prefix)) and len(prefix) > len(best):
+            best, reason = prefix, why
+    return reason
+
+
+_VERL_ONLY_SECTIONS = frozenset(
+    k.split(".")[0]
+    for k in [*BY_VERL, *(p for p, _ in WITHOUT_COUNTERPART)]
+    if k.split(".")[0] not in ("data", "algorithm", "trainer", "model")
+)
+
+
+def lookup(path: Sequence) -> VerlName | None:
+    """The verl knob an rlflow path that does not exist names: verl's full key
+    (``actor_rollout_ref.actor.optim.lr``), or verl's last key written in the rlflow section that
+    holds it (``trainer.ppo_micro_batch_size``, ``trainer.total_training_steps``)."""
+    if not path or not all(isinstance(p, str) for p in path):
+        return None
+    dotted = ".".join(path)
+    if dotted in BY_VERL:
+        return BY_VERL[dotted]
+    if len(path) < 2:
+        return None
+    section, leaf = path[0], path[-1]
+    for name in VERL_NAMES:
+        if name.verl.rpartition(".")[2] == leaf and name.place == "field" and name.rlflow.split(".")[0] == section:
+            return name
+    return None
+
+
+def verl_key_hints(path: tuple, value: Any, limit: int = 12) -> list[tuple[tuple, str]] | None:
+    """For an unknown key at ``path`` holding ``value``: ``(path of a verl key, hint)`` for each verl key
+    found there, at most ``limit`` (then one line for the rest); None when nothing there is verl's.
+
+    A verl section pasted whole (``actor_rollout_ref: {actor: {optim: {lr: ...}}}``) yields one
+    hint per key inside it, each at its own line.
+    """
+    name = lookup(path)
+    if name is not None:
+        return [(path, name.hint())]
+    if not isinstance(value, Mapping) or not path or not all(isinstance(p, str) for p in path):
+        return None
+    leaves = list(_leaves(path, value))
+    known = [leaf for leaf in leaves if ".".join(leaf) in BY_VERL or why_not(".".join(leaf))]
+    if not known and path[0] not in _VERL_ONLY_SECTIONS:
+        return None
+    hints = [(leaf, _leaf_hint(leaf)) for leaf in leaves]
+    if len(hints) > limit:
+        rest = len(hints) - limit
+        more = f"{rest} more key{'s' * (rest != 1)} under {'.'.join(path)}; `rlflow import-verl` converts a verl config"
+        hints = hints[:limit] + [(path, more)]
+    return hints
+
+
+def _leaf_hint(leaf: tuple) -> str:
+    key = ".".join(leaf)
+    if key in BY_VERL:
+        return BY_VERL[key].hint()
+    why = why_not(key)
+    return f"verl's {key} has no rlflow counterpart: {why}" if why else f"rlflow has no counterpart of {key}"
+
+
+def _leaves(path: tuple, value: Any):
+    if isinstance(value, Mapping) and value:
+        for key, child in value.items():
+            yield from _leaves((*path, str(key)), child)
+    else:
+        yield path

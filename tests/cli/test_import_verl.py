@@ -1,0 +1,227 @@
+"""``rlflow import-verl`` as a verl user runs it: verl's GSM8K GRPO example, a custom reward, bad overrides."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlflow.check import load_pipeline
+from rlflow.errors import ConfigError
+from rlflow.schemas.project import load_project_config
+
+REPO = Path(__file__).resolve().parents[2]
+VERL_CONFIG = Path(next(iter(importlib.util.find_spec("verl").submodule_search_locations))) / "trainer" / "config"
+
+# the overrides of verl's examples/grpo_trainer/run_qwen2-7b.sh, quoted as that script quotes them
+GSM8K = r"""
+    algorithm.adv_estimator=grpo \
+    data.train_files=$HOME/data/gsm8k/train.parquet \
+    data.val_files=$HOME/data/gsm8k/test.parquet \
+    data.train_batch_size=1024 \
+    data.max_prompt_length=512 \
+    data.max_response_length=1024 \
+    data.filter_overlong_prompts=True \
+    data.truncation='error' \
+    actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct \
+    actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.model.use_remove_padding=True \
+    actor_rollout_ref.actor.ppo_mini_batch_size=256 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 \
+    actor_rollout_ref.actor.use_kl_loss=True \
+    actor_rollout_ref.actor.kl_loss_coef=0.001 \
+    actor_rollout_ref.actor.kl_loss_type=low_var_kl \
+    actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \
+    actor_rollout_ref.actor.fsdp_config.param_offload=False \
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16 \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=2 \
+    actor_rollout_ref.rollout.name=vllm \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.6 \
+    actor_rollout_ref.rollout.n=5 \
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16 \
+    actor_rollout_ref.ref.fsdp_config.param_offload=True \
+    algorithm.use_kl_in_reward=False \
+    trainer.critic_warmup=0 \
+    trainer.logger='["console","wandb"]' \
+    trainer.project_name='verl_grpo_example_gsm8k' \
+    trainer.experiment_name='qwen2_7b_function_rm' \
+    trainer.n_gpus_per_node=8 \
+    trainer.nnodes=1 \
+    trainer.save_freq=20 \
+    trainer.test_freq=5 \
+    trainer.total_epochs=15"""
+
+
+def shell(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``command`` through bash, so quotes and $HOME are the shell's, as in verl's scripts."""
+    env = {**os.environ, "HOME": str(cwd), "PYTHONPATH": str(REPO)}
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def rlflow_cmd() -> str:
+    return f"{sys.executable} -m rlflow.cli.main"
+
+
+def validated(path: Path, project: Path, sets=()):
+    """The pipeline through rlflow's validator, as `rlflow validate --no-check-paths` runs it."""
+    return load_pipeline(path, sets, load_project_config(project), check_paths=False).spec
+
+
+def test_verls_gsm8k_example_becomes_a_valid_pipeline(tmp_path):
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\n")
+    out = tmp_path / "gsm8k.yaml"
+    result = shell(f"{rlflow_cmd()} import-verl {VERL_CONFIG / 'ppo_trainer.yaml'} \\{GSM8K} -o {out}", tmp_path)
+    assert result.returncode == 0, result.stderr
+    listed = [line.strip().split(":")[0] for line in result.stderr.splitlines() if line.startswith("  ")]
+    assert sorted(listed) == [
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
+        "actor_rollout_ref.actor.fsdp_config.param_offload",
+        "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct",  # a Hub id: rlflow needs a directory
+        "actor_rollout_ref.model.use_remove_padding",
+        "actor_rollout_ref.ref.fsdp_config.param_offload",
+        "actor_rollout_ref.rollout.gpu_memory_utilization",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size",
+        "data.filter_overlong_prompts=True",
+        "trainer.experiment_name",
+        "trainer.logger",
+    ]
+    text = out.read_text()
+    for line in result.stderr.splitlines()[:-1]:  # the last line says where the file went
+        assert f"# {line}" in text, "the listing is also at the top of the file"
+
+    try:
+        spec = validated(out, tmp_path)
+    except ConfigError as exc:  # this environment has no vLLM: that, and only that, is refused
+        assert [(d.path, d.message) for d in exc.diagnostics] == [
+            ("stages[0].with.engine", "engine 'vllm' needs the vllm extra: pip install 'rlflow[vllm]'")
+        ]
+        spec = validated(out, tmp_path, ["stages.0.with.engine=torch"])
+    assert spec.name == "verl_grpo_example_gsm8k"
+    assert spec.model.path == "Qwen/Qwen2-7B-Instruct" and spec.model.gradient_checkpointing is True
+    data = spec.data
+    assert (data.format, data.train, data.val) == (
+        "verl",
+        f"{tmp_path}/data/gsm8k/train.parquet",
+        f"{tmp_path}/data/gsm8k/test.parquet",
+    )
+    assert (data.max_prompt_length, data.max_response_length, data.truncation) == (512, 1024, "drop")
+    alg = spec.algorithm
+    assert (alg.adv_estimator, alg.n) == ("grpo", 5)
+    assert (alg.clip_ratio, alg.clip_ratio_low, alg.clip_ratio_high, alg.clip_ratio_c) == (0.2, 0.2, 0.2, 3.0)
+    assert (alg.use_kl_loss, alg.kl_loss_coef, alg.kl_loss_type, alg.entropy_coeff) == (True, 0.001, "low_var_kl", 0)
+    assert alg.use_kl_in_reward is False
+    t = spec.trainer
+    assert (t.train_batch_size, t.ppo_mini_batch_size, t.ppo_micro_batch_size_per_gpu) == (1024, 256, 16)
+    assert t.log_prob_micro_batch_size_per_gpu == 16 and t.optim.lr == 1e-6
+    assert (t.total_epochs, t.save_freq, t.test_freq, t.critic_warmup) == (15, 20, 5, 0)
+    pools = {name: r.model_dump() for name, r in spec.resources.items()}
+    assert pools["actor_pool"] == {
+        "type": "local",
+        "device": "gpu",
+        "gpus_per_node": 8,
+        "nnodes": 1,
+        "cpus_per_worker": 1.0,
+    }
+    assert pools["reward_pool"]["type"] == "cpu"
+    stages = [(s.name, s.uses, s.on) for s in spec.stages]
+    assert stages == [
+        ("generate", "generate", "actor_pool"),
+        ("reward", "reward_function", "reward_pool"),
+        ("old_log_prob", "old_log_prob", "actor_pool"),
+        ("ref_log_prob", "ref_log_prob", "actor_pool"),
+        ("advantage", "grpo_advantage", "driver"),
+        ("update_actor", "update_actor", "actor_pool"),
+        ("sync_weights", "sync_weights", "actor_pool"),
+    ]
+    assert spec.stages[1].with_["function"] == "verl.utils.reward_score:default_compute_score"
+    assert spec.stages[3].with_ == {"micro_batch_size": 16}
+
+
+def test_a_users_config_with_a_custom_reward_round_trips(tmp_path):
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\n")
+    (tmp_path / "rewards").mkdir()
+    (tmp_path / "rewards" / "exact.py").write_text(
+        "def exact(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(solution_str.strip() == str(ground_truth))\n"
+    )
+    (tmp_path / "my_grpo.yaml").write_text(
+        "hydra: {searchpath: ['file://verl/trainer/config']}\n"
+        "defaults: [ppo_trainer, _self_]\n"
+        "algorithm: {adv_estimator: grpo}\n"
+        "data: {train_files: data/train.parquet, train_batch_size: 8}\n"
+        "actor_rollout_ref:\n"
+        "  model: {path: models/tiny}\n"
+        "  actor: {ppo_mini_batch_size: 4, use_dynamic_bsz: true}\n"
+        "  rollout: {name: vllm, n: 4}\n"
+        "custom_reward_function: {path: rewards/exact.py, name: exact}\n"
+        "trainer: {n_gpus_per_node: 2, balance_batch: false}\n"
+    )
+    out = tmp_path / "p.yaml"
+    result = shell(
+        f"{rlflow_cmd()} import-verl my_grpo.yaml actor_rollout_ref.rollout.name=hf '+my.note=1' -o {out}", tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    listed = [line.strip() for line in result.stderr.splitlines() if line.startswith("  ")]
+    assert "actor_rollout_ref.actor.use_dynamic_bsz: true: rlflow's micro-batches count samples, not tokens" in listed
+    assert any(line.startswith("trainer.balance_batch: false: ") for line in listed)
+    assert "my.note: 1: rlflow has no such setting" in listed
+    assert not any(line.startswith(("algorithm.", "data.", "actor_rollout_ref.rollout.n")) for line in listed)
+
+    spec = validated(out, tmp_path)  # loads rewards/exact.py from the project root: the reference is right
+    (reward,) = [s for s in spec.stages if s.uses == "reward_function"]
+    assert reward.with_ == {"function": "rewards/exact.py:exact"}
+    assert spec.stages[0].with_["engine"] == "hf" and spec.algorithm.n == 4
+    assert spec.resources["actor_pool"].gpus_per_node == 2 and spec.trainer.ppo_mini_batch_size == 4
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ("trainer.total_epochs", "error: override 'trainer.total_epochs' is malformed: missing EQUAL at '<EOF>'"),
+        ("trainer.logger='[console'", "error: override 'trainer.logger=[console' is malformed: "),
+        ("algorithm.adv_estimator=gae", "error: algorithm.adv_estimator: 'gae' (a command-line override): "),
+    ],
+)
+def test_a_bad_override_is_one_line_and_exit_2(tmp_path, overrides, expected):
+    result = shell(f"{rlflow_cmd()} import-verl ppo_trainer {overrides}", tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(expected) and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.slow  # Ray, torch and verl's reward in its child process: about a minute and a half
+def test_an_imported_config_trains_with_verls_own_reward(tmp_path):
+    """No custom reward: rows of verl's GSM8K data source score with verl's default_compute_score."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\nlogging: {sinks: [jsonl]}\n")
+    for split in ("train", "val"):
+        rows = pq.read_table(REPO / "rlflow" / "assets" / "data" / "arithmetic" / f"{split}.parquet").to_pylist()
+        rows = [{**row, "data_source": "openai/gsm8k"} for row in rows[:32]]  # answers after ####, as GSM8K's
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{split}.parquet")
+    model = REPO / "rlflow" / "assets" / "models" / "tiny-arith-warm"
+    imported = shell(
+        f"{rlflow_cmd()} import-verl ppo_trainer algorithm.adv_estimator=grpo "
+        "data.train_files=train.parquet data.val_files=val.parquet data.train_batch_size=4 "
+        f"data.max_prompt_length=64 data.max_response_length=16 actor_rollout_ref.model.path={model} "
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2 actor_rollout_ref.rollout.n=2 trainer.n_gpus_per_node=1 "
+        "trainer.total_training_steps=2 trainer.test_freq=2 trainer.project_name=gsm8k reward.num_workers=1 -o p.yaml",
+        tmp_path,
+    )
+    assert imported.returncode == 0, imported.stderr
+    run = shell(f"{rlflow_cmd()} run p.yaml --set resources.actor_pool.device=cpu", tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (run_dir,) = (tmp_path / "runs" / "gsm8k").iterdir()
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if "actor/pg_loss" in s] == [1, 2]
+    score = [s["val-core/openai/gsm8k/reward/mean@1"] for s in steps if "val-core/openai/gsm8k/reward/mean@1" in s]
+    assert "verl.utils.reward_score:default_compute_score" in (tmp_path / "p.yaml").read_text()
+    assert score and 0 < score[-1] <= 1, "verl's GSM8K scorer found the warm start's right answers (greedy)"

@@ -1,0 +1,194 @@
+"""A verl config as a pipeline: the step, the knobs, what is listed, and the values rlflow refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlflow.errors import ConfigError
+from rlflow.importers.verl_config import read_verl_config
+from rlflow.importers.verl_pipeline import VERL_DEFAULT_REWARD, convert
+from rlflow.schemas.pipeline import Pipeline
+from rlflow.schemas.yaml_loader import parse_yaml
+
+GRPO = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=vllm"]
+
+
+def converted(*overrides: str, config: str = "ppo_trainer"):
+    return convert(read_verl_config(config, [*GRPO, *overrides]))
+
+
+def stages_of(pipeline: dict) -> dict[str, dict]:
+    return {s["name"]: s for s in pipeline["stages"]}
+
+
+def test_verls_defaults_are_written_out_and_nothing_is_listed():
+    conversion = converted()
+    p = conversion.pipeline
+    assert p["algorithm"]["n"] == 1 and p["trainer"]["ppo_mini_batch_size"] == 256, "verl's defaults, not rlflow's"
+    assert p["data"]["max_response_length"] == 512 and p["data"]["truncation"] == "error"
+    assert p["trainer"]["optim"] == {
+        "name": "adamw",
+        "lr": 1e-6,
+        "weight_decay": 0.01,
+        "betas": [0.9, 0.999],
+        "lr_warmup_steps": 0,
+        "lr_scheduler": "constant",
+        "min_lr_ratio": 0.0,
+    }
+    assert list(stages_of(p)) == [
+        "generate",
+        "reward",
+        "old_log_prob",
+        "advantage",
+        "update_actor",
+        "sync_weights",
+    ], "no reference stage without a KL term, no explicit validation without val_kwargs"
+    assert stages_of(p)["reward"]["with"] == {"function": VERL_DEFAULT_REWARD, "max_memory_mb": None}
+    assert conversion.listing() == [], "untouched defaults are not listed"
+    Pipeline.model_validate(p)
+
+
+def test_a_user_set_key_without_counterpart_is_listed_with_why():
+    conversion = converted(
+        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        "critic.optim.lr=1e-5",
+        "+my.own.key=3",
+        "trainer.resume_mode=disable",
+    )
+    assert conversion.dropped == [
+        "actor_rollout_ref.actor.use_dynamic_bsz: true: rlflow's micro-batches count samples, not tokens",
+        "critic.optim.lr: 1e-05: GRPO has no critic",
+        "my.own.key: 3: rlflow has no such setting",
+        "trainer.resume_mode: disable: use `rlflow run --resume latest` (rlflow resumes only when asked)",
+    ]
+    text = conversion.render("p.yaml")
+    assert text.splitlines()[1:6] == [
+        "# not carried over (no rlflow counterpart):",
+        *(f"#   {line}" for line in conversion.dropped),
+    ]
+
+
+def test_kl_brings_the_reference_stage_and_global_sizes_become_per_worker():
+    conversion = converted(
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "trainer.n_gpus_per_node=4",
+        "trainer.nnodes=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size=64",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size=32",
+    )
+    p = conversion.pipeline
+    assert p["trainer"]["ppo_micro_batch_size_per_gpu"] == 8
+    assert stages_of(p)["ref_log_prob"]["with"] == {"micro_batch_size": 4}
+    assert p["resources"]["actor_pool"] == {"type": "local", "device": "gpu", "gpus_per_node": 4, "nnodes": 2}
+    assert (
+        "actor_rollout_ref.actor.ppo_micro_batch_size=64: verl's deprecated global size over 8 workers: "
+        "trainer.ppo_micro_batch_size_per_gpu 8"
+    ) in conversion.changed
+
+
+def test_a_per_gpu_size_the_user_set_wins_over_a_global_one_left_at_its_default():
+    p = converted("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2").pipeline
+    assert p["trainer"]["ppo_micro_batch_size_per_gpu"] == 2
+
+
+def test_val_kwargs_make_the_validation_stage_explicit():
+    p = converted(
+        "data.val_files=val.parquet",
+        "actor_rollout_ref.rollout.val_kwargs.n=4",
+        "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
+        "actor_rollout_ref.rollout.val_kwargs.temperature=0.6",
+    ).pipeline
+    assert stages_of(p)["validate"] == {
+        "name": "validate",
+        "uses": "validate",
+        "on": "actor_pool",
+        "with": {"temperature": 0.6, "top_p": 1.0, "n": 4, "do_sample": True},
+    }
+
+
+def test_a_kl_stage_setting_without_kl_is_listed():
+    conversion = converted("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8")
+    assert "ref_log_prob" not in stages_of(conversion.pipeline)
+    assert conversion.dropped == [
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu: 8: verl's "
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu is rlflow's with.micro_batch_size of the "
+        "ref_log_prob stage, which this pipeline does not use"
+    ]
+
+
+def test_one_train_file_is_read_and_the_others_are_listed():
+    conversion = converted("data.train_files=[a.parquet,b.parquet,c.parquet]")
+    assert conversion.pipeline["data"]["train"] == "a.parquet"
+    (line,) = conversion.dropped
+    assert line.startswith('data.train_files: ["b.parquet", "c.parquet"]: rlflow reads one file per split')
+
+
+def test_a_custom_reward_function_keeps_verls_path_and_name():
+    p = converted("custom_reward_function.path=rewards/mine.py", "custom_reward_function.name=my_score").pipeline
+    assert stages_of(p)["reward"]["with"] == {"function": "rewards/mine.py:my_score"}
+    newer = converted("reward.custom_reward_function.path=/abs/r.py").pipeline
+    assert stages_of(newer)["reward"]["with"] == {"function": "/abs/r.py:compute_score"}, "verl's default name"
+
+
+def test_unsupported_values_are_errors_naming_each_verl_key_at_once():
+    with pytest.raises(ConfigError) as info:
+        convert(
+            read_verl_config(
+                "ppo_trainer",
+                [
+                    "actor_rollout_ref.rollout.name=sglang",
+                    "actor_rollout_ref.actor.strategy=megatron",
+                    "data.truncation=right",
+                    "data.max_prompt_length=0",
+                    "actor_rollout_ref.rollout.top_p=2",
+                ],
+            )
+        )
+    lines = {d.path: str(d) for d in info.value.diagnostics}
+    assert len(lines) == len(info.value.diagnostics) == 6
+    assert lines["algorithm.adv_estimator"] == (
+        "algorithm.adv_estimator: 'gae': rlflow trains GRPO only (verl's default: PPO with a critic) "
+        "(set algorithm.adv_estimator=grpo)"
+    )
+    assert lines["data.truncation"].startswith("data.truncation: 'right' (a command-line override): rlflow keeps")
+    assert lines["actor_rollout_ref.actor.strategy"].startswith("actor_rollout_ref.actor.strategy: 'megatron' (a ")
+    assert lines["actor_rollout_ref.rollout.name"].startswith("actor_rollout_ref.rollout.name: 'sglang' (a ")
+    assert lines["actor_rollout_ref.rollout.top_p"] == (
+        "actor_rollout_ref.rollout.top_p: 2 (a command-line override): rlflow's with.top_p of the generate stage "
+        "should be less than or equal to 1"
+    )
+    assert lines["data.max_prompt_length"] == (
+        "data.max_prompt_length: 0 (a command-line override): rlflow's data.max_prompt_length should be greater than 0"
+    )
+
+
+def test_a_model_based_reward_is_refused():
+    with pytest.raises(ConfigError) as info:
+        converted("reward.reward_model.enable=True")
+    assert str(info.value).startswith(
+        "reward.reward_model.enable: True (a command-line override): rlflow has no model-based reward"
+    )
+
+
+def test_a_value_jinja_would_read_is_refused():
+    with pytest.raises(ConfigError) as info:
+        converted("data.train_files='{{ root }}/a.parquet'")
+    assert str(info.value).startswith("data.train_files: '{{ root }}/a.parquet' (a command-line override): ")
+
+
+def test_the_file_is_the_pipeline_under_its_comments():
+    conversion = converted("+my.weird='{{x}}'", "trainer.project_name='my project!'")
+    text = conversion.render("out.yaml")
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert comments[0] == (
+        "# Imported from verl's ppo_trainer by `rlflow import-verl`; check it with `rlflow validate out.yaml`."
+    )
+    assert "# not carried over (no rlflow counterpart):" in comments
+    assert not any("{{" in line for line in comments), "the comments cannot be read as a template"
+    assert (
+        "    - {name: generate, uses: generate, on: actor_pool" not in text
+        and "  - {name: generate, uses: generate, on: actor_pool" in text
+    )
+    data, _, problems = parse_yaml(text, "out.yaml")  # rlflow's reader: YAML 1.2, `on` is a plain key
+    assert problems == [] and data == conversion.pipeline
+    assert conversion.pipeline["name"] == "my-project"
