@@ -2,23 +2,28 @@
 
 ``trace.jsonl`` holds one JSON object per stage execution on one worker: ``step``, ``stage``,
 ``resource``, ``pid``, ``start``, ``end`` (wall-clock seconds). Step 0 is the init phase
-(the first weight sync, validation before training).
+(the first weight sync, validation before training). ``startup.jsonl`` (``phase``, ``start``,
+``end``) holds what came before it: loading data, starting Ray, starting the pools.
 
 Choices:
 - A stage's time in a step is its wall span over all workers (first start to last end), not
   the sum over workers: sharded stages run in parallel.
 - A stage's share is its span over the summed wall time of the training steps (step >= 1);
   init entries are reported on their own rows with no share.
-- The chart has one row per worker (resource + pid), bars coloured by stage, a dotted line at
-  each step's start; SVG keeps its text as text. matplotlib is imported inside
-  ``render_timeline`` and draws on a bare ``Figure`` (no pyplot state, no display needed),
-  so importing this module stays cheap.
+- The chart has a start-up lane (when the run recorded one), then one lane per worker (resource
+  + pid) labelled with its idle share of the training steps' wall time, bars coloured by stage,
+  a dotted line at each step's start and step names where they fit. No bar is drawn narrower
+  than ``MIN_BAR_PX`` (a 10 ms reward among 10-minute runs still shows) and bars wide enough
+  carry their stage's name; sizes are in pixels, measured after a first layout.
+- ``--steps FIRST-LAST`` narrows the chart (and the summary) to some steps, start-up with step 0.
+- SVG keeps its text as text. matplotlib is imported inside ``render_timeline`` and draws on a
+  bare ``Figure`` (no pyplot state, no display needed), so importing this module stays cheap.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,7 +205,11 @@ def _covered(intervals: list[tuple[float, float]]) -> float:
 
 
 def render_timeline(
-    spans: list[Span], output: Path, title: str = "", startup: list[Span] = (), steps: tuple[int, int] | None = None
+    spans: list[Span],
+    output: Path,
+    title: str = "",
+    startup: Sequence[Span] = (),
+    steps: tuple[int, int] | None = None,
 ) -> Path:
     """Draw the Gantt chart to ``output`` (SVG or PNG by suffix): a start-up lane when phases are given,
     one lane per worker with its idle share, stages at a visible minimum width, names on long bars."""

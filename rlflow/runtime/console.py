@@ -127,7 +127,6 @@ class Phase:
 
     label: str
     detail: str = ""
-    seconds: float = 0.0
 
 
 class RunConsole:
@@ -138,7 +137,7 @@ class RunConsole:
     def __init__(self, verbosity: int = NORMAL, stream: TextIO | None = None) -> None:
         self.verbosity = verbosity
         self.stream = stream or sys.stdout
-        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.live = self.stream.isatty()
         # a pipe gets plain text even under FORCE_COLOR: no escape codes, no redraws, no wrapping
         self.rich = Console(file=self.stream, force_terminal=self.live, highlight=False, soft_wrap=True)
         self.on_phase: PhaseRecorder | None = None
@@ -178,13 +177,13 @@ class RunConsole:
             with self.rich.status(f"{label} ...") if spinning else nullcontext():
                 yield phase
         except BaseException:
-            self.say(f"{'x ' if self.live else ''}{label}: failed after {duration(time.perf_counter() - start)}", "red")
+            self.say(f"{'✗ ' if self.live else ''}{label}: failed after {duration(time.perf_counter() - start)}", "red")
             raise
-        phase.seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start
         detail = f" ({phase.detail})" if phase.detail else ""
-        self.say(f"{'✓ ' if self.live else ''}{label}: {duration(phase.seconds)}{detail}", "green")
+        self.say(f"{'✓ ' if self.live else ''}{label}: {duration(seconds)}{detail}", "green")
         if record and self.on_phase is not None:
-            self.on_phase(label, wall, wall + phase.seconds)
+            self.on_phase(label, wall, wall + seconds)
 
     def logging_handler(self) -> logging.Handler:
         """Where log records go: through this console on a terminal (they print above the spinner and the

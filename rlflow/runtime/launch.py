@@ -136,8 +136,8 @@ def run_facts(spec, plan, sinks: list) -> list[tuple[str, str]]:
     trainer = spec.trainer
     length = f"{trainer.total_steps} steps" if trainer.total_steps is not None else f"{trainer.total_epochs} epoch(s)"
     steps = [f"{length} of {trainer.train_batch_size} prompts x {spec.algorithm.n} samples"]
-    steps += [f"{what} every {freq}" for what, freq in (("validate", trainer.test_freq), ("save", trainer.save_freq))
-              if freq > 0]  # fmt: skip
+    every = {"validation": trainer.test_freq, "checkpoint": trainer.save_freq}
+    steps += [f"{what} every {freq}" for what, freq in every.items() if freq > 0]
     facts = [("model", f"{spec.model.path} ({spec.model.dtype})"), ("steps", ", ".join(steps))]
     facts += [(f"pool {p.name}", _pool_facts(p)) for p in plan.resources.values() if p.type != "driver"]
     facts.append(("sinks", ", ".join([sinks[0].name, "metrics.jsonl", *(s.name for s in sinks[1:])])))
