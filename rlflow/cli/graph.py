@@ -4,6 +4,7 @@
     rlflow graph PIPELINE --render [-o step.svg]           # draws with Graphviz's dot
     rlflow graph --timeline RUN_DIR [--format text]        # where the time went, per stage
     rlflow graph --timeline RUN_DIR --render -o run.svg    # a Gantt chart (matplotlib)
+    rlflow graph --timeline RUN_DIR --render --steps 0-3   # start-up, init and steps 1-3 only
 
 A thin shell: the pipeline goes through the same loader as ``rlflow validate`` (every error at
 once), then ``compile_plan`` and a renderer. Nothing heavy is imported (no torch, ray or
@@ -41,6 +42,9 @@ def graph(
     timeline: Path | None = typer.Option(
         None, "--timeline", help="A run directory: chart its trace.jsonl instead of a pipeline."
     ),
+    steps: str | None = typer.Option(
+        None, "--steps", help="Timeline: only steps FIRST-LAST (or one step N); 0 is start-up and init."
+    ),
 ) -> None:
     """Show a pipeline's compiled step (stages in order, resources, data), or a run's timeline."""
     reject_extra_arguments(ctx, [pipeline] if pipeline is not None else [])
@@ -48,8 +52,10 @@ def graph(
         raise typer.BadParameter(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}", param_hint="--format")
     if (pipeline is None) == (timeline is None):
         raise typer.BadParameter("give either a PIPELINE file or --timeline RUN_DIR (one of them)")
+    if steps is not None and timeline is None:
+        raise typer.BadParameter("--steps chooses the steps of a --timeline", param_hint="--steps")
     if timeline is not None:
-        _timeline(timeline, fmt, render, output)
+        _timeline(timeline, fmt, render, output, _step_range(steps))
     else:
         _pipeline_graph(pipeline, tuple(set_ or ()), fmt, render, output)
 
@@ -94,18 +100,34 @@ def _draw(plan, output: Path) -> None:
     typer.echo(f"wrote {output}")
 
 
-def _timeline(run_dir: Path, fmt: str, render: bool, output: Path | None) -> None:
-    from rlflow.plan.timeline import read_trace, render_summary, render_timeline, summarize, trace_path
+def _step_range(text: str | None) -> tuple[int, int] | None:
+    """``3-7`` -> (3, 7); ``5`` -> (5, 5)."""
+    if text is None:
+        return None
+    first, _, last = text.partition("-")
+    if not first.strip().isdigit() or not (last or first).strip().isdigit() or int(last or first) < int(first):
+        raise typer.BadParameter(
+            f"{text!r} is not a step range; write FIRST-LAST (e.g. 0-3) or one step", param_hint="--steps"
+        )
+    return int(first), int(last or first)
+
+
+def _timeline(run_dir: Path, fmt: str, render: bool, output: Path | None, steps: tuple[int, int] | None) -> None:
+    from rlflow.plan import timeline as tl
 
     if fmt != "text":
         raise typer.BadParameter("a timeline prints as text (or draws with --render)", param_hint="--format")
-    spans = read_trace(trace_path(run_dir))
+    path = tl.trace_path(run_dir)
+    spans = tl.read_trace(path)
     if render:
         require_train("graph --timeline --render", PLOT_MODULES)
-        target = render_timeline(spans, output or DEFAULT_TIMELINE_PICTURE, title=f"timeline of {run_dir}")
+        from rlflow.cli.plot import run_title
+
+        title = f"{run_title(path)} · timeline" + (f" of steps {steps[0]}-{steps[1]}" if steps else "")
+        target = tl.render_timeline(spans, output or DEFAULT_TIMELINE_PICTURE, title, tl.read_startup(run_dir), steps)
         typer.echo(f"wrote {target}")
         return
-    _emit(render_summary(summarize(spans)), output)
+    _emit(tl.render_summary(tl.summarize(tl.in_steps(spans, steps))), output)
 
 
 def _emit(text: str, output: Path | None) -> None:

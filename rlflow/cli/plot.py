@@ -1,16 +1,28 @@
-"""``rlflow plot RUN_DIR -o curve.png``: the learning curve of a run, read from its ``metrics.jsonl``.
+"""``rlflow plot RUN_DIR -o curve.png``: what a user looks at first, read from a run's ``metrics.jsonl``.
 
-Two panels over training steps: the training reward (``critic/score/mean`` and
-``reward/acc``) and every validation metric (keys starting ``val-core/``, verl's
-``val-core/<data_source>/<var>/mean@N``). Validation runs only every ``test_freq`` steps, so
-each series is drawn from the steps that report it, with markers. A last line that does not
-end in a newline is skipped: the run may still be writing it. matplotlib is imported inside
-the command (with the file-only Agg backend), keeping ``rlflow --help`` fast.
+One panel each, over training steps: the training reward, the validation metric per data
+source (verl's ``val-core/<source>/<var>/mean@N``), the response length, the KL loss, the
+entropy and the error rates (on their own axis, never on the accuracy's). ``--metrics`` picks
+panels by name or any metric by its full name; a panel with no data is left out.
+
+Choices:
+- Training series get light smoothing (a bias-corrected EMA, as TensorBoard draws it) with the
+  raw values faint behind; validation runs every ``test_freq`` steps, so its few points are
+  drawn as they are, with markers and the first and last values written on the chart.
+- ``reward/acc`` is left out when it equals ``critic/score/mean`` at every step (a 0/1 reward).
+- Legends sit above their panel, outside the data; a panel of one series names it in its title.
+- The title is the pipeline's name (from ``pipeline.resolved.yaml``) and the run id.
+- A last line that does not end in a newline is skipped: the run may still be writing it.
+  matplotlib is imported inside the command (on a bare ``Figure``), keeping ``rlflow --help`` fast.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -18,13 +30,42 @@ import typer
 from rlflow.cli.extras import PLOT_MODULES, require_train
 from rlflow.errors import DataError
 
-REWARD_KEYS = ("critic/score/mean", "reward/acc")
-VAL_PREFIX = "val-core/"
-
 Series = dict[str, list[tuple[int, float]]]
+VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>[^/]+)/(?P<stat>mean@\d+)$")
 
 
-def _metrics_file(run: Path) -> Path:
+@dataclass(frozen=True)
+class Panel:
+    """One axis: the metrics it draws (exact names, or a pattern), how it is titled and smoothed."""
+
+    name: str
+    title: str
+    ylabel: str
+    keys: tuple[str, ...] = ()
+    pattern: str = ""
+    smooth: bool = True
+
+    def series(self, metrics: Series) -> Series:
+        chosen = {k: metrics[k] for k in self.keys if k in metrics}
+        if self.pattern:
+            chosen.update({k: v for k, v in sorted(metrics.items()) if re.match(self.pattern, k)})
+        if chosen.get("reward/acc") is not None and chosen["reward/acc"] == chosen.get("critic/score/mean"):
+            del chosen["reward/acc"]
+        return chosen
+
+
+PANELS = (
+    Panel("reward", "training reward", "mean score", keys=("critic/score/mean", "reward/acc")),
+    Panel("val", "validation", "", pattern=VAL_CORE.pattern, smooth=False),  # y label: the variables
+    Panel("length", "response length", "tokens", keys=("response_length/mean",)),
+    Panel("kl", "KL to the reference", "kl_loss", keys=("actor/kl_loss",)),
+    Panel("entropy", "entropy", "nats", keys=("actor/entropy",)),
+    Panel("errors", "error rates", "share of samples", pattern=r"^reward/\w+_rate$"),
+)
+PANEL_NAMES = tuple(p.name for p in PANELS)
+
+
+def metrics_file(run: Path) -> Path:
     path = run / "metrics.jsonl" if run.is_dir() else run
     if not path.is_file():
         raise DataError(
@@ -33,14 +74,13 @@ def _metrics_file(run: Path) -> Path:
     return path
 
 
-def read_series(path: Path) -> tuple[Series, Series]:
-    """(reward series, validation series), each metric name -> [(step, value)] in file order."""
+def read_series(path: Path) -> Series:
+    """Every numeric metric: name -> [(step, value)] in file order."""
     text = path.read_text(encoding="utf-8")
     lines = text.split("\n")
     if not text.endswith("\n"):
         lines = lines[:-1]  # a record still being written
-    reward: Series = {}
-    val: Series = {}
+    series: Series = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -51,40 +91,124 @@ def read_series(path: Path) -> tuple[Series, Series]:
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise DataError(f"{path}:{number}: each line must be a JSON object with an integer 'step'")
         for key, value in record.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                target = reward if key in REWARD_KEYS else val if key.startswith(VAL_PREFIX) else None
-                if target is not None:
-                    target.setdefault(key, []).append((record["step"], float(value)))
-    if not reward and not val:
-        raise DataError(
-            f"{path}: no reward or validation metrics to plot (looked for {', '.join(REWARD_KEYS)} and {VAL_PREFIX}*)"
-        )
-    return reward, val
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                series.setdefault(key, []).append((record["step"], float(value)))
+    return series
 
 
-def draw(reward: Series, val: Series, output: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for ax, series, label in ((axes[0], reward, "training reward"), (axes[1], val, "validation")):
-        for name, points in series.items():
-            steps, values = zip(*points, strict=True)
-            ax.plot(steps, values, marker="o" if len(points) < 50 else None, markersize=3, label=name)
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-        if series:
-            ax.legend(fontsize=8)
+def choose_panels(metrics: Series, names: list[str] | None) -> list[tuple[Panel, Series]]:
+    """The panels to draw with their data: the named ones (a panel name or a metric's full name), or
+    every default panel; panels with no data are left out."""
+    by_name = {p.name: p for p in PANELS}
+    panels = []
+    for name in names or PANEL_NAMES:
+        if name in by_name:
+            panels.append(by_name[name])
+        elif name in metrics:
+            panels.append(Panel(name, name, name.rsplit("/", 1)[-1], keys=(name,)))
         else:
-            ax.text(0.5, 0.5, "no metrics", ha="center", va="center", transform=ax.transAxes)
-    axes[1].set_xlabel("step")
-    fig.suptitle(title)
-    fig.tight_layout()
+            close = difflib.get_close_matches(name, [*PANEL_NAMES, *metrics], n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise typer.BadParameter(
+                f"no panel or metric {name!r} ({hint}panels: {', '.join(PANEL_NAMES)}; or a metric of metrics.jsonl)",
+                param_hint="--metrics",
+            )
+    drawn = [(panel, data) for panel in panels if (data := panel.series(metrics))]
+    if not drawn:
+        raise DataError(f"nothing to plot: no data for {', '.join(p.name for p in panels)}")
+    return drawn
+
+
+def ema(values: list[float], weight: float) -> list[float]:
+    """TensorBoard's smoothing: an exponential moving average, bias-corrected so it starts on the data."""
+    out, last, norm = [], 0.0, 0.0
+    for value in values:
+        last = weight * last + (1 - weight) * value
+        norm = weight * norm + (1 - weight)
+        out.append(last / norm if norm else value)
+    return out
+
+
+def run_title(path: Path) -> str:
+    """``<pipeline> · <run id>``: the name from the run's resolved pipeline, the id from its folder."""
+    import yaml
+
+    resolved = path.parent / "pipeline.resolved.yaml"
+    name = None
+    if resolved.is_file():
+        doc = yaml.safe_load(resolved.read_text())
+        name = doc.get("name") if isinstance(doc, dict) else None
+    return f"{name} · run {path.parent.name}" if name else f"run {path.parent.name}"
+
+
+def draw(panels: list[tuple[Panel, Series]], output: Path, title: str, smooth: float = 0.85) -> None:
+    import matplotlib
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    cols = 1 if len(panels) == 1 else 2
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(6 * cols, 0.7 + 2.9 * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    steps = [s for _, data in panels for points in data.values() for s, _ in points]
+    for ax, (panel, data) in zip(axes, panels, strict=False):
+        for i, (key, points) in enumerate(data.items()):
+            _plot_series(ax, panel, key, points, f"C{i}", smooth)
+        ax.set_title(_panel_title(panel, data), loc="left", fontsize=10)
+        ax.set_ylabel(panel.ylabel or _val_ylabel(data), fontsize=9)
+        ax.set_xlim(min(steps), max(steps) + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.25, linewidth=0.6)
+        ax.spines[["top", "right"]].set_visible(False)
+        if len(data) > 1:
+            ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=min(len(data), 3), fontsize=7,
+                      frameon=False, borderaxespad=0.3, handlelength=1.5)  # fmt: skip
+    for ax in axes[len(panels) :]:
+        ax.remove()
+    for ax in axes[max(0, len(panels) - cols) : len(panels)]:
+        ax.set_xlabel("step", fontsize=9)
+    fig.suptitle(title, fontsize=12, fontweight="bold")
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=120)
-    plt.close(fig)
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(output, dpi=130)
+
+
+def _plot_series(ax, panel: Panel, key: str, points: list[tuple[int, float]], colour: str, smooth: float) -> None:
+    steps, values = zip(*points, strict=True)
+    label = _series_label(panel, key)
+    if not panel.smooth:
+        ax.margins(y=0.12)  # room for the first and last values
+        ax.plot(steps, values, marker="o", markersize=3.5, linewidth=1.4, color=colour, label=label)
+        ends = [(0, (7, -3), "left", "top"), (-1, (0, 7), "right", "bottom")] if len(points) > 1 else []
+        for end, offset, ha, va in ends:  # where it started and where it ended, clear of the line
+            ax.annotate(f"{values[end]:.2f}", (steps[end], values[end]), xytext=offset, textcoords="offset points",
+                        ha=ha, va=va, fontsize=8, color=colour)  # fmt: skip
+        return
+    if smooth > 0 and len(points) >= 5:
+        ax.plot(steps, values, color=colour, alpha=0.25, linewidth=0.8)
+        values = ema(list(values), smooth)
+    ax.plot(steps, values, color=colour, linewidth=1.6, label=label)
+
+
+def _series_label(panel: Panel, key: str) -> str:
+    match = VAL_CORE.match(key)
+    if panel.name == "val" and match:
+        return f"{match['source']}/{match['var']}"
+    return key
+
+
+def _val_ylabel(data: Series) -> str:
+    """``acc (mean@1)``: the validation variables and statistics drawn."""
+    found = [m.group("var", "stat") for m in map(VAL_CORE.match, data) if m]
+    names = ", ".join(dict.fromkeys(var for var, _ in found))
+    return f"{names} ({', '.join(dict.fromkeys(stat for _, stat in found))})"
+
+
+def _panel_title(panel: Panel, data: Series) -> str:
+    if len(data) == 1 and panel.title != next(iter(data)):
+        return f"{panel.title}  ({_series_label(panel, next(iter(data)))})"
+    return panel.title
 
 
 def register(app: typer.Typer) -> None:
@@ -92,10 +216,20 @@ def register(app: typer.Typer) -> None:
     def plot(
         run_dir: Path = typer.Argument(..., help="Run directory holding metrics.jsonl (or the file itself)."),
         output: Path = typer.Option(Path("curve.png"), "-o", "--output", help="Image to write (.png, .svg, .pdf)."),
+        metrics: str | None = typer.Option(
+            None,
+            "--metrics",
+            "-m",
+            help=f"Comma-separated panels ({', '.join(PANEL_NAMES)}) or full metric names, e.g. reward,actor/grad_norm.",
+        ),
+        smooth: float = typer.Option(
+            0.85, "--smooth", min=0.0, max=0.99, help="EMA weight for training series; 0: none."
+        ),
     ) -> None:
-        """Draw a run's training reward and validation accuracy over steps."""
+        """Draw a run's learning curves: reward, validation per data source, length, KL, entropy, errors."""
         require_train("plot", PLOT_MODULES)
-        path = _metrics_file(run_dir)
-        reward, val = read_series(path)
-        draw(reward, val, output, title=str(path.parent))
-        typer.echo(f"wrote {output}")
+        path = metrics_file(run_dir)
+        names = [n.strip() for n in metrics.split(",") if n.strip()] if metrics else None
+        panels = choose_panels(read_series(path), names)
+        draw(panels, output, run_title(path), smooth)
+        typer.echo(f"wrote {output} ({', '.join(p.name for p, _ in panels)})")

@@ -1,6 +1,9 @@
 """``rlflow run PIPELINE``: train. Loads and validates the pipeline (every error at once), then
 hands it to the runtime (rlflow.runtime.launch), which is imported only here, inside the
 command, so that other commands stay light.
+
+The console (``rlflow.runtime.console``) says what the run is doing: ``-q`` keeps only errors,
+warnings and the final summary, ``-v`` adds per-stage timings and the runtime's own log.
 """
 
 from __future__ import annotations
@@ -23,16 +26,21 @@ def run(
     run_dir: str | None = typer.Option(None, "--run-dir", help="Run directory (default: <runs_dir>/<name>/<run id>)."),
     resume: str | None = typer.Option(None, "--resume", help="Continue a run: its directory, or `latest`."),
     force: bool = typer.Option(False, "--force", help="Resume even though the pipeline changed."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the runtime does."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors, warnings and the final summary."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Per-stage timings each step and the runtime's log."),
 ) -> None:
     """Train: run the pipeline's GRPO steps on Ray (an embedded local Ray unless rlflow.yaml names a cluster)."""
     reject_extra_arguments(ctx, [pipeline])
+    if quiet and verbose:
+        raise typer.BadParameter("choose one of --quiet and --verbose", param_hint="-q/-v")
     require_train("run")
     from rlflow.check import load_pipeline
+    from rlflow.runtime.console import NORMAL, QUIET, VERBOSE, RunConsole
     from rlflow.schemas.project import load_project_config
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="[rlflow] %(message)s")
-    logging.getLogger("rlflow").setLevel(logging.INFO)
+    console = RunConsole(QUIET if quiet else VERBOSE if verbose else NORMAL)
+    logging.basicConfig(level=logging.WARNING, handlers=[console.logging_handler()], force=True)
+    logging.getLogger("rlflow").setLevel(logging.INFO if verbose else logging.WARNING)
     from rlflow.registry import import_plugins
 
     project = load_project_config()
@@ -45,7 +53,7 @@ def run(
     from rlflow.runtime.launch import run_pipeline
 
     try:
-        result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force)
+        result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force, console=console)
     except KeyboardInterrupt:
         # the runtime has already stopped workers and backends on its way out
         typer.echo(
@@ -54,7 +62,7 @@ def run(
             err=True,
         )
         raise typer.Exit(130) from None
-    typer.echo(f"run finished at step {result.last_step}: {result.run_dir}")
+    console.summary(result.last_step, result.run_dir)
 
 
 def register(app: typer.Typer) -> None:

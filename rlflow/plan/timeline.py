@@ -2,29 +2,42 @@
 
 ``trace.jsonl`` holds one JSON object per stage execution on one worker: ``step``, ``stage``,
 ``resource``, ``pid``, ``start``, ``end`` (wall-clock seconds). Step 0 is the init phase
-(the first weight sync, validation before training).
+(the first weight sync, validation before training). ``startup.jsonl`` (``phase``, ``start``,
+``end``) holds what came before it: loading data, starting Ray, starting the pools.
 
 Choices:
 - A stage's time in a step is its wall span over all workers (first start to last end), not
   the sum over workers: sharded stages run in parallel.
 - A stage's share is its span over the summed wall time of the training steps (step >= 1);
   init entries are reported on their own rows with no share.
-- The chart has one row per worker (resource + pid), bars coloured by stage, a dotted line at
-  each step's start; SVG keeps its text as text. matplotlib is imported inside
-  ``render_timeline`` and draws on a bare ``Figure`` (no pyplot state, no display needed),
-  so importing this module stays cheap.
+- The chart has a start-up lane (when the run recorded one), then one lane per worker (resource
+  + pid) labelled with its idle share of the training steps' wall time, bars coloured by stage,
+  a dotted line at each step's start and step names where they fit. No bar is drawn narrower
+  than ``MIN_BAR_PX`` (a 10 ms reward among 10-minute runs still shows) and bars wide enough
+  carry their stage's name; sizes are in pixels, measured after a first layout.
+- ``--steps FIRST-LAST`` narrows the chart (and the summary) to some steps, start-up with step 0.
+- SVG keeps its text as text. matplotlib is imported inside ``render_timeline`` and draws on a
+  bare ``Figure`` (no pyplot state, no display needed), so importing this module stays cheap.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlflow.errors import RlflowError
 
 TRACE_FILE = "trace.jsonl"
+STARTUP_FILE = "startup.jsonl"
+STARTUP_LANE = "start-up"
+STARTUP_COLOURS = ("0.72", "0.84")  # greys, apart from the stages' colours
+LIGHT = {"C1", "C6", "C7", "C8", "C9"}  # stage colours that take black text
+MIN_BAR_PX = 2.5  # no stage is drawn narrower: a 50 ms stage in a 10-minute run still shows
+LABEL_PX_PER_CHAR = 5.5
+STEP_LABEL_PX = 45
+BAR_HEIGHT = 0.56
 REQUIRED = ("step", "stage", "resource", "pid", "start", "end")
 
 
@@ -139,37 +152,134 @@ def render_summary(rows: list[StageTime]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_timeline(spans: list[Span], output: Path, title: str = "") -> Path:
-    """Draw the Gantt chart to ``output`` (SVG or PNG by suffix)."""
+def read_startup(run_dir: Path) -> list[Span]:
+    """The run's start-up phases (``startup.jsonl``, written by ``rlflow run``) as spans of a ``start-up``
+    lane; none for a run recorded before the file existed or when given a trace file."""
+    path = run_dir / STARTUP_FILE
+    if not run_dir.is_dir() or not path.is_file():
+        return []
+    phases = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+                phases.append(Span(-1, str(row["phase"]), STARTUP_LANE, 0, float(row["start"]), float(row["end"])))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise TraceError(
+                    f"{path}:{number}: not a start-up phase ({exc}); each line needs phase, start, end"
+                ) from None
+    return phases
+
+
+def in_steps(spans: list[Span], steps: tuple[int, int] | None) -> list[Span]:
+    """The spans of steps ``first``..``last`` (inclusive); start-up phases (step -1) come with step 0."""
+    if steps is None:
+        return spans
+    first, last = steps
+    chosen = [s for s in spans if first <= s.step <= last or (s.step < 0 and first <= 0)]
+    if not any(s.step >= 0 for s in chosen):
+        raise TraceError(f"the trace has no step in {first}-{last} (it holds steps 0-{max(s.step for s in spans)})")
+    return chosen
+
+
+def idle_shares(spans: list[Span]) -> dict[tuple[str, int], float]:
+    """Per worker, the share of the training steps' wall time (first step start to last end) it ran nothing."""
+    training = [s for s in spans if s.step >= 1]
+    if not training:
+        return {}
+    lo, hi = min(s.start for s in training), max(s.end for s in training)
+    busy: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for s in training:
+        busy.setdefault((s.resource, s.pid), []).append((s.start, s.end))
+    return {worker: 1.0 - _covered(intervals) / (hi - lo) for worker, intervals in busy.items()} if hi > lo else {}
+
+
+def _covered(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of intervals (a worker's calls may overlap: async stages, several dispatches)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def render_timeline(
+    spans: list[Span],
+    output: Path,
+    title: str = "",
+    startup: Sequence[Span] = (),
+    steps: tuple[int, int] | None = None,
+) -> Path:
+    """Draw the Gantt chart to ``output`` (SVG or PNG by suffix): a start-up lane when phases are given,
+    one lane per worker with its idle share, stages at a visible minimum width, names on long bars."""
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     if output.suffix.lower() not in (".svg", ".png"):
         raise TraceError(f"cannot draw {str(output)!r}: use a .svg or .png file name")
-    origin = min(s.start for s in spans)
-    workers = sorted({(s.resource, s.pid) for s in spans})
-    row_of = {w: i for i, w in enumerate(workers)}
-    stages = list(dict.fromkeys(s.stage for s in sorted(spans, key=lambda s: s.start)))
-    colours = {stage: f"C{i % 10}" for i, stage in enumerate(stages)}
-    fig = Figure(figsize=(12, 1.2 + 0.45 * len(workers)))
+    shown = sorted(in_steps([*startup, *spans], steps), key=lambda s: s.start)
+    origin = min(s.start for s in shown)
+    span_s = max(max(s.end for s in shown) - origin, 1e-6) * 1.005
+    lanes = list(dict.fromkeys((s.resource, s.pid) for s in sorted(shown, key=lambda s: (s.step >= 0, s.start))))
+    lane_of = {lane: i for i, lane in enumerate(lanes)}
+    colours = {stage: f"C{i % 10}" for i, stage in enumerate(dict.fromkeys(s.stage for s in shown if s.step >= 0))}
+    idle = idle_shares(shown)
+
+    fig = Figure(figsize=(13, 1.5 + 0.5 * len(lanes)), layout="constrained")
     ax = fig.add_subplot()
-    for s in spans:
-        ax.barh(row_of[(s.resource, s.pid)], s.end - s.start, left=s.start - origin, height=0.6,
-                color=colours[s.stage], edgecolor="black", linewidth=0.3)  # fmt: skip
-    for step, (lo, _) in sorted(_windows(spans, lambda s: s.step).items()):
-        ax.axvline(lo - origin, color="grey", linestyle=":", linewidth=0.8)
-        label = "init" if step == 0 else f"step {step}"
-        ax.text(lo - origin, 1.0, f" {label}", transform=ax.get_xaxis_transform(), va="bottom", fontsize=7,
-                color="grey")  # fmt: skip
-    ax.set_yticks(range(len(workers)), [f"{r} (pid {p})" for r, p in workers])
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first stage started")
-    ax.set_title(title or "stage timeline", pad=14)
-    handles = [Patch(color=colours[st], label=st) for st in stages]
+    ax.set_yticks(range(len(lanes)), [_lane_label(lane, idle) for lane in lanes], fontsize=8)
+    ax.set_ylim(len(lanes) - 0.5, -0.5)  # the first lane on top
+    ax.set_xlim(0, span_s)
+    ax.set_xlabel("seconds since " + ("start-up began" if any(s.step < 0 for s in shown) else "the first stage"))
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_title(title or "stage timeline", loc="left", pad=16)
+    handles = [Patch(color=colour, label=stage) for stage, colour in colours.items()]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    fig.tight_layout()
+    fig.draw_without_rendering()  # lay out first: bar widths and labels are sized in pixels
+    px_per_s = ax.get_window_extent().width / span_s
+    outside = 0  # start-up labels too long for their bar go above and below it, in turn
+    for n, s in enumerate(shown):
+        lane, startup_phase = lane_of[(s.resource, s.pid)], s.step < 0
+        colour = STARTUP_COLOURS[n % 2] if startup_phase else colours[s.stage]
+        width = max(s.end - s.start, MIN_BAR_PX / px_per_s)
+        middle = s.start - origin + width / 2
+        ax.barh(lane, width, left=s.start - origin, height=BAR_HEIGHT, color=colour, linewidth=0)
+        if width * px_per_s > LABEL_PX_PER_CHAR * len(s.stage) + 6:
+            ax.text(middle, lane, s.stage, ha="center", va="center", fontsize=7,
+                    color="black" if startup_phase or colour in LIGHT else "white")  # fmt: skip
+        elif startup_phase:
+            below = outside % 2
+            ax.text(middle, lane + (0.5 if below else -0.5) * BAR_HEIGHT, s.stage, ha="center",
+                    va="top" if below else "bottom", fontsize=6.5, color="0.3")  # fmt: skip
+            outside += 1
+    _step_marks(ax, shown, origin, px_per_s)
     output.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text: searchable, smaller
-        fig.savefig(output)
+        fig.savefig(output, dpi=110)
     return output
+
+
+def _step_marks(ax, spans: list[Span], origin: float, px_per_s: float) -> None:
+    """A faint line where each step starts and its name over the middle of it, as often as names fit."""
+    windows = sorted(_windows([s for s in spans if s.step >= 0], lambda s: s.step).items())
+    last_label, named = float("-inf"), False
+    for step, (lo, hi) in windows:
+        ax.axvline(lo - origin, color="grey", linestyle=":", linewidth=0.7, alpha=0.7)
+        middle = (lo + hi) / 2 - origin
+        if (middle - last_label) * px_per_s >= STEP_LABEL_PX:
+            label = "init" if step == 0 else str(step) if named else f"step {step}"
+            named = named or step > 0
+            ax.text(middle, 1.0, label, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7,
+                    color="grey")  # fmt: skip
+            last_label = middle
+
+
+def _lane_label(lane: tuple[str, int], idle: dict[tuple[str, int], float]) -> str:
+    resource, pid = lane
+    if resource == STARTUP_LANE:
+        return "start-up (driver)"
+    percent = 100 * idle.get(lane, 0.0)
+    share = f"\nidle {percent:.{0 if percent < 99.5 else 1}f}% of training" if lane in idle else ""
+    return f"{resource} (pid {pid}){share}"

@@ -8,6 +8,11 @@ Whatever happens (an error, a dead worker, Ctrl-C) the pools are stopped and rem
 destroyed; the last complete checkpoint stays usable. With ``trainer.max_restarts > 0`` a
 dead worker makes the run stop the pools, start them again and resume from the last
 checkpoint, truncating metrics past it so no step is lost or repeated.
+
+The console (``RunConsole``) narrates it: a header with the run directory and the pipeline's
+key facts, then each start-up phase with its duration (loading data, starting Ray, starting
+each pool and loading its model); those phases also go to the run directory's
+``startup.jsonl``, for the timeline.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from typing import Any
 
 from rlflow.errors import ResumeError
 from rlflow.runtime import checkpoints, interrupts
-from rlflow.runtime.run_dir import RESOLVED, WORKERS, RunDir, latest_run, new_run_id
+from rlflow.runtime.console import RunConsole
+from rlflow.runtime.run_dir import RESOLVED, STARTUP, WORKERS, RunDir, latest_run, new_run_id
 from rlflow.runtime.run_lock import RunLock, claim_run_dir
 
 log = logging.getLogger("rlflow.runtime")
@@ -71,21 +77,29 @@ def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) ->
 
 
 def run_pipeline(
-    loaded, project, *, run_dir: str | None = None, resume: str | None = None, force: bool = False
+    loaded,
+    project,
+    *,
+    run_dir: str | None = None,
+    resume: str | None = None,
+    force: bool = False,
+    console: RunConsole | None = None,
 ) -> RunResult:
     """Run under the run directory's lock; a run that fails before writing a step leaves no directory behind."""
+    console = console or RunConsole()
     rd, ckpt, lock = prepare_run_dir(loaded, project, run_dir, resume)
     try:
-        return _run_locked(loaded, project, rd, ckpt, force)
+        return _run_locked(loaded, project, rd, ckpt, force, console)
     except BaseException:
-        lock.discard((RESOLVED, WORKERS))
+        lock.discard((RESOLVED, WORKERS, STARTUP))
         raise
     finally:
         lock.release()
 
 
-def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool) -> RunResult:
+def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool, console: RunConsole) -> RunResult:
     from rlflow.plan.compile import compile_plan
+    from rlflow.runtime.sinks import build_sinks
     from rlflow.runtime.trainer import load_data, total_steps
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -98,14 +112,59 @@ def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool) -> 
     done = int(checkpoints.read_state(ckpt)["global_step"]) if ckpt is not None else 0
     if spec.trainer.total_steps is not None:  # known before loading any data: refuse an empty resume at once
         _check_work_left(done, spec.trainer.total_steps)
-    data = load_data(spec, project.root)
-    if ckpt is not None:
-        _check_work_left(done, total_steps(spec, data))
-        rd.truncate_metrics_after(done)
-    rd.write_resolved(resolved)
-    _log_data_stats(data)
-    with interrupts.guard():
-        return _train_with_restarts(loaded, project, plan, rd, data, ckpt, resolved)
+    pipeline_dict = spec.model_dump(by_alias=True, mode="json")
+    sinks = [console, *build_sinks(project.logging.sinks, rd.path, spec.name, pipeline_dict)]
+    try:
+        verb = f"resuming {spec.name} from step {done}" if ckpt is not None else f"running {spec.name}"
+        console.header(f"{verb}: {rd.path}", run_facts(spec, plan, sinks))
+        console.on_phase = lambda label, start, end: rd.append_startup(label, start, end, 0)
+        with console.phase("load data") as phase:
+            data = load_data(spec, project.root)
+            console.total = total_steps(spec, data)
+            phase.detail = data_facts(spec, data, console.total)
+        if ckpt is not None:
+            _check_work_left(done, total_steps(spec, data))
+            rd.truncate_metrics_after(done)
+        rd.write_resolved(resolved)
+        with interrupts.guard():
+            return _train_with_restarts(loaded, project, plan, rd, data, ckpt, resolved, sinks, console)
+    finally:
+        for sink in sinks:
+            sink.close()
+
+
+def run_facts(spec, plan, sinks: list) -> list[tuple[str, str]]:
+    """What the header says about a run: model, steps, pools, sinks (the console first)."""
+    trainer = spec.trainer
+    length = f"{trainer.total_steps} steps" if trainer.total_steps is not None else f"{trainer.total_epochs} epoch(s)"
+    steps = [f"{length} of {trainer.train_batch_size} prompts x {spec.algorithm.n} samples"]
+    every = {"validation": trainer.test_freq, "checkpoint": trainer.save_freq}
+    steps += [f"{what} every {freq}" for what, freq in every.items() if freq > 0]
+    facts = [("model", f"{spec.model.path} ({spec.model.dtype})"), ("steps", ", ".join(steps))]
+    facts += [(f"pool {p.name}", _pool_facts(p)) for p in plan.resources.values() if p.type != "driver"]
+    facts.append(("sinks", ", ".join([sinks[0].name, "metrics.jsonl", *(s.name for s in sinks[1:])])))
+    return facts
+
+
+def _pool_facts(placement) -> str:
+    noun = "forwarder" if placement.type == "remote" else "worker"
+    where = {"local": f"device {placement.device}", "remote": f"backend {placement.backend}"}.get(placement.type)
+    count = f"{placement.workers} {noun}{'s' * (placement.workers != 1)}"
+    return ", ".join(part for part in (placement.type, count, where) if part)
+
+
+def data_facts(spec, data, total: int) -> str:
+    """The load-data line's detail: prompts per split, what was left out, and the step count epochs give."""
+    parts = []
+    for split, ds in (("train", data.train), ("val", data.val)):
+        if ds is None:
+            continue
+        left_out = {k: v for k, v in ds.stats.items() if k != "loaded" and v}
+        extra = f" ({', '.join(f'{k} {v}' for k, v in left_out.items())})" if left_out else ""
+        parts.append(f"{split} {len(ds)} prompts{extra}")
+    if spec.trainer.total_steps is None:
+        parts.append(f"{spec.trainer.total_epochs} epoch(s) = {total} steps")
+    return ", ".join(parts)
 
 
 def _warn_verl_order(spec, plan) -> None:
@@ -127,27 +186,29 @@ def _check_work_left(done: int, total: int) -> None:
         )
 
 
-def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | None, resolved: str) -> RunResult:
+def _train_with_restarts(
+    loaded, project, plan, rd: RunDir, data, ckpt: Path | None, resolved: str, sinks: list, console: RunConsole
+) -> RunResult:
     import ray
 
     from rlflow.runtime.cluster import check_fit, cluster_nodes, start_ray
     from rlflow.runtime.pools import demands, start_pools, stop_pools
     from rlflow.runtime.ray_executor import RayExecutor, WorkerDied
-    from rlflow.runtime.sinks import build_sinks
-    from rlflow.runtime.trainer import StepLoop, fresh_sampler, total_steps
+    from rlflow.runtime.trainer import StepLoop, fresh_sampler
 
     spec = loaded.spec
     pipeline_dict = spec.model_dump(by_alias=True, mode="json")
-    started = start_ray(project, demands(plan, 0))
     restarts = 0
-    sinks: list = []
+    started = False
     try:
-        nodes = cluster_nodes()
+        with console.phase("start Ray") as phase:
+            started = start_ray(project, demands(plan, 0))
+            nodes = cluster_nodes()
+            phase.detail = cluster_facts(project, started, nodes)
         gpus = sum(n["GPU"] for n in nodes)
         check_fit(demands(plan, gpus), nodes)
-        start = (int(checkpoints.read_state(ckpt)["global_step"]) + 1) if ckpt else 1
-        sinks = build_sinks(project.logging.sinks, rd.path, spec.name, pipeline_dict, total_steps(spec, data), start)
         while True:
+            console.on_phase = lambda label, start, end, attempt=restarts: rd.append_startup(label, start, end, attempt)
             pools = start_pools(
                 plan,
                 pipeline_dict,
@@ -156,12 +217,14 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
                 lambda p: main_config(pipeline_dict, p, project, rd.path),
                 tuple(project.plugins),
                 str(rd.path),
+                console,
             )
             rd.write_workers({name: pool.describe() for name, pool in pools.items()})
             try:
                 executor = RayExecutor(pools, spec, rd.append_trace, str(rd.path), restarts, str(project.root))
-                loop = StepLoop(spec, plan, executor, rd, data, resolved, sinks)
+                loop = StepLoop(spec, plan, executor, rd, data, resolved, sinks, console)
                 first = loop.init(ckpt)
+                console.start_training(loop.total, first)
                 last = loop.train(first)
                 return RunResult(rd.path, loop.total, last, restarts)
             except WorkerDied as exc:
@@ -178,10 +241,15 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
             finally:
                 stop_pools(pools)
     finally:
-        for sink in sinks:
-            sink.close()
         if started:
             ray.shutdown()
+
+
+def cluster_facts(project, started: bool, nodes: list[dict]) -> str:
+    """The start-Ray line's detail: which Ray, and what it has."""
+    cpus, gpus = sum(n["CPU"] for n in nodes), sum(n["GPU"] for n in nodes)
+    which = f"joined {project.ray.address}" if project.ray.address else "embedded" if started else "already running"
+    return f"{which}, {len(nodes)} node{'s' * (len(nodes) > 1)}, {cpus:g} CPUs, {gpus:g} GPUs"
 
 
 def main_config(pipeline_dict: dict, placement, project, run_dir: Path) -> dict[str, Any]:
@@ -194,9 +262,3 @@ def main_config(pipeline_dict: dict, placement, project, run_dir: Path) -> dict[
         "project_root": str(project.root),
         "run_dir": str(Path(run_dir).absolute()),
     }
-
-
-def _log_data_stats(data) -> None:
-    for split, ds in (("train", data.train), ("val", data.val)):
-        if ds is not None:
-            log.info("%s data: %s", split, ", ".join(f"{k}={v}" for k, v in ds.stats.items()))

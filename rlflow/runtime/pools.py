@@ -10,6 +10,9 @@
 
 A placement group that does not become ready within ``PG_READY_TIMEOUT_S`` is removed and
 reported with the pool's name: the run never waits forever for resources.
+
+Each pool's start is a console phase (its workers up), and a local pool's model load another,
+so a run says what it is waiting for and how long each took.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from rlflow.backends.remote.registry import forwarder_problem
 from rlflow.errors import ConfigError, Diagnostic, ResourceError
 from rlflow.runtime.cluster import Demand
+from rlflow.runtime.console import QUIET, RunConsole
 
 log = logging.getLogger("rlflow.runtime")
 PG_READY_TIMEOUT_S = 60.0
@@ -85,18 +89,24 @@ def start_pools(
     main_config_for,
     plugins: tuple[str, ...] = (),
     run_dir: str | None = None,
+    console: RunConsole | None = None,
 ) -> dict[str, Pool]:
     """Start every resource of the plan; on any failure, stop what was started and re-raise."""
     pools: dict[str, Pool] = {}
     worker_args = (pipeline_dict, project_root, plugins, run_dir)
+    console = console or RunConsole(QUIET)
     try:
         for placement in plan.resources.values():
             if placement.type == "local":
-                pools[placement.name] = _start_local(placement, plan, worker_args, cluster_gpus)
+                pools[placement.name] = _start_local(placement, plan, worker_args, cluster_gpus, console)
             elif placement.type == "cpu":
-                pools[placement.name] = _start_cpu(placement, worker_args)
+                with console.phase(f"start {placement.name}") as phase:
+                    pools[placement.name] = _start_cpu(placement, worker_args)
+                    phase.detail = _count(placement.workers, "CPU worker")
             elif placement.type == "remote":
-                pools[placement.name] = _start_remote(placement, worker_args, main_config_for(placement))
+                with console.phase(f"start {placement.name}") as phase:
+                    pools[placement.name] = _start_remote(placement, worker_args, main_config_for(placement))
+                    phase.detail = f"backend {placement.backend}, {_count(placement.forwarders, 'forwarder')}"
         return pools
     except BaseException:
         stop_pools(pools)
@@ -150,53 +160,68 @@ def _new_workers(actor_class, placement, count: int, worker_args: tuple) -> list
     ]
 
 
-def _start_local(placement, plan, worker_args: tuple, cluster_gpus: float) -> Pool:
+def _start_local(placement, plan, worker_args: tuple, cluster_gpus: float, console: RunConsole) -> Pool:
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     device = resolve_device(placement.device, cluster_gpus)
     placement = placement.with_device(device)
-    gpus = placement.gpus_per_worker
-    bundles = [dict(b) for b in placement.bundles]
-    pg = placement_group(bundles, strategy=placement.strategy, name=f"rlflow-{placement.name}")
-    ready, _ = ray.wait([pg.ready()], timeout=PG_READY_TIMEOUT_S)
-    if not ready:
-        ray.util.remove_placement_group(pg)
-        raise ResourceError(
-            f"pool {placement.name}: its placement group ({len(bundles)} x {bundles[0]}) was not placed within "
-            f"{PG_READY_TIMEOUT_S:.0f} s; the cluster lacks the resources or they are held by another job"
+    with console.phase(f"start {placement.name}") as phase:
+        gpus = placement.gpus_per_worker
+        bundles = [dict(b) for b in placement.bundles]
+        pg = placement_group(bundles, strategy=placement.strategy, name=f"rlflow-{placement.name}")
+        ready, _ = ray.wait([pg.ready()], timeout=PG_READY_TIMEOUT_S)
+        if not ready:
+            ray.util.remove_placement_group(pg)
+            raise ResourceError(
+                f"pool {placement.name}: its placement group ({len(bundles)} x {bundles[0]}) was not placed within "
+                f"{PG_READY_TIMEOUT_S:.0f} s; the cluster lacks the resources or they are held by another job"
+            )
+        threads = max(1, int(placement.cpus_per_worker))
+        env = (
+            {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"}
+            if device == "cpu"
+            else {"OMP_NUM_THREADS": str(threads)}
         )
-    threads = max(1, int(placement.cpus_per_worker))
-    env = (
-        {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"}
-        if device == "cpu"
-        else {"OMP_NUM_THREADS": str(threads)}
-    )
-    workers = _new_workers(
-        lambda i: _actor_class(
-            placement.cpus_per_worker,
-            gpus,
-            PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=placement.bundle_of[i]),
-            env,
-        ),
-        placement,
-        placement.workers,
-        worker_args,
-    )
-    pool = Pool(placement.name, "local", device, workers, placement_group=pg, roles=plan.engine_roles(placement.name))
-    dist = None
-    if placement.workers > 1:
-        info0 = ray.get(workers[0].info.remote(), timeout=SETUP_TIMEOUT_S)
-        dist = {"master_addr": info0["node_ip"], "master_port": ray.get(workers[0].free_port.remote())}
-    try:
-        pool.info = ray.get(
-            [w.setup_local.remote(device, sorted(pool.roles), dist, threads) for w in workers], timeout=SETUP_TIMEOUT_S
+        workers = _new_workers(
+            lambda i: _actor_class(
+                placement.cpus_per_worker,
+                gpus,
+                PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=placement.bundle_of[i]),
+                env,
+            ),
+            placement,
+            placement.workers,
+            worker_args,
         )
-    except Exception:
-        stop_pools({placement.name: pool})
-        raise
+        pool = Pool(
+            placement.name, "local", device, workers, placement_group=pg, roles=plan.engine_roles(placement.name)
+        )
+        phase.detail = f"{_count(placement.workers, 'worker')} on {device}"
+        dist = None
+        try:
+            first = ray.get([w.info.remote() for w in workers], timeout=SETUP_TIMEOUT_S)[0]
+            if placement.workers > 1:
+                dist = {"master_addr": first["node_ip"], "master_port": ray.get(workers[0].free_port.remote())}
+        except BaseException:
+            stop_pools({placement.name: pool})
+            raise
+    with console.phase(f"load model on {placement.name}") as phase:
+        phase.detail = ", ".join(sorted(pool.roles))
+        try:
+            pool.info = ray.get(
+                [w.setup_local.remote(device, sorted(pool.roles), dist, threads) for w in workers],
+                timeout=SETUP_TIMEOUT_S,
+            )
+        except BaseException:
+            stop_pools({placement.name: pool})
+            raise
     return pool
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
 
 
 def _start_cpu(placement, worker_args: tuple) -> Pool:

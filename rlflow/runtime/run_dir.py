@@ -1,7 +1,8 @@
 """The run directory: the contract between a run and everything that reads it.
 
 ``<runs_dir>/<pipeline name>/<run id>/`` holds ``pipeline.resolved.yaml``, ``metrics.jsonl``
-(one object per step), ``trace.jsonl`` (one object per stage execution), ``workers.json``
+(one object per step), ``trace.jsonl`` (one object per stage execution), ``startup.jsonl``
+(one object per start-up phase: loading data, starting Ray, starting each pool), ``workers.json``
 (where each resource's workers run), ``checkpoints/step_<N>/``, ``backends/`` (remote backends'
 logs, which they write themselves: ``main_config["run_dir"]``) and ``run.lock`` (held by the
 live run, see ``run_lock``). Lines are appended and flushed one at a time so a crash loses at
@@ -21,6 +22,7 @@ RESOLVED = "pipeline.resolved.yaml"
 WORKERS = "workers.json"
 METRICS = "metrics.jsonl"
 TRACE = "trace.jsonl"
+STARTUP = "startup.jsonl"
 CHECKPOINTS = "checkpoints"
 
 
@@ -65,6 +67,10 @@ class RunDir:
     def append_trace(self, records: list[dict[str, Any]]) -> None:
         for record in records:
             _append(self.path / TRACE, record)
+
+    def append_startup(self, phase: str, start: float, end: float, attempt: int) -> None:
+        """A start-up phase (wall-clock seconds); ``attempt`` counts restarts, as in trace.jsonl."""
+        _append(self.path / STARTUP, {"phase": phase, "start": start, "end": end, "attempt": attempt})
 
     def truncate_metrics_after(self, step: int) -> int:
         """Drop metric lines of steps after ``step`` (they will be re-run); returns how many were dropped."""

@@ -1,5 +1,6 @@
-"""Where step metrics go: console (a rich progress bar on a terminal, plain lines otherwise),
-metrics.jsonl (always, through the run directory), and optionally TensorBoard, wandb or mlflow.
+"""Where step metrics go besides the console (``rlflow.runtime.console``): metrics.jsonl (always,
+through the run directory), and optionally TensorBoard, wandb or mlflow, each under its full
+verl metric names. A sink has ``log(step, metrics)``, ``close()`` and a ``name`` for the run's header.
 
 wandb and mlflow are used only when installed and named in rlflow.yaml ``logging.sinks``; both
 default to offline mode (``WANDB_MODE=offline``, a file store under the run directory) so a
@@ -10,58 +11,17 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("rlflow.runtime")
-HEADLINE = {
-    "critic/score/mean": "reward",
-    "reward/acc": "acc",
-    "actor/pg_loss": "pg_loss",
-    "timing_s/step": "step_s",
-}
-
-
-class ConsoleSink:
-    """A rich progress bar (step, reward mean, step time, ETA) on a TTY; one plain line per step otherwise."""
-
-    def __init__(self, total_steps: int, start_step: int, stream=None) -> None:
-        self.total = total_steps
-        self.stream = stream or sys.stderr
-        self.progress = None
-        if self.stream.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.progress = Progress(
-                TextColumn("[bold]step"),
-                MofNCompleteColumn(),
-                BarColumn(),
-                TextColumn("{task.fields[info]}"),
-                TimeRemainingColumn(),
-                transient=False,
-            )
-            self.task = self.progress.add_task("train", total=total_steps, completed=start_step - 1, info="")
-            self.progress.start()
-
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
-        shown = "  ".join(f"{label}={_fmt(metrics[key])}" for key, label in HEADLINE.items() if key in metrics)
-        vals = "  ".join(f"{k}={_fmt(v)}" for k, v in sorted(metrics.items()) if k.startswith("val-core/"))
-        if self.progress is not None:
-            self.progress.update(self.task, completed=step, info=shown)
-            if vals:
-                self.progress.console.print(f"step {step}: {vals}")
-        else:
-            print(f"[rlflow] step {step}/{self.total} {shown} {vals}".rstrip(), file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
 
 
 class TensorBoardSink:
+    name = "tensorboard"
+
     def __init__(self, log_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
@@ -78,6 +38,8 @@ class TensorBoardSink:
 
 
 class WandbSink:
+    name = "wandb"
+
     def __init__(self, run_dir: Path, project: str, config: dict) -> None:
         import wandb
 
@@ -92,6 +54,8 @@ class WandbSink:
 
 
 class MlflowSink:
+    name = "mlflow"
+
     def __init__(self, run_dir: Path, experiment: str) -> None:
         import mlflow
 
@@ -109,9 +73,9 @@ class MlflowSink:
         self.mlflow.end_run()
 
 
-def build_sinks(names: list[str], run_dir: Path, pipeline_name: str, config: dict, total: int, start: int) -> list:
-    """Console always (jsonl is the run directory's own); others when named and installed."""
-    sinks: list = [ConsoleSink(total, start)]
+def build_sinks(names: list[str], run_dir: Path, pipeline_name: str, config: dict) -> list:
+    """The sinks named in rlflow.yaml that are installed (the console and jsonl are always there)."""
+    sinks: list = []
     for name in names:
         try:
             if name == "tensorboard":
@@ -123,10 +87,6 @@ def build_sinks(names: list[str], run_dir: Path, pipeline_name: str, config: dic
         except ImportError as exc:
             log.warning("metrics sink %r is configured but not installed (%s); skipping it", name, exc)
     return sinks
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 class StepTimer:

@@ -12,12 +12,12 @@ into place with the data position once every worker's part is written), ``weight
 rollout on another local pool receives the weights; remote forwarders learn the policy
 version) and ``validation`` (the validation set goes through the rollout, with the
 validation stage's sampling, and the reward stages, then the validation stage turns the
-scores into metrics). The executor (Ray or in-process) decides where each call runs.
+scores into metrics). The executor (Ray or in-process) decides where each call runs. Loading a
+checkpoint and validating before training are console phases (the console is also a sink).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,13 +27,12 @@ from rlflow.batch import Batch
 from rlflow.errors import ResumeError, StageError
 from rlflow.plan.model import Plan, PlanStage
 from rlflow.runtime import checkpoints, interrupts
+from rlflow.runtime.console import QUIET, RunConsole
 from rlflow.runtime.executor import Executor
 from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.sinks import StepTimer
 from rlflow.schemas.pipeline import DRIVER, Pipeline
 from rlflow.stages.base import due
-
-log = logging.getLogger("rlflow.runtime")
 
 
 @dataclass
@@ -81,6 +80,7 @@ class StepLoop:
         data: DataState,
         resolved_yaml: str,
         sinks: list,
+        console: RunConsole | None = None,
     ) -> None:
         self.spec = spec
         self.plan = plan
@@ -89,6 +89,7 @@ class StepLoop:
         self.data = data
         self.resolved_yaml = resolved_yaml
         self.sinks = sinks
+        self.console = console or RunConsole(QUIET)
         self.total = total_steps(spec, data)
         update = plan.first_with_role("update")
         self.devices = executor.data_parallel_size(update.resource) if update is not None else 1  # verl: per GPU
@@ -100,11 +101,14 @@ class StepLoop:
         for stage in self.plan.init:
             if stage.role == "resume":
                 if resume_from is not None:
-                    start = self._load_checkpoint(resume_from, stage) + 1
+                    with self.console.phase(f"load checkpoint {resume_from.name}", record=False):
+                        start = self._load_checkpoint(resume_from, stage) + 1
             elif stage.role == "weight_sync":
                 self._sync_weights(stage, Batch(), 0 if start == 1 else start - 1)
             elif stage.role == "validation" and resume_from is None and self.spec.trainer.val_before_train:
-                self.log_metrics(0, self._validate(stage, 0))
+                with self.console.phase("validate before training", record=False):  # traced as step 0
+                    metrics = self._validate(stage, 0)
+                self.log_metrics(0, metrics)
         return start
 
     def _load_checkpoint(self, path: Path, stage: PlanStage) -> int:
@@ -114,7 +118,6 @@ class StepLoop:
         step = int(state["global_step"])
         self.data.sampler.load_state_dict(state["sampler"])
         self.executor.load_checkpoint(stage, str(path))
-        log.info("resumed from %s (step %d)", path, step)
         return step
 
     # ---- steps ------------------------------------------------------------------------

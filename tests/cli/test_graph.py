@@ -107,6 +107,28 @@ def test_timeline_summary_and_chart(tmp_path):
     assert "generate" in "".join(ET.parse(out).getroot().itertext())
 
 
+def test_timeline_of_a_real_run_has_its_start_up_and_every_worker(short_run, tmp_path):
+    run_dir, _ = short_run
+    out = tmp_path / "timeline.svg"
+    result = graph("--timeline", str(run_dir), "--render", "-o", str(out), "--steps", "0-1")
+    assert result.exit_code == 0, result.output
+    texts = "".join(ET.parse(out).getroot().itertext())
+    for label in ("start-up (driver)", "start Ray", "load model on actor_pool", "actor_pool (pid", "reward_pool (pid",
+                  "idle", "generate", "update_actor", "step 1", "bird-grpo · run two-steps · timeline of steps 0-1"):  # fmt: skip
+        assert label in texts, label
+    png = tmp_path / "timeline.png"
+    assert graph("--timeline", str(run_dir), "--render", "-o", str(png)).exit_code == 0
+    assert png.stat().st_size > 20_000
+    summary = graph("--timeline", str(run_dir), "--steps", "2")
+    assert summary.exit_code == 0 and "(init)" not in summary.output and "generate" in summary.output
+
+
+def test_step_ranges_are_checked():
+    assert graph(BIRD, "--steps", "1-2").exit_code == 2
+    assert graph("--timeline", ".", "--steps", "3-1").exit_code == 2
+    assert "not a step range" in graph("--timeline", ".", "--steps", "x").output
+
+
 def test_graph_stays_light():
     """Drawing a pipeline must not import the training stack (it starts as fast as validate)."""
     code = (

@@ -1,4 +1,4 @@
-"""The timeline: trace.jsonl -> per-stage summary and a Gantt chart (SVG/PNG)."""
+"""The timeline: trace.jsonl (and startup.jsonl) -> per-stage summary, idle shares and a Gantt chart (SVG/PNG)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from rlflow.plan.timeline import TraceError, read_trace, render_summary, render_timeline, summarize, trace_path
+from rlflow.plan.timeline import (
+    TraceError,
+    idle_shares,
+    in_steps,
+    read_startup,
+    read_trace,
+    render_summary,
+    render_timeline,
+    summarize,
+    trace_path,
+)
 
 T0 = 1_700_000_000.0
 
@@ -32,11 +42,22 @@ TRACE = [
 ]
 
 
+# what `rlflow run` writes before the first stage: data, Ray, then the pools (the last ends at T0)
+STARTUP = [
+    ("load data", -9.0, -8.0),
+    ("start Ray", -8.0, -3.0),
+    ("start actor", -3.0, -2.9),
+    ("load model on actor", -2.9, 0.0),
+]
+
+
 @pytest.fixture
 def run_dir(tmp_path):
     lines = [json.dumps(r) for r in TRACE]
     lines.insert(3, "")  # blank lines are tolerated
     (tmp_path / "trace.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "startup.jsonl").write_text("".join(
+        json.dumps({"phase": p, "start": T0 + a, "end": T0 + b, "attempt": 0}) + "\n" for p, a, b in STARTUP))  # fmt: skip
     return tmp_path
 
 
@@ -61,10 +82,58 @@ def test_summary_table_is_sorted_and_readable(run_dir):
 
 def test_svg_timeline_has_a_row_per_worker_and_every_stage(run_dir, tmp_path):
     out = render_timeline(read_trace(trace_path(run_dir)), tmp_path / "charts" / "timeline.svg", title="demo run")
-    texts = "".join(ET.parse(out).getroot().itertext())
+    pieces = [t.strip() for t in ET.parse(out).getroot().itertext()]
+    texts = "".join(pieces)
     for label in ("actor (pid 11)", "actor (pid 12)", "scorers (pid 21)", "generate", "reward", "update_actor",
-                  "sync_weights", "step 1", "step 2", "init", "demo run"):  # fmt: skip
+                  "sync_weights", "step 1", "init", "demo run"):  # fmt: skip
         assert label in texts, label
+    assert "2" in pieces, "steps after the first are named by their number"
+
+
+def test_startup_phases_are_their_own_lane(run_dir):
+    phases = read_startup(run_dir)
+    assert [(p.stage, p.resource, p.step) for p in phases][:2] == [
+        ("load data", "start-up", -1),
+        ("start Ray", "start-up", -1),
+    ]
+    assert read_startup(run_dir / "trace.jsonl") == [], "a bare trace file has no start-up beside it"
+    (run_dir / "startup.jsonl").write_text('{"phase": "load data"}\n')
+    with pytest.raises(TraceError, match=r"startup.jsonl:1: not a start-up phase"):
+        read_startup(run_dir)
+
+
+def test_step_windows_keep_start_up_with_step_0(run_dir):
+    spans = [*read_startup(run_dir), *read_trace(trace_path(run_dir))]
+    assert {s.step for s in in_steps(spans, (0, 1))} == {-1, 0, 1}
+    assert {s.step for s in in_steps(spans, (2, 2))} == {2}
+    with pytest.raises(TraceError, match="no step in 5-9"):
+        in_steps(spans, (5, 9))
+
+
+def test_idle_share_is_the_training_time_a_worker_ran_nothing(run_dir):
+    idle = idle_shares(read_trace(trace_path(run_dir)))
+    # training spans 1..16 s: actor 11 busy 1-4, 6-9, 10-13, 14-16 (11 s); scorers busy 2 s
+    assert idle[("actor", 11)] == pytest.approx(4 / 15)
+    assert idle[("actor", 12)] == pytest.approx(1 - (4 + 2 + 2) / 15)
+    assert idle[("scorers", 21)] == pytest.approx(13 / 15)
+    overlapping = [record(1, "a", "r", 1, 0.0, 2.0), record(1, "b", "r", 1, 1.0, 3.0), record(1, "c", "r", 2, 3.0, 4.0)]
+    assert idle_shares(read_trace(_trace_file(run_dir, overlapping)))[("r", 1)] == pytest.approx(1 / 4)
+
+
+def _trace_file(directory, records):
+    path = directory / "other.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_svg_timeline_draws_start_up_and_idle_shares(run_dir, tmp_path):
+    spans, startup = read_trace(trace_path(run_dir)), read_startup(run_dir)
+    out = render_timeline(spans, tmp_path / "t.svg", title="demo run", startup=startup, steps=(0, 1))
+    texts = "".join(ET.parse(out).getroot().itertext())
+    for label in ("start-up (driver)", "load data", "start Ray", "load model on actor", "idle 25% of training",
+                  "seconds since start-up began"):  # fmt: skip
+        assert label in texts, label
+    assert "step 2" not in texts and "2" not in [t.strip() for t in ET.parse(out).getroot().itertext()]
 
 
 def test_png_timeline(run_dir, tmp_path):
