@@ -15,10 +15,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def check_files(pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: bool = True) -> list[dict]:
+def check_files(
+    pipelines: Sequence[Path],
+    sets: Sequence[str],
+    *,
+    check_paths: bool = True,
+    drops: Sequence[str] = (),
+    resolved: bool = False,
+) -> list[dict]:
     """One result per file (``ok``, counts or diagnostics); an unreadable rlflow.yaml is one failed result.
 
-    ``check_paths``: the data files, databases folder and model directory must exist.
+    ``check_paths``: the data files, databases folder and model directory must exist. ``drops``:
+    stages to remove by name. ``resolved``: a valid file's result holds the fully resolved
+    pipeline (``resolved``, YAML text), what ``rlflow run`` would save as pipeline.resolved.yaml.
     """
     # On its first model pydantic scans every installed package for pydantic plugins; that
     # scan costs more than the whole validation, and validation needs no plugin.
@@ -34,7 +43,7 @@ def check_files(pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: 
     results = []
     for path in pipelines:
         try:
-            loaded = load_pipeline(path, sets, project, check_paths=check_paths)
+            loaded = load_pipeline(path, sets, project, check_paths=check_paths, drops=drops)
         except ConfigError as exc:
             results.append(_failure(str(path), exc))
         except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
@@ -50,21 +59,25 @@ def check_files(pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: 
             )
         else:
             spec = loaded.spec
-            results.append(
-                {
-                    "file": str(path),
-                    "ok": True,
-                    "stages": len(spec.stages),
-                    "resources": len(spec.resources),
-                    "diagnostics": [],
-                }
-            )
+            result = {
+                "file": str(path),
+                "ok": True,
+                "stages": len(spec.stages),
+                "resources": len(spec.resources),
+                "diagnostics": [],
+            }
+            if resolved:
+                result["resolved"] = loaded.resolved_yaml()
+            results.append(result)
     return results
 
 
 def report(results: list[dict], as_json: bool) -> int:
     """Print the results (JSON on stdout, or one line per problem on stderr); returns the exit code:
-    0 all valid, 2 some file is invalid, 1 an internal error."""
+    0 all valid, 2 some file is invalid, 1 an internal error.
+
+    Results holding a ``resolved`` pipeline print it on stdout (one YAML document per file, so
+    the output pipes into a file or a YAML tool) and their ``ok`` line on stderr."""
     if as_json:
         payload = [{k: v for k, v in r.items() if k != "text"} for r in results]
         print(json.dumps({"ok": all(r["ok"] for r in results), "files": payload}, indent=2))
@@ -76,15 +89,17 @@ def report(results: list[dict], as_json: bool) -> int:
 
 
 def fast_path(argv: Sequence[str]) -> int | None:
-    """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--json``,
-    ``--no-check-paths``) and return its exit code; None for anything else (``--help``, an
-    unknown option, no file), which the full CLI then handles and explains."""
+    """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--drop``, ``--json``,
+    ``--print``, ``--no-check-paths``) and return its exit code; None for anything else (``--help``,
+    an unknown option, no file), which the full CLI then handles and explains."""
     if not argv or argv[0] != "validate" or any(a in ("-h", "--help") for a in argv[1:]):
         return None
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("pipelines", nargs="*", type=Path)
     parser.add_argument("--set", "-s", dest="sets", action="append", default=[])
+    parser.add_argument("--drop", dest="drops", action="append", default=[])
     parser.add_argument("--json", dest="as_json", action="store_true")
+    parser.add_argument("--print", dest="resolved", action="store_true")
     parser.add_argument("--check-paths", dest="check_paths", action=argparse.BooleanOptionalAction, default=True)
     try:
         args, unknown = parser.parse_known_args(list(argv[1:]))
@@ -92,7 +107,10 @@ def fast_path(argv: Sequence[str]) -> int | None:
         return None
     if unknown or not args.pipelines:
         return None
-    return report(check_files(args.pipelines, args.sets, check_paths=args.check_paths), args.as_json)
+    results = check_files(
+        args.pipelines, args.sets, check_paths=args.check_paths, drops=args.drops, resolved=args.resolved
+    )
+    return report(results, args.as_json)
 
 
 def _failure(file: str, exc) -> dict:
@@ -106,9 +124,15 @@ def _failure(file: str, exc) -> dict:
 
 def _print_lines(results: list[dict]) -> None:
     problems = 0
+    printed = [r for r in results if "resolved" in r]
+    for r in printed:
+        if len(printed) > 1:
+            print(f"--- # {r['file']}")
+        print(r["resolved"], end="")
     for r in results:
         if r["ok"]:
-            print(f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources)")
+            ok = f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources)"
+            print(ok, file=sys.stderr if "resolved" in r else sys.stdout)
         elif "error" in r:
             problems += 1
             print(f"{r['file']}: {r['error']}", file=sys.stderr)

@@ -134,7 +134,7 @@ def _train_with_restarts(loaded, project, plan, rd: RunDir, data, ckpt: Path | N
         gpus = sum(n["GPU"] for n in nodes)
         check_fit(demands(plan, gpus), nodes)
         start = (int(checkpoints.read_state(ckpt)["global_step"]) + 1) if ckpt else 1
-        sinks = build_sinks(project.logging.sinks, rd.path, spec.name, pipeline_dict, total_steps(spec, data), start)
+        sinks = build_sinks(project.logging, rd.path, spec.name, pipeline_dict, total_steps(spec, data), start)
         while True:
             pools = start_pools(
                 plan,
