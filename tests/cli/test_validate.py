@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 BIRD = "pipelines/bird_grpo.yaml"
@@ -88,6 +89,34 @@ def test_json_output():
     ]
     ok = json.loads(rlflow("validate", BIRD, "--json").stdout)
     assert ok == {"ok": True, "files": [{"file": BIRD, "ok": True, "stages": 7, "resources": 2, "diagnostics": []}]}
+
+
+def test_print_shows_the_pipeline_as_it_would_run(tmp_path):
+    from rlflow.check import load_pipeline
+
+    sets = ["-s", "algorithm.use_kl_loss=false", "-s", "stages.generate.with.temperature=0.7"]
+    result = rlflow("validate", "--print", BIRD, "--drop", "ref_log_prob", *sets)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == f"{BIRD}: ok (6 stages, 2 resources)\n", "stdout holds the YAML alone"
+    expected = load_pipeline(REPO / BIRD, sets[1::2], drops=["ref_log_prob"]).resolved_yaml()
+    assert result.stdout == expected
+    resolved = yaml.safe_load(result.stdout)
+    assert resolved["stages"][0]["with"] == {"temperature": 0.7} and resolved["trainer"]["total_epochs"] is not None
+
+    (tmp_path / "derived.yaml").write_text(f"base: {REPO / BIRD}\nname: derived\n")
+    both = rlflow("validate", "--print", BIRD, str(tmp_path / "derived.yaml"))
+    first, second = yaml.safe_load_all(both.stdout)
+    assert (first["name"], second["name"]) == ("bird-grpo", "derived") and "base" not in second
+    assert both.stdout.startswith(f"--- # {BIRD}\n")
+
+
+def test_dropping_the_reference_stage_says_how_to_turn_kl_off():
+    result = rlflow("validate", BIRD, "--drop", "ref_log_prob")
+    assert result.returncode == 2
+    kl = next(line for line in result.stderr.splitlines() if "algorithm.use_kl_loss:" in line)
+    assert "no stage computes reference log-probs" in kl and kl.endswith("--set algorithm.use_kl_loss=false)")
+    typo = rlflow("validate", BIRD, "--drop", "ref_logprob")
+    assert "--drop ref_logprob: no stage named 'ref_logprob' (did you mean 'ref_log_prob'?)" in typo.stderr
 
 
 def test_missing_data_and_model_are_reported_unless_paths_are_not_checked(tmp_path):
@@ -171,6 +200,9 @@ def test_help(args):
         ["pipelines/bird_grpo.yaml", "-s", "bird_root=/nowhere"],
         ["pipelines/bird_grpo.yaml", "-s", "bird_root=/nowhere", "--no-check-paths"],
         ["--check-paths", "pipelines/bird_grpo.yaml", "-s", "model_path=models/none"],
+        ["pipelines/bird_grpo.yaml", "--print", "--drop", "ref_log_prob", "-s", "algorithm.use_kl_loss=false"],
+        ["pipelines/bird_grpo.yaml", "pipelines/arithmetic_grpo.yaml", "--print", "--json"],
+        ["pipelines/bird_grpo.yaml", "--drop", "ref_log_prob"],
     ],
 )
 def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, monkeypatch):

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 import torch
 from local_helpers import make_pipeline, sharpen
 from safetensors import safe_open
@@ -51,3 +55,39 @@ def test_the_config_tells_the_pipelines_dtype_not_the_source_models(tmp_path):
     _, out, _ = exported(tmp_path, {"path": str(WARM), "dtype": "float32"})
     assert json.loads((out / "config.json").read_text())["dtype"] == "float32"
     assert AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True).dtype == torch.float32
+
+
+DEEPSPEED_EXPORT = """
+import json, sys, torch
+sys.path.insert(0, {here!r})
+from deepspeed_worker import make_pipeline, one_update, make_batch
+from transformers import AutoModelForCausalLM
+from rlflow.backends.local.checkpoint import export_pretrained
+from rlflow.backends.local.factory import create_local_engine
+from rlflow.check.engines import engine_choice
+
+torch.set_num_threads(1)
+pipeline = make_pipeline("deepspeed", 2)
+engine = create_local_engine(pipeline, engine_choice(pipeline), device="cpu")
+try:
+    initial = {{k: t.clone() for k, t in engine.model.state_dict().items()}}
+    one_update(engine, make_batch(engine.tokenizer), 1)
+    engine.save_checkpoint({ckpt!r}, 1)
+    export_pretrained({ckpt!r}, {out!r}, "float32")
+    trained = engine.deepspeed.dense_state_dict()
+    exported = AutoModelForCausalLM.from_pretrained({out!r}).state_dict()
+    moved = any(not torch.equal(t, initial[k]) for k, t in trained.items())
+    print(json.dumps({{"equal": all(torch.equal(exported[k], t) for k, t in trained.items()), "moved": moved}}))
+finally:
+    engine.close()
+"""
+
+
+def test_a_deepspeed_checkpoint_exports_the_weights_deepspeed_trained(tmp_path):
+    pytest.importorskip("deepspeed")
+    here = str(Path(__file__).parent)
+    code = DEEPSPEED_EXPORT.format(here=here, ckpt=str(tmp_path / "ckpt"), out=str(tmp_path / "out"))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"equal": True, "moved": True}
+    assert (tmp_path / "ckpt" / "deepspeed").is_dir(), "DeepSpeed's own state lies beside the model"
