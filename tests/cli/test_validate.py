@@ -142,7 +142,7 @@ def test_broken_project_config_is_reported(tmp_path):
 
 RUNNER = """
 import sys
-sys.argv = ["rlflow", "validate", "pipelines/bird_grpo.yaml"]
+sys.argv = ["rlflow", "validate", "pipelines/bird_grpo.yaml", *{extra!r}]
 from rlflow.cli.main import main
 try:
     main()
@@ -155,8 +155,9 @@ print(code, " ".join(heavy) or "-", file=sys.stderr)
 """
 
 
-def test_validate_imports_no_heavy_module():
-    code = RUNNER.replace("{heavy!r}", repr(set(HEAVY)))
+@pytest.mark.parametrize("extra", [[], ["--print", "--drop", "ref_log_prob", "-s", "algorithm.use_kl_loss=false"]])
+def test_validate_imports_no_heavy_module(extra):
+    code = RUNNER.replace("{heavy!r}", repr(set(HEAVY))).replace("{extra!r}", repr(extra))
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.stderr.strip().splitlines()[-1] == "0 -", result.stderr
 
