@@ -6,10 +6,12 @@ Design decisions:
 - A sink that cannot start (not installed, a bad setting, a server that refuses) is one warning
   line naming it and why; the run goes on with the others. Metrics are never lost with it:
   metrics.jsonl holds every step.
-- W&B logs online when you are logged in (``wandb login`` or ``WANDB_API_KEY``: asked of
-  ``wandb.login(prompt=False, verify=False)``, which reads the key from the environment, the
-  settings and .netrc without calling the server), offline under the run directory otherwise
-  (``wandb sync`` uploads it later). ``logging.wandb.mode`` or ``WANDB_MODE`` choose explicitly.
+- W&B logs online when you are logged in (``wandb login`` or ``WANDB_API_KEY``), offline under
+  the run directory otherwise (``wandb sync`` uploads it later); ``logging.wandb.mode``, then
+  ``WANDB_MODE``, choose explicitly. Whether you are logged in is asked of
+  ``wandb.login(prompt=False, verify=False)``: it looks for a key in the environment, the
+  settings and .netrc, never prompts and verifies nothing, so without a key no server is
+  asked (with one, wandb's "logged in" banner asks who you are, as the online run would).
 - W&B and MLflow take project/experiment, entity, run name and tags from rlflow.yaml; the run
   name defaults to ``<pipeline name>-<run id>``, the run directory's name.
 - MLflow logs to ``MLFLOW_TRACKING_URI`` (or ``logging.mlflow.tracking_uri``), else to a file

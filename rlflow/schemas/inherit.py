@@ -24,6 +24,8 @@ Design decisions:
   a base (YAML, templates) are reported in the base.
 - ``sources`` lists the template text of every file read, so a ``--set`` variable that only a
   base uses still counts as used.
+- ``drop_stage`` removes a stage from the merged document with its positions moved along, as a
+  ``stages: {name: null}`` patch does; the loader uses it for ``--drop`` and ``--set stages.<name>=null``.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class WandbSettings(_Strict):
     tags: list[str] = Field(default_factory=list, description="Tags of every run.")
     mode: Literal["online", "offline", "disabled"] | None = Field(
         None,
-        description="Default: online when logged in (wandb login or WANDB_API_KEY), else offline; WANDB_MODE wins.",
+        description="Default: WANDB_MODE when set, else online when logged in (wandb login, WANDB_API_KEY), else offline.",
     )
 
 
