@@ -4,7 +4,7 @@
     python -c "from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained('bird-model')"
     vllm serve bird-model
 
-The work is ``rlflow.runtime.export`` (which checkpoint, the dtype, the checks); torch and
+The work is ``rlflow.runtime.hf_export`` (which checkpoint, the dtype, the checks); torch and
 transformers are imported inside the command.
 """
 
@@ -25,7 +25,7 @@ def export(
     """Export a run's checkpoint as a Hugging Face model directory (weights in model.dtype, config, tokenizer)."""
     require_train("export", ("torch", "transformers", "safetensors"))
     from rlflow.registry import import_plugins
-    from rlflow.runtime.export import export_run
+    from rlflow.runtime.hf_export import export_run
     from rlflow.schemas.project import load_project_config
 
     import_plugins(load_project_config().plugins)  # their stage kinds name the resource that wrote the checkpoint

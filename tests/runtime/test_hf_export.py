@@ -11,7 +11,7 @@ import yaml
 
 from rlflow.backends.local.local_engine import LocalEngine
 from rlflow.errors import ExportError, TargetExists
-from rlflow.runtime.export import export_run, find_checkpoint
+from rlflow.runtime.hf_export import export_run, find_checkpoint
 from rlflow.schemas.pipeline import Pipeline
 
 STAGES = [
