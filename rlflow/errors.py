@@ -84,6 +84,12 @@ class ResumeError(RlflowError):
     exit_code = 2
 
 
+class ExportError(RlflowError):
+    """A run's checkpoint cannot be exported (the run, the step and what there is instead are named)."""
+
+    exit_code = 2
+
+
 class BackendError(RlflowError):
     """A backend (local engine or remote server) failed or refused a call."""
 

@@ -78,7 +78,12 @@ def test_core_install_has_no_training_stack(core_venv, clean_env, tmp_path):
 
 def test_training_commands_name_the_extra(core_venv, clean_env, tmp_path):
     _sh(core_venv / "rlflow", "init", cwd=tmp_path, env=clean_env)
-    for command in (["run", "pipelines/bird_grpo.yaml"], ["plot", "runs"], ["import-verl", "ppo_trainer"]):
+    for command in (
+        ["run", "pipelines/bird_grpo.yaml"],
+        ["plot", "runs"],
+        ["export", "runs", "-o", "model"],
+        ["import-verl", "ppo_trainer"],
+    ):
         result = _sh(core_venv / "rlflow", *command, cwd=tmp_path, env=clean_env, check=False)
         assert result.returncode == 2, result
         assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr

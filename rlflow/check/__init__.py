@@ -31,13 +31,15 @@ def load_pipeline(
     project: ProjectConfig | None = None,
     *,
     check_paths: bool = True,
+    drops: Sequence[str] = (),
 ) -> LoadedPipeline:
     """Load and validate a pipeline file; raises ConfigError holding every problem found.
 
     ``check_paths``: the data files, databases folder and model directory must exist (False to
-    validate on a machine without the data: ``rlflow validate --no-check-paths``).
+    validate on a machine without the data: ``rlflow validate --no-check-paths``). ``drops``: stages
+    to remove by name (``--drop``).
     """
-    parsed = parse_pipeline(path, sets, project, config_model_of)
+    parsed = parse_pipeline(path, sets, project, config_model_of, drops)
     run_checks(parsed.subject, parsed.report, parsed.project, check_paths=check_paths)
     problems = parsed.all_problems()
     if problems or parsed.spec is None:

@@ -160,7 +160,7 @@ def check_reference(subject: Subject, report: Reporter) -> None:
             f"{' and '.join(flags)} {'is' if len(flags) == 1 else 'are'} true, "
             "but no stage computes reference log-probs",
             f"add - {{name: ref_log_prob, uses: {builtin_kind('reference').name}, on: <actor pool>}}, "
-            f"or set {flags[0]}: false",
+            f"or set {flags[0]}: false; from the command line: --set algorithm.{flags[0]}=false",
         )
     if refs and not flags:
         for i, stage in refs:

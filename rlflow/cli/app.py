@@ -1,7 +1,9 @@
 """The typer app behind ``rlflow``, assembled from one module per command.
 
 Each command module exposes ``register(app)`` and keeps heavy imports (torch, ray) inside
-its command functions, so ``rlflow --help`` starts fast.
+its command functions, so ``rlflow --help`` starts fast. Conventions every command shares:
+``-h`` as well as ``--help``, ``rlflow --version`` (``-V``), and shell completion
+(``rlflow --install-completion``, typer's).
 """
 
 from __future__ import annotations
@@ -10,15 +12,33 @@ import importlib
 
 import typer
 
-COMMAND_MODULES = ("init", "validate", "schema", "graph", "run", "plot", "backend", "import_verl")
+COMMAND_MODULES = ("init", "validate", "schema", "graph", "run", "export", "plot", "backend", "import_verl")
 
 app = typer.Typer(
     name="rlflow",
     help="Declarative GRPO post-training on Ray: validate, draw and run one pipeline file.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from rlflow import __version__
+
+        typer.echo(f"rlflow {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", "-V", callback=_print_version, is_eager=True, help="Print rlflow's version and exit."
+    ),
+) -> None:
+    """Global options (the app's help text above is what ``rlflow --help`` shows)."""
+
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"rlflow.cli.{_name}").register(app)

@@ -1,6 +1,6 @@
 """``rlflow graph``: the step as a picture, or a finished run as a timeline.
 
-    rlflow graph PIPELINE [--set k=v]... [--format text|mermaid|dot|json] [-o FILE]
+    rlflow graph PIPELINE [--set k=v]... [--drop STAGE]... [--format text|mermaid|dot|json] [-o FILE]
     rlflow graph PIPELINE --render [-o step.svg]           # draws with Graphviz's dot
     rlflow graph --timeline RUN_DIR [--format text]        # where the time went, per stage
     rlflow graph --timeline RUN_DIR --render -o run.svg    # a Gantt chart (matplotlib)
@@ -34,6 +34,7 @@ def graph(
     set_: list[str] | None = typer.Option(
         None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."
     ),
+    drops: list[str] | None = typer.Option(None, "--drop", help="Remove the stage of this name; repeatable."),
     fmt: str = typer.Option("text", "--format", "-f", help="text, mermaid, dot or json (timeline: text)."),
     render: bool = typer.Option(False, "--render", help="Draw a picture (SVG or PNG by the -o suffix)."),
     output: Path | None = typer.Option(
@@ -57,14 +58,16 @@ def graph(
     if timeline is not None:
         _timeline(timeline, fmt, render, output, _step_range(steps))
     else:
-        _pipeline_graph(pipeline, tuple(set_ or ()), fmt, render, output)
+        _pipeline_graph(pipeline, tuple(set_ or ()), tuple(drops or ()), fmt, render, output)
 
 
-def _pipeline_graph(pipeline: Path, sets: tuple[str, ...], fmt: str, render: bool, output: Path | None) -> None:
+def _pipeline_graph(
+    pipeline: Path, sets: tuple[str, ...], drops: tuple[str, ...], fmt: str, render: bool, output: Path | None
+) -> None:
     from rlflow.check import load_pipeline
     from rlflow.plan.compile import compile_plan
 
-    plan = compile_plan(load_pipeline(pipeline, sets).spec)
+    plan = compile_plan(load_pipeline(pipeline, sets, drops=drops).spec)
     if render:
         _draw(plan, output or DEFAULT_STEP_PICTURE)
         return

@@ -25,7 +25,7 @@ def main() -> None:
     from rlflow.cli.app import app
 
     try:
-        app()
+        app(prog_name="rlflow")
     except RlflowError as exc:
         if os.environ.get("RLFLOW_DEBUG"):
             raise

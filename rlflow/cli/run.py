@@ -1,6 +1,7 @@
 """``rlflow run PIPELINE``: train. Loads and validates the pipeline (every error at once), then
 hands it to the runtime (rlflow.runtime.launch), which is imported only here, inside the
-command, so that other commands stay light.
+command, so that other commands stay light. ``--sink NAME`` (repeatable) picks this run's
+metrics sinks instead of rlflow.yaml's ``logging.sinks``; ``--drop NAME`` removes a stage.
 
 The console (``rlflow.runtime.console``) says what the run is doing: ``-q`` keeps only errors,
 warnings and the final summary, ``-v`` adds per-stage timings and the runtime's own log.
@@ -23,6 +24,13 @@ def run(
     set_: list[str] | None = typer.Option(
         None, "--set", "-s", help="name=value (template var) or dotted.path=value (field)."
     ),
+    drops: list[str] | None = typer.Option(None, "--drop", help="Remove the stage of this name; repeatable."),
+    sinks: list[str] | None = typer.Option(
+        None,
+        "--sink",
+        help="Metrics sink for this run (tensorboard, wandb, mlflow), instead of rlflow.yaml's logging.sinks; "
+        "repeatable. The console and metrics.jsonl are always on.",
+    ),
     run_dir: str | None = typer.Option(None, "--run-dir", help="Run directory (default: <runs_dir>/<name>/<run id>)."),
     resume: str | None = typer.Option(None, "--resume", help="Continue a run: its directory, or `latest`."),
     force: bool = typer.Option(False, "--force", help="Resume even though the pipeline changed."),
@@ -44,8 +52,10 @@ def run(
     from rlflow.registry import import_plugins
 
     project = load_project_config()
+    if sinks:
+        project = project.with_sinks(sinks)
     import_plugins(project.plugins)
-    loaded = load_pipeline(pipeline, set_ or (), project=project)
+    loaded = load_pipeline(pipeline, set_ or (), project=project, drops=drops or ())
     from rlflow.cli.validate_files import warning_line
 
     for warning in loaded.warnings:

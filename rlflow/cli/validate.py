@@ -10,6 +10,10 @@ in a subprocess and inspects sys.modules); a plain command line reaches it witho
 ``--no-check-paths`` skips the check that the data files, databases and model directory exist.
 ``--verl`` compares each valid file's plan with the installed verl's ``PPOTrainerSync`` step
 (order, conditions, cadence, the step timer); differences are warnings and leave the exit code alone.
+``--print`` prints each valid file fully resolved (templates rendered, ``base:`` merged,
+``--set`` and ``--drop`` applied, every default spelled out) as YAML on stdout: what a run
+would save as pipeline.resolved.yaml. ``--drop NAME`` removes a stage (as
+``--set stages.NAME=null`` does); the rules then check what is left.
 """
 
 from __future__ import annotations
@@ -28,7 +32,13 @@ def validate(
     set_: list[str] | None = typer.Option(
         None, "--set", "-s", help="name=value (template variable) or dotted.path=value (field override); repeatable."
     ),
+    drops: list[str] | None = typer.Option(
+        None, "--drop", help="Remove the stage of this name (as --set stages.NAME=null); repeatable."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    resolved: bool = typer.Option(
+        False, "--print", help="Print each valid file fully resolved (templates, base, --set, defaults) as YAML."
+    ),
     check_paths: bool = typer.Option(
         True,
         "--check-paths/--no-check-paths",
@@ -47,6 +57,9 @@ def validate(
 
     if print_override_error(pipelines):
         raise typer.Exit(2)
-    code = report(check_files(pipelines, set_ or (), check_paths=check_paths, verl=verl), as_json)
+    results = check_files(
+        pipelines, set_ or (), check_paths=check_paths, drops=drops or (), resolved=resolved, verl=verl
+    )
+    code = report(results, as_json)
     if code:
         raise typer.Exit(code)

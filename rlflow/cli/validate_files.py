@@ -20,11 +20,19 @@ from rlflow.cli.positional_overrides import print_override_error
 
 
 def check_files(
-    pipelines: Sequence[Path], sets: Sequence[str], *, check_paths: bool = True, verl: bool = False
+    pipelines: Sequence[Path],
+    sets: Sequence[str],
+    *,
+    check_paths: bool = True,
+    drops: Sequence[str] = (),
+    resolved: bool = False,
+    verl: bool = False,
 ) -> list[dict]:
     """One result per file (``ok``, counts or diagnostics); an unreadable rlflow.yaml is one failed result.
 
-    ``check_paths``: the data files, databases folder and model directory must exist.
+    ``check_paths``: the data files, databases folder and model directory must exist. ``drops``:
+    stages to remove by name. ``resolved``: a valid file's result holds the fully resolved
+    pipeline (``resolved``, YAML text), what ``rlflow run`` would save as pipeline.resolved.yaml.
     ``verl``: a valid file's result also holds ``verl_order``, its plan compared with verl's step.
     """
     # On its first model pydantic scans every installed package for pydantic plugins; that
@@ -41,7 +49,7 @@ def check_files(
     results = []
     for path in pipelines:
         try:
-            loaded = load_pipeline(path, sets, project, check_paths=check_paths)
+            loaded = load_pipeline(path, sets, project, check_paths=check_paths, drops=drops)
         except ConfigError as exc:
             results.append(_failure(str(path), exc))
         except Exception as exc:  # noqa: BLE001 - one broken file must not hide the others' results
@@ -57,18 +65,20 @@ def check_files(
             )
         else:
             spec = loaded.spec
-            results.append(
-                {
-                    "file": str(path),
-                    "ok": True,
-                    "stages": len(spec.stages),
-                    "resources": len(spec.resources),
-                    "diagnostics": [],
-                    "warnings": [d.to_dict() for d in loaded.warnings],
-                    "warning_text": [warning_line(d) for d in loaded.warnings],
-                    **({"verl_order": _verl_order(spec)} if verl else {}),
-                }
-            )
+            result = {
+                "file": str(path),
+                "ok": True,
+                "stages": len(spec.stages),
+                "resources": len(spec.resources),
+                "diagnostics": [],
+                "warnings": [d.to_dict() for d in loaded.warnings],
+                "warning_text": [warning_line(d) for d in loaded.warnings],
+            }
+            if resolved:
+                result["resolved"] = loaded.resolved_yaml()
+            if verl:
+                result["verl_order"] = _verl_order(spec)
+            results.append(result)
     return results
 
 
@@ -88,7 +98,10 @@ def _verl_order(spec) -> dict:
 
 def report(results: list[dict], as_json: bool) -> int:
     """Print the results (JSON on stdout, or one line per problem on stderr); returns the exit code:
-    0 all valid, 2 some file is invalid, 1 an internal error."""
+    0 all valid, 2 some file is invalid, 1 an internal error.
+
+    Results holding a ``resolved`` pipeline print it on stdout (one YAML document per file, so
+    the output pipes into a file or a YAML tool) and their ``ok`` line on stderr."""
     if as_json:
         payload = [{k: v for k, v in r.items() if k not in ("text", "warning_text")} for r in results]
         print(json.dumps({"ok": all(r["ok"] for r in results), "files": payload}, indent=2))
@@ -100,16 +113,18 @@ def report(results: list[dict], as_json: bool) -> int:
 
 
 def fast_path(argv: Sequence[str]) -> int | None:
-    """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--json``,
-    ``--no-check-paths``, ``--verl``) and return its exit code; None for anything else (``--help``, an
-    unknown option, no file), which the full CLI then handles and explains. A Hydra-style
-    ``key=value`` in place of a file is answered with the ``--set`` to write (exit 2)."""
+    """Run ``validate`` for a plain command line (files, ``--set``/``-s``, ``--drop``, ``--json``,
+    ``--print``, ``--no-check-paths``, ``--verl``) and return its exit code; None for anything else
+    (``--help``, an unknown option, no file), which the full CLI then handles and explains. A
+    Hydra-style ``key=value`` in place of a file is answered with the ``--set`` to write (exit 2)."""
     if not argv or argv[0] != "validate" or any(a in ("-h", "--help") for a in argv[1:]):
         return None
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("pipelines", nargs="*", type=Path)
     parser.add_argument("--set", "-s", dest="sets", action="append", default=[])
+    parser.add_argument("--drop", dest="drops", action="append", default=[])
     parser.add_argument("--json", dest="as_json", action="store_true")
+    parser.add_argument("--print", dest="resolved", action="store_true")
     parser.add_argument("--check-paths", dest="check_paths", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--verl", action="store_true")
     try:
@@ -120,7 +135,15 @@ def fast_path(argv: Sequence[str]) -> int | None:
         return None
     if print_override_error(args.pipelines):
         return 2
-    return report(check_files(args.pipelines, args.sets, check_paths=args.check_paths, verl=args.verl), args.as_json)
+    results = check_files(
+        args.pipelines,
+        args.sets,
+        check_paths=args.check_paths,
+        drops=args.drops,
+        resolved=args.resolved,
+        verl=args.verl,
+    )
+    return report(results, args.as_json)
 
 
 def warning_line(diagnostic) -> str:
@@ -140,9 +163,15 @@ def _failure(file: str, exc) -> dict:
 
 def _print_lines(results: list[dict]) -> None:
     problems = 0
+    printed = [r for r in results if "resolved" in r]
+    for r in printed:
+        if len(printed) > 1:
+            print(f"--- # {r['file']}")
+        print(r["resolved"], end="")
     for r in results:
         if r["ok"]:
-            print(f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources)")
+            out = sys.stderr if "resolved" in r else sys.stdout  # --print keeps stdout for the YAML
+            print(f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources)", file=out)
             for line in r["warning_text"]:
                 print(line, file=sys.stderr)
             order = r.get("verl_order")
@@ -150,7 +179,7 @@ def _print_lines(results: list[dict]) -> None:
                 for line in order["warnings"]:
                     print(f"{r['file']}: warning: {line}", file=sys.stderr)
             elif order:
-                print(f"{r['file']}: {order['summary']}")
+                print(f"{r['file']}: {order['summary']}", file=out)
         elif "error" in r:
             problems += 1
             print(f"{r['file']}: {r['error']}", file=sys.stderr)

@@ -113,7 +113,7 @@ def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool, con
     if spec.trainer.total_steps is not None:  # known before loading any data: refuse an empty resume at once
         _check_work_left(done, spec.trainer.total_steps)
     pipeline_dict = spec.model_dump(by_alias=True, mode="json")
-    sinks = [console, *build_sinks(project.logging.sinks, rd.path, spec.name, pipeline_dict)]
+    sinks = [console, *build_sinks(project.logging, rd.path, spec.name, pipeline_dict)]
     try:
         verb = f"resuming {spec.name} from step {done}" if ckpt is not None else f"running {spec.name}"
         console.header(f"{verb}: {rd.path}", run_facts(spec, plan, sinks))

@@ -1,10 +1,22 @@
 """Where step metrics go besides the console (``rlflow.runtime.console``): metrics.jsonl (always,
-through the run directory), and optionally TensorBoard, wandb or mlflow, each under its full
-verl metric names. A sink has ``log(step, metrics)``, ``close()`` and a ``name`` for the run's header.
+through the run directory), and TensorBoard, W&B or MLflow when named in rlflow.yaml
+``logging.sinks`` (or ``rlflow run --sink``) and installed, each under its full verl metric names.
+A sink has ``log(step, metrics)``, ``close()`` and a ``name`` for the run's header.
 
-wandb and mlflow are used only when installed and named in rlflow.yaml ``logging.sinks``; both
-default to offline mode (``WANDB_MODE=offline``, a file store under the run directory) so a
-run never phones home unless the user sets it up.
+Design decisions:
+- A sink that cannot start (not installed, a bad setting, a server that refuses) is one warning
+  line naming it and why; the run goes on with the others. Metrics are never lost with it:
+  metrics.jsonl holds every step.
+- W&B logs online when you are logged in (``wandb login`` or ``WANDB_API_KEY``), offline under
+  the run directory otherwise (``wandb sync`` uploads it later); ``logging.wandb.mode``, then
+  ``WANDB_MODE``, choose explicitly. Whether you are logged in is asked of
+  ``wandb.login(prompt=False, verify=False)``: it looks for a key in the environment, the
+  settings and .netrc, never prompts and verifies nothing, so without a key no server is
+  asked (with one, wandb's "logged in" banner asks who you are, as the online run would).
+- W&B and MLflow take project/experiment, entity, run name and tags from rlflow.yaml; the run
+  name defaults to ``<pipeline name>-<run id>``, the run directory's name.
+- MLflow logs to ``MLFLOW_TRACKING_URI`` (or ``logging.mlflow.tracking_uri``), else to a file
+  store under the run directory, so nothing leaves the machine unless you set it up.
 """
 
 from __future__ import annotations
@@ -14,7 +26,10 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.schemas.project import LoggingSettings, MlflowSettings, WandbSettings
 
 log = logging.getLogger("rlflow.runtime")
 
@@ -40,11 +55,21 @@ class TensorBoardSink:
 class WandbSink:
     name = "wandb"
 
-    def __init__(self, run_dir: Path, project: str, config: dict) -> None:
+    def __init__(self, run_dir: Path, settings: WandbSettings, pipeline_name: str, config: dict) -> None:
         import wandb
 
-        os.environ.setdefault("WANDB_MODE", "offline")
-        self.run = wandb.init(project=project, dir=str(run_dir), config=config, reinit=True)
+        mode = wandb_mode(settings.mode)
+        if mode == "offline" and settings.mode is None and not os.environ.get("WANDB_MODE"):
+            log.warning("W&B: not logged in (wandb login, or WANDB_API_KEY); logging offline under %s", run_dir)
+        self.run = wandb.init(
+            project=settings.project or pipeline_name,
+            entity=settings.entity,
+            name=settings.name or run_name(pipeline_name, run_dir),
+            tags=settings.tags or None,
+            config=config,
+            dir=str(run_dir),
+            mode=mode,
+        )
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         self.run.log(metrics, step=step)
@@ -53,17 +78,30 @@ class WandbSink:
         self.run.finish()
 
 
+def wandb_mode(asked: str | None) -> str:
+    """``asked`` (rlflow.yaml), else ``WANDB_MODE``, else online when W&B finds credentials here, else offline."""
+    if asked:
+        return asked
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    import wandb
+
+    return "online" if wandb.login(prompt=False, verify=False) else "offline"
+
+
 class MlflowSink:
     name = "mlflow"
 
-    def __init__(self, run_dir: Path, experiment: str) -> None:
+    def __init__(self, run_dir: Path, settings: MlflowSettings, pipeline_name: str) -> None:
         import mlflow
 
-        if not os.environ.get("MLFLOW_TRACKING_URI"):
-            mlflow.set_tracking_uri((run_dir / "mlruns").as_uri())
-        mlflow.set_experiment(experiment)
+        uri = settings.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or (run_dir / "mlruns").as_uri()
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_experiment(settings.experiment or pipeline_name)
         self.mlflow = mlflow
-        self.run = mlflow.start_run()
+        self.run = mlflow.start_run(
+            run_name=settings.run_name or run_name(pipeline_name, run_dir), tags=dict(settings.tags) or None
+        )
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         clean = {k.replace("@", "_at_"): v for k, v in metrics.items() if isinstance(v, (int, float))}
@@ -73,19 +111,28 @@ class MlflowSink:
         self.mlflow.end_run()
 
 
-def build_sinks(names: list[str], run_dir: Path, pipeline_name: str, config: dict) -> list:
-    """The sinks named in rlflow.yaml that are installed (the console and jsonl are always there)."""
+def run_name(pipeline_name: str, run_dir: Path) -> str:
+    """``<pipeline name>-<run id>``: the default run name on W&B and MLflow."""
+    return f"{pipeline_name}-{run_dir.name}"
+
+
+def build_sinks(settings: LoggingSettings, run_dir: Path, pipeline_name: str, config: dict) -> list:
+    """The sinks named in ``settings.sinks`` that start (the console and metrics.jsonl are always on)."""
     sinks: list = []
-    for name in names:
+    starters = {
+        "tensorboard": lambda: TensorBoardSink(run_dir / "tensorboard"),
+        "wandb": lambda: WandbSink(run_dir, settings.wandb, pipeline_name, config),
+        "mlflow": lambda: MlflowSink(run_dir, settings.mlflow, pipeline_name),
+    }
+    for name in settings.sinks:
+        if name not in starters:
+            continue  # console and jsonl are always on
         try:
-            if name == "tensorboard":
-                sinks.append(TensorBoardSink(run_dir / "tensorboard"))
-            elif name == "wandb":
-                sinks.append(WandbSink(run_dir, pipeline_name, config))
-            elif name == "mlflow":
-                sinks.append(MlflowSink(run_dir, pipeline_name))
-        except ImportError as exc:
-            log.warning("metrics sink %r is configured but not installed (%s); skipping it", name, exc)
+            sinks.append(starters[name]())
+        except Exception as exc:  # noqa: BLE001 - a sink's failure must not stop the run
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line, whatever the library wrote
+            fix = f"; pip install 'rlflow[{name}]'" if isinstance(exc, ImportError) else ""
+            log.warning("metrics sink %r did not start (%s%s); going on without it", name, reason, fix)
     return sinks
 
 

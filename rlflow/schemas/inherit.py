@@ -24,6 +24,8 @@ Design decisions:
   a base (YAML, templates) are reported in the base.
 - ``sources`` lists the template text of every file read, so a ``--set`` variable that only a
   base uses still counts as used.
+- ``drop_stage`` removes a stage from the merged document with its positions moved along, as a
+  ``stages: {name: null}`` patch does; the loader uses it for ``--drop`` and ``--set stages.<name>=null``.
 """
 
 from __future__ import annotations
@@ -187,11 +189,7 @@ class _Merge:
                 )
             )
             return
-        index = {
-            s["name"]: i
-            for i, s in reversed(list(enumerate(stages)))
-            if isinstance(s, dict) and isinstance(s.get("name"), str)
-        }
+        index = {name: stage_index(stages, name) for name in stage_names(stages)}
         self.take(("stages",), ("stages",), subtree=False)
         removed = []
         for name, patch in patches.items():
@@ -234,6 +232,28 @@ class _Merge:
                     moved = dst + path[len(src) :]
                     mine[moved] = where
                     self.base.files[moved] = self.file
+
+
+def stage_index(stages: Any, name: str) -> int | None:
+    """The index of the first stage called ``name`` in a list of stage mappings, or None."""
+    if isinstance(stages, list):
+        for i, stage in enumerate(stages):
+            if isinstance(stage, dict) and stage.get("name") == name:
+                return i
+    return None
+
+
+def stage_names(stages: Any) -> list[str]:
+    """The names of the stages in a list of stage mappings, in order."""
+    if not isinstance(stages, list):
+        return []
+    return [s["name"] for s in stages if isinstance(s, dict) and isinstance(s.get("name"), str)]
+
+
+def drop_stage(document: Document, index: int) -> None:
+    """Remove stage ``index`` of the merged document, moving the positions of the stages after it."""
+    del document.data["stages"][index]
+    _shift_stages(document, index)
 
 
 def _get(data: Any, path: tuple) -> Any:

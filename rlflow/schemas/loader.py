@@ -30,8 +30,16 @@ from pydantic import BaseModel, ValidationError
 
 from rlflow.errors import ConfigError
 from rlflow.schemas.diagnostics import Diagnostic, sort_unique, suggestion
-from rlflow.schemas.inherit import Document, load_document
-from rlflow.schemas.overrides import ConfigModelOf, Setting, apply_overrides, mark_set_origins, parse_settings
+from rlflow.schemas.inherit import Document, drop_stage, load_document, stage_index, stage_names
+from rlflow.schemas.overrides import (
+    ConfigModelOf,
+    Setting,
+    apply_overrides,
+    drop_settings,
+    mark_set_origins,
+    parse_settings,
+    resolve_stage_names,
+)
 from rlflow.schemas.pipeline import AlgorithmSpec, CpuPool, LocalPool, Pipeline, RemotePool, StageSpec, TrainerSpec
 from rlflow.schemas.project import ProjectConfig, import_project_plugins, load_project_config
 from rlflow.schemas.subject import Reporter, Subject
@@ -98,8 +106,11 @@ def parse_pipeline(
     sets: Sequence[str] = (),
     project: ProjectConfig | None = None,
     config_model_of: ConfigModelOf = lambda kind: None,
+    drops: Sequence[str] = (),
 ) -> ParsedPipeline:
-    """Parse a pipeline file; ConfigError when it cannot even be read as a mapping, else every problem kept."""
+    """Parse a pipeline file; ConfigError when it cannot even be read as a mapping, else every problem kept.
+
+    ``drops``: names of stages to remove (``--drop``)."""
     path = Path(path)
     file = str(path)
     project = project if project is not None else load_project_config()
@@ -113,6 +124,9 @@ def parse_pipeline(
     problems += unused + diagnostics
     if data is None:
         raise ConfigError(sort_unique(problems))
+    removals = [s for s in paths if s.is_stage_drop] + drop_settings(drops)
+    problems += _drop_stages(document, removals, file)
+    paths = resolve_stage_names(data, [s for s in paths if not s.is_stage_drop])
     problems += apply_overrides(data, positions, paths, Pipeline, file, config_model_of)
     report = Reporter(file, positions)
     spec = None
@@ -169,12 +183,29 @@ def _overrides(
                     1,
                     1,
                     "",
-                    f"--set {setting.text}: the pipeline has no template variable "
+                    f"{setting.label}: the pipeline has no template variable "
                     f"{name!r} (and no top-level field of that name)",
                     fix,
                 )
             )
     return paths, problems
+
+
+def _drop_stages(document: Document, removals: list[Setting], file: str) -> list[Diagnostic]:
+    """Remove the named stages from the merged document; a problem for each name it lacks."""
+    problems = []
+    for setting in removals:
+        name = setting.path[1]
+        stages = document.data.get("stages")
+        index = stage_index(stages, name)
+        if index is not None:
+            drop_stage(document, index)
+            continue
+        names = stage_names(stages)
+        line, col = document.positions.locate(("stages",), "key")
+        fix = suggestion(name, names) or (f"its stages: {', '.join(names)}" if names else "it has no list of stages")
+        problems.append(Diagnostic(file, line, col, "stages", f"{setting.label}: no stage named {name!r}", fix))
+    return problems
 
 
 def _not_follow_ons(found: list[Diagnostic], earlier: list[Diagnostic]) -> list[Diagnostic]:

@@ -2,6 +2,9 @@
 
 ``--set name=value`` (no dot) sets a template variable; ``--set dotted.path=value`` replaces
 one field of the rendered pipeline (``trainer.seed=3``, ``stages.0.with.temperature=0.7``).
+A stage is addressed by index or by name (``stages.generate.with.temperature=0.7``), and
+``--set stages.<name>=null`` or ``--drop <name>`` removes it, as ``stages: {<name>: null}``
+does in a file built on a base (the loader applies those to the merged document first).
 
 Design decisions:
 - Values are read as YAML with the same safe loader as files (``3`` is an int, ``true`` a
@@ -21,11 +24,12 @@ Design decisions:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
+from rlflow.schemas.inherit import stage_index, stage_names
 from rlflow.schemas.validation import known_keys, walk
 from rlflow.schemas.verl_names import lookup
 from rlflow.schemas.yaml_loader import Positions, parse_yaml
@@ -33,15 +37,44 @@ from rlflow.schemas.yaml_loader import Positions, parse_yaml
 
 @dataclass(frozen=True)
 class Setting:
-    """One ``--set``: its text, the name or path it sets, and the value read as YAML."""
+    """One ``--set`` (or ``--drop``): its text, the name or path it sets, and the value read as YAML."""
 
     text: str
     path: tuple
     value: Any
+    option: str = "--set"
+
+    @property
+    def label(self) -> str:
+        """How the user wrote it: ``--set trainer.seed=3``, ``--drop ref_log_prob``."""
+        return f"{self.option} {self.text}"
 
     @property
     def is_variable(self) -> bool:
         return len(self.path) == 1 and isinstance(self.path[0], str)
+
+    @property
+    def is_stage_drop(self) -> bool:
+        """``stages.<name>=null``: remove the stage of that name."""
+        return len(self.path) == 2 and self.path[0] == "stages" and isinstance(self.path[1], str) and self.value is None
+
+
+def drop_settings(names: Sequence[str]) -> list[Setting]:
+    """``--drop NAME`` options as the stage removals they mean."""
+    return [Setting(name, ("stages", name), None, option="--drop") for name in dict.fromkeys(names)]
+
+
+def resolve_stage_names(data: dict, settings: list[Setting]) -> list[Setting]:
+    """``stages.<name>...`` paths rewritten to the stage's index (unknown names are left for the check to name)."""
+    out = []
+    for setting in settings:
+        path = setting.path
+        if len(path) > 1 and path[0] == "stages" and isinstance(path[1], str):
+            index = stage_index(data.get("stages"), path[1])
+            if index is not None:
+                setting = replace(setting, path=("stages", index, *path[2:]))
+        out.append(setting)
+    return out
 
 
 def parse_settings(sets: list[str] | tuple[str, ...], file: str) -> tuple[list[Setting], list[Diagnostic]]:
@@ -112,7 +145,7 @@ def apply_overrides(
         if problem is not None:
             depth, message, fix = problem
             line, col = positions.locate(setting.path[:depth], "key")
-            message = f"--set {setting.text}: {message}"
+            message = f"{setting.label}: {message}"
             problems.append(Diagnostic(file, line, col, format_path(setting.path), message, fix))
     return problems
 
@@ -124,7 +157,7 @@ def mark_set_origins(diagnostics: list[Diagnostic], settings: list[Setting]) -> 
         at = parse_path(diagnostic.path) if diagnostic.path else ()
         origin = next((s for s in reversed(settings) if at[: len(s.path)] == s.path), None)
         if origin is not None:
-            diagnostic = replace(diagnostic, message=f"--set {origin.text}: {diagnostic.message}")
+            diagnostic = replace(diagnostic, message=f"{origin.label}: {diagnostic.message}")
         out.append(diagnostic)
     return out
 
@@ -136,6 +169,9 @@ def _check_path(data: dict, setting: Setting, root: Any, config_model_of: Config
         parent, key = path[: depth - 1], path[depth - 1]
         node = _get(data, parent)
         if isinstance(node, list) and not isinstance(key, int):
+            if parent == ("stages",):
+                names = stage_names(node)
+                return depth - 1, f"no stage named {key!r}", suggestion(key, names) or f"stages: {', '.join(names)}"
             return depth - 1, f"{format_path(parent)} is a list; index it with a number", f"0..{len(node) - 1}"
         if walk(root, path[:depth], data) is None:
             known = known_keys(walk(root, parent, data))

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from rlflow.errors import ConfigError, RegistryError
-from rlflow.schemas.diagnostics import Diagnostic, format_path
+from rlflow.schemas.diagnostics import Diagnostic, format_path, suggestion
 from rlflow.schemas.validation import validation_diagnostics
 from rlflow.schemas.yaml_loader import Positions, decode_text, parse_yaml
 
 PROJECT_FILE = "rlflow.yaml"
 Sink = Literal["console", "jsonl", "tensorboard", "wandb", "mlflow"]
+SINKS: tuple[str, ...] = get_args(Sink)
 
 
 class _Strict(BaseModel):
@@ -45,8 +46,36 @@ class RaySettings(_Strict):
     connect_timeout_s: float = Field(30.0, gt=0, description="How long joining `address` may take to answer.")
 
 
+class WandbSettings(_Strict):
+    """Where a run logs on Weights & Biases (``logging.sinks`` must name ``wandb``)."""
+
+    project: str | None = Field(None, description="W&B project (default: the pipeline's name).")
+    entity: str | None = Field(None, description="W&B team or user (default: your default entity).")
+    name: str | None = Field(None, description="Run name (default: <pipeline name>-<run id>).")
+    tags: list[str] = Field(default_factory=list, description="Tags of every run.")
+    mode: Literal["online", "offline", "disabled"] | None = Field(
+        None,
+        description="Default: WANDB_MODE when set, else online when logged in (wandb login, WANDB_API_KEY), else offline.",
+    )
+
+
+class MlflowSettings(_Strict):
+    """Where a run logs on MLflow (``logging.sinks`` must name ``mlflow``)."""
+
+    tracking_uri: str | None = Field(
+        None, description="Tracking server or store (default: MLFLOW_TRACKING_URI, else mlruns/ in the run directory)."
+    )
+    experiment: str | None = Field(None, description="Experiment (default: the pipeline's name).")
+    run_name: str | None = Field(None, description="Run name (default: <pipeline name>-<run id>).")
+    tags: dict[str, str] = Field(default_factory=dict, description="Tags of every run.")
+
+
 class LoggingSettings(_Strict):
+    """Where step metrics go: console and jsonl always; tensorboard, wandb, mlflow when named."""
+
     sinks: list[Sink] = Field(default_factory=lambda: ["console", "jsonl"])
+    wandb: WandbSettings = WandbSettings()
+    mlflow: MlflowSettings = MlflowSettings()
 
 
 class InventoryNode(_Strict):
@@ -86,6 +115,15 @@ class ProjectConfig(_Strict):
     def file(self) -> Path | None:
         """The rlflow.yaml this came from (None when there is none)."""
         return self._file
+
+    def with_sinks(self, names: list[str]) -> ProjectConfig:
+        """This config with ``logging.sinks`` replaced (``rlflow run --sink``); an unknown name is a ConfigError."""
+        unknown = [name for name in names if name not in SINKS]
+        if unknown:
+            fix = suggestion(unknown[0], list(SINKS)) or f"sinks: {', '.join(SINKS)}"
+            raise ConfigError([Diagnostic("", 0, 0, "--sink", f"unknown metrics sink {unknown[0]!r}", fix)])
+        logging = self.logging.model_copy(update={"sinks": list(dict.fromkeys(names))})
+        return self.model_copy(update={"logging": logging})
 
     def resolve(self, path: str | os.PathLike) -> Path:
         """A path from a config file: ``~`` expanded, relative paths taken from the project root."""

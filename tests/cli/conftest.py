@@ -1,4 +1,6 @@
-"""Fixtures of the CLI tests: one real short run shared by the tests of `rlflow run`, `plot` and `graph --timeline`."""
+"""Fixtures of the CLI tests (helpers live in cli_helpers.py): real short training runs that several
+commands then read: one of the shipped BIRD pipeline (for `run`'s console, `plot` and `graph --timeline`)
+and one with a checkpoint at each step, chosen sinks and a dropped stage (for `run`'s options and `export`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import SHORT_RUN
+from cli_helpers import rlflow as cli_rlflow
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))  # runtime_helpers: shared with tests/runtime
 
@@ -22,3 +26,12 @@ def short_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     result = rlflow("run", str(REPO / "pipelines" / "bird_grpo.yaml"), "--run-dir", str(run_dir), *sets)
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir, result
+
+
+@pytest.fixture(scope="session")
+def checkpointed_run(tmp_path_factory) -> Path:
+    """The run directory of a real ``rlflow run`` (Ray, torch, the CPU) of ``SHORT_RUN``."""
+    run_dir = tmp_path_factory.mktemp("checkpointed") / "run"
+    result = cli_rlflow("run", *SHORT_RUN, "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir

@@ -46,6 +46,12 @@ def test_json_and_set_override():
     assert [s["name"] for s in data["stages"]] == [s for s in STEP if s != "save_checkpoint"]
 
 
+def test_a_dropped_stage_leaves_the_step():
+    result = graph(BIRD, "--format", "json", "--drop", "ref_log_prob", "--set", "algorithm.use_kl_loss=false")
+    assert result.exit_code == 0, result.output
+    assert [s["name"] for s in json.loads(result.output)["stages"]] == [s for s in STEP if s != "ref_log_prob"]
+
+
 @pytest.mark.parametrize(("fmt", "marker"), [("mermaid", "flowchart LR"), ("dot", 'digraph "bird-grpo"')])
 def test_formats_to_a_file(tmp_path, fmt, marker):
     out = tmp_path / f"step.{fmt}"

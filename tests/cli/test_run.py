@@ -1,9 +1,12 @@
-"""`rlflow run` as a user (or a CI log) sees it: the console's narration of a real short run, and -q."""
+"""`rlflow run` as a user (or a CI log) sees it: the console's narration of a real short run, -q, and the
+run's own options (--sink picks this run's metrics sinks, --drop removes a stage)."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
+import yaml
 from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo.yaml")
@@ -53,3 +56,20 @@ def test_quiet_prints_only_the_summary(tmp_path):
 def test_quiet_and_verbose_together_are_refused():
     result = rlflow("run", PIPELINE, "-q", "-v")
     assert result.returncode == 2 and "choose one of --quiet and --verbose" in result.stderr
+
+
+def test_a_sink_and_a_drop_from_the_command_line_reach_the_run(checkpointed_run):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(checkpointed_run / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("critic/score/mean")] == [1, 2]
+    stages = [s["name"] for s in yaml.safe_load((checkpointed_run / "pipeline.resolved.yaml").read_text())["stages"]]
+    assert "ref_log_prob" not in stages and "generate" in stages
+
+
+def test_an_unknown_sink_is_one_line_with_exit_2():
+    result = rlflow("run", "pipelines/arithmetic_grpo.yaml", "--sink", "wandbb", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == "error: --sink: unknown metrics sink 'wandbb' (did you mean 'wandb'?)\n"

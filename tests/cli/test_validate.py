@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "check"))  # verl_copy: an editable copy of verl's trainer
@@ -108,6 +109,34 @@ def test_a_warning_prints_and_leaves_the_file_valid():
     assert entry["ok"] is True and [w["path"] for w in entry["warnings"]] == ["algorithm.clip_ratio"]
 
 
+def test_print_shows_the_pipeline_as_it_would_run(tmp_path):
+    from rlflow.check import load_pipeline
+
+    sets = ["-s", "algorithm.use_kl_loss=false", "-s", "stages.generate.with.temperature=0.7"]
+    result = rlflow("validate", "--print", BIRD, "--drop", "ref_log_prob", *sets)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == f"{BIRD}: ok (6 stages, 2 resources)\n", "stdout holds the YAML alone"
+    expected = load_pipeline(REPO / BIRD, sets[1::2], drops=["ref_log_prob"]).resolved_yaml()
+    assert result.stdout == expected
+    resolved = yaml.safe_load(result.stdout)
+    assert resolved["stages"][0]["with"] == {"temperature": 0.7} and resolved["trainer"]["total_epochs"] is not None
+
+    (tmp_path / "derived.yaml").write_text(f"base: {REPO / BIRD}\nname: derived\n")
+    both = rlflow("validate", "--print", BIRD, str(tmp_path / "derived.yaml"))
+    first, second = yaml.safe_load_all(both.stdout)
+    assert (first["name"], second["name"]) == ("bird-grpo", "derived") and "base" not in second
+    assert both.stdout.startswith(f"--- # {BIRD}\n")
+
+
+def test_dropping_the_reference_stage_says_how_to_turn_kl_off():
+    result = rlflow("validate", BIRD, "--drop", "ref_log_prob")
+    assert result.returncode == 2
+    kl = next(line for line in result.stderr.splitlines() if "algorithm.use_kl_loss:" in line)
+    assert "no stage computes reference log-probs" in kl and kl.endswith("--set algorithm.use_kl_loss=false)")
+    typo = rlflow("validate", BIRD, "--drop", "ref_logprob")
+    assert "--drop ref_logprob: no stage named 'ref_logprob' (did you mean 'ref_log_prob'?)" in typo.stderr
+
+
 def test_missing_data_and_model_are_reported_unless_paths_are_not_checked(tmp_path):
     (tmp_path / "rlflow.yaml").write_text("vars: {model_path: models/policy, bird_root: bird}\n")
     result = rlflow("validate", str(REPO / BIRD), cwd=tmp_path)
@@ -183,7 +212,9 @@ print(code, " ".join(heavy) or "-", file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize("args", [[BIRD], ["--verl", BIRD]])
+@pytest.mark.parametrize(
+    "args", [[BIRD], ["--verl", BIRD], [BIRD, "--print", "--drop", "ref_log_prob", "-s", "algorithm.use_kl_loss=false"]]
+)
 def test_validate_imports_no_heavy_module(args):
     code = RUNNER.replace("{heavy!r}", repr(set(HEAVY))).replace("{args!r}", repr(args))
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -237,6 +268,10 @@ def test_validate_help_says_what_verl_does():
         ["--check-paths", "pipelines/bird_grpo.yaml", "-s", "model_path=models/none"],
         ["pipelines/bird_grpo.yaml", "--verl"],
         ["--verl", "pipelines/bird_grpo.yaml", "--json"],
+        ["pipelines/bird_grpo.yaml", "--print", "--drop", "ref_log_prob", "-s", "algorithm.use_kl_loss=false"],
+        ["pipelines/bird_grpo.yaml", "pipelines/arithmetic_grpo.yaml", "--print", "--json"],
+        ["pipelines/bird_grpo.yaml", "--drop", "ref_log_prob"],
+        ["pipelines/bird_grpo.yaml", "--print", "--verl"],
     ],
 )
 def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, monkeypatch):

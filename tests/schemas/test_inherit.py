@@ -91,6 +91,16 @@ def test_a_stage_patched_with_null_is_removed_and_a_list_replaces_the_stages(pro
     assert any(p.startswith("base.yaml:13:") and "stages[3].on: unknown resource 'drivr'" in p for p in problems)
 
 
+def test_a_stage_dropped_on_the_command_line_leaves_the_base_and_later_errors_stay_in_the_base(project_dir):
+    middle = MINIMAL.replace("on: rw}\n", "on: rw}\n  - {name: save, uses: save_checkpoint, on: pool}\n")
+    spec = _load(project_dir, "base: base.yaml\n", ["stages.save=null"], base=middle).spec
+    assert "save" not in [n for n, _ in _stages(spec)]
+    problems = _problems(
+        project_dir, "base: base.yaml\n", ["stages.save=null"], base=middle.replace("on: driver", "on: drivr")
+    )
+    assert any(p.startswith("base.yaml:13:") and "stages[3].on: unknown resource 'drivr'" in p for p in problems)
+
+
 def test_bases_nest_relative_to_the_file_that_names_them(project_dir):
     (project_dir / "sub").mkdir()
     (project_dir / "sub" / "middle.yaml").write_text("base: ../root.yaml\nname: middle\ntrainer: {total_steps: 5}\n")

@@ -1,4 +1,4 @@
-"""--set: template variables, dotted-path overrides (with list indices), and their errors."""
+"""--set: template variables, dotted-path overrides (with list indices or stage names), --drop, and their errors."""
 
 from __future__ import annotations
 
@@ -60,8 +60,13 @@ def test_a_path_the_file_does_not_hold_yet(project_dir):
         ("trainr.seed=3", "1:1: trainr.seed: --set trainr.seed=3: unknown key 'trainr' (did you mean 'trainer'?)"),
         ("stages.9.on=pool", "8:1: stages[9].on: --set stages.9.on=pool: index 9 is out of range (stages has 6 items)"),
         (
-            "stages.generate.on=pool",
-            "8:1: stages.generate.on: --set stages.generate.on=pool: stages is a list; index it with a number (0..5)",
+            "stages.generat.on=pool",
+            "8:1: stages.generat.on: --set stages.generat.on=pool: no stage named 'generat' (did you mean 'generate'?)",
+        ),
+        (
+            "stages.zzz=null",
+            "8:1: stages: --set stages.zzz=null: no stage named 'zzz' (its stages: generate, reward, "
+            "old_log_prob, advantage, update_actor, sync_weights)",
         ),
         (
             "stages.0.with.tempature=1",
@@ -111,3 +116,49 @@ def test_every_bad_setting_is_reported_at_once(project_dir):
     with pytest.raises(ConfigError) as info:
         load_text(project_dir, MINIMAL, ["trainer.sedd=3", "algorithm.m=2", "oops"])
     assert len(info.value.diagnostics) == 3
+
+
+def test_a_stage_is_addressed_by_its_name(project_dir):
+    spec = load_text(project_dir, MINIMAL, ["stages.generate.with.temperature=0.5", "stages.reward.on=pool"]).spec
+    assert spec.stages[0].with_ == {"temperature": 0.5} and spec.stages[1].on == "pool"
+    problems = problems_of(project_dir, MINIMAL, ["stages.reward.on=nope"])
+    assert any(
+        p.startswith("10:47: stages[1].on: --set stages.reward.on=nope: unknown resource 'nope'") for p in problems
+    )
+
+
+def test_drop_and_set_null_remove_a_stage_and_later_errors_keep_their_lines(project_dir):
+    text = MINIMAL.replace("on: driver}", "on: driver, with: {bogus: 1}}")
+    for sets, drops in (
+        (["stages.generate.with.temperature=0.5"], ["old_log_prob"]),
+        (["stages.old_log_prob=null"], []),
+    ):
+        problems = _problems_with_drops(project_dir, text, sets, drops)
+        # advantage moved from stages[3] to stages[2], update_actor from [4] to [3]; their lines stay 12 and 13
+        assert "12:64: stages[2].with.bogus: unknown key 'bogus'" in problems, problems
+        assert any(p.startswith("13:5: stages[3]: stage 'update_actor' reads 'old_log_probs'") for p in problems)
+
+
+def test_a_dropped_stage_that_is_not_there_is_named_with_did_you_mean(project_dir):
+    problems = _problems_with_drops(project_dir, MINIMAL, [], ["old_logprob"])
+    assert problems == ["8:1: stages: --drop old_logprob: no stage named 'old_logprob' (did you mean 'old_log_prob'?)"]
+
+
+def test_dropping_the_reference_stage_keeps_the_kl_check_and_says_how_to_turn_kl_off():
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(BIRD, drops=["ref_log_prob"], check_paths=False)
+    kl = next(d for d in info.value.diagnostics if d.path == "algorithm.use_kl_loss")
+    assert "no stage computes reference log-probs" in kl.message
+    assert kl.fix.endswith("--set algorithm.use_kl_loss=false")
+    spec = load_pipeline(BIRD, ["algorithm.use_kl_loss=false"], drops=["ref_log_prob"], check_paths=False).spec
+    assert "ref_log_prob" not in [s.name for s in spec.stages]
+
+
+def _problems_with_drops(folder, text, sets, drops) -> list[str]:
+    from rlflow.schemas.project import load_project_config
+
+    path = folder / "p.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path, sets, load_project_config(folder), check_paths=False, drops=drops)
+    return [str(d).split(":", 1)[1] for d in info.value.diagnostics]

@@ -67,6 +67,10 @@ def test_config_is_frozen(tmp_path):
         ("- a\n", "rlflow.yaml:1:1: rlflow.yaml must be a mapping of settings (see docs/pipeline_format.md)"),
         ("vars: {a: 1, a: 2}\n", "rlflow.yaml:1:14: vars.a: duplicate key 'a', first set on line 1"),
         ("runs_dir: [a\n", "rlflow.yaml:2:1: YAML syntax error"),
+        (
+            "logging:\n  wandb: {mode: onlin}\n",
+            "rlflow.yaml:2:17: logging.wandb.mode: 'onlin' is not one of online, offline, disabled (did you mean 'online'?)",
+        ),
     ],
 )
 def test_errors_are_positioned(text, expected, tmp_path, monkeypatch):
@@ -80,3 +84,23 @@ def test_errors_are_positioned(text, expected, tmp_path, monkeypatch):
 def test_empty_file_means_defaults(tmp_path):
     (tmp_path / "rlflow.yaml").write_text("# nothing yet\n")
     assert load_project_config(tmp_path).model_dump() == ProjectConfig().model_dump()
+
+
+def test_wandb_and_mlflow_settings_and_sinks_chosen_per_run(tmp_path):
+    (tmp_path / "rlflow.yaml").write_text(
+        "logging:\n"
+        "  sinks: [console, jsonl, wandb]\n"
+        "  wandb: {project: grpo, entity: team, tags: [bird]}\n"
+        "  mlflow: {experiment: exp, tags: {task: bird}}\n"
+    )
+    config = load_project_config(tmp_path)
+    w, m = config.logging.wandb, config.logging.mlflow
+    assert (w.project, w.entity, w.name, w.tags, w.mode) == ("grpo", "team", None, ["bird"], None)
+    assert (m.experiment, m.tracking_uri, m.tags) == ("exp", None, {"task": "bird"})
+    chosen = config.with_sinks(["tensorboard", "mlflow", "tensorboard"])
+    assert chosen.logging.sinks == ["tensorboard", "mlflow"] and chosen.logging.wandb == w
+    assert chosen.root == config.root and chosen.file == config.file and config.logging.sinks[-1] == "wandb"
+    with pytest.raises(
+        ConfigError, match=r"--sink: unknown metrics sink 'tensorbord' \(did you mean 'tensorboard'\?\)"
+    ):
+        config.with_sinks(["tensorbord"])

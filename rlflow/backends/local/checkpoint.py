@@ -16,6 +16,11 @@ Design decisions:
   never executes code from it.
 - Restoring is exact: float tensors round-trip bit for bit, and with the RNG states back
   a resumed CPU run continues identically to one that never stopped.
+- ``export_pretrained`` turns rank 0's model into a directory for others (``rlflow export``):
+  loaded and saved again by transformers, so the weights are in the pipeline's dtype, the
+  config says that dtype, and tied weights are stored under the names every loader expects
+  (``save_model`` keeps whichever tied name it meets first, and vLLM skips ``lm_head`` when
+  embeddings are tied).
 """
 
 from __future__ import annotations
@@ -30,9 +35,45 @@ import torch
 
 from rlflow.errors import BackendError
 
+MODEL_DIR = "model"
+WEIGHTS = "model.safetensors"
+
 
 def rank_dir(path: str | Path, rank: int) -> Path:
     return Path(path) / f"rank_{rank}"
+
+
+def model_dir(path: str | Path, rank: int = 0) -> Path:
+    """The Hugging Face directory of ``rank``'s model in checkpoint ``path``."""
+    return rank_dir(path, rank) / MODEL_DIR
+
+
+def export_pretrained(path: str | Path, out: Path, dtype: str) -> str | None:
+    """Write rank 0's model of checkpoint ``path`` (weights in ``dtype``, config, generation config,
+    tokenizer) to ``out`` as a Hugging Face directory that transformers and vLLM load as it is.
+
+    Returns a note when ``AutoTokenizer`` would load the tokenizer as another class than the one
+    the model was trained with (a model type whose tokenizer class transformers imposes, with a
+    tokenizer of its own: the built-in models), else None.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlflow.data.tokenizer import load_tokenizer
+    from rlflow.schemas.pipeline import ModelSpec
+
+    src = model_dir(path)
+    model = AutoModelForCausalLM.from_pretrained(str(src), dtype=getattr(torch, dtype), local_files_only=True)
+    model.save_pretrained(str(out))
+    tokenizer = load_tokenizer(ModelSpec(path=str(src)))  # as the run loaded it
+    tokenizer.save_pretrained(str(out))
+    auto = type(AutoTokenizer.from_pretrained(str(out), local_files_only=True))
+    if auto is type(tokenizer):
+        return None
+    return (
+        f"AutoTokenizer loads this tokenizer as {auto.__name__} (from the model type), which splits text "
+        f"differently from the {type(tokenizer).__name__} it was trained with; load that one with "
+        f"transformers.{type(tokenizer).__name__}.from_pretrained"
+    )
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -69,12 +110,12 @@ def save(path: str | Path, rank: int, *, model, tokenizer, trainer_state: dict |
     from safetensors.torch import save_model
 
     out = rank_dir(path, rank)
-    model_dir = out / "model"
-    model_dir.mkdir(parents=True, exist_ok=True)
-    model.config.save_pretrained(model_dir)
-    model.generation_config.save_pretrained(model_dir)
-    save_model(model, str(model_dir / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.save_pretrained(model_dir)
+    target = out / MODEL_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(target)
+    model.generation_config.save_pretrained(target)
+    save_model(model, str(target / WEIGHTS), metadata={"format": "pt"})
+    tokenizer.save_pretrained(target)
     if trainer_state is not None:
         torch.save(trainer_state, out / "trainer.pt")
     device = next(model.parameters()).device
@@ -88,7 +129,7 @@ def load(path: str | Path, rank: int, *, model, expect_trainer_state: bool) -> t
     from safetensors.torch import load_model
 
     src = rank_dir(path, rank)
-    weights = src / "model" / "model.safetensors"
+    weights = model_dir(path, rank) / WEIGHTS
     if not weights.exists():
         raise BackendError(
             f"checkpoint {path}: no {weights.relative_to(Path(path))} for rank {rank}; "

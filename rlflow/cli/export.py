@@ -1,0 +1,39 @@
+"""``rlflow export RUN_DIR [--step N] -o DIR``: a run's trained model as a Hugging Face directory.
+
+    rlflow export runs/bird-grpo/20250101-120000-01234 -o bird-model
+    python -c "from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained('bird-model')"
+    vllm serve bird-model
+
+The work is ``rlflow.runtime.hf_export`` (which checkpoint, the dtype, the checks); torch and
+transformers are imported inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rlflow.cli.extras import require_train
+
+
+def export(
+    run_dir: Path = typer.Argument(..., help="Run directory (runs/<pipeline>/<run id>)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Folder to write the model to (new or empty)."),
+    step: int | None = typer.Option(None, "--step", help="The checkpoint's step (default: the latest complete one)."),
+) -> None:
+    """Export a run's checkpoint as a Hugging Face model directory (weights in model.dtype, config, tokenizer)."""
+    require_train("export", ("torch", "transformers", "safetensors"))
+    from rlflow.registry import import_plugins
+    from rlflow.runtime.hf_export import export_run
+    from rlflow.schemas.project import load_project_config
+
+    import_plugins(load_project_config().plugins)  # their stage kinds name the resource that wrote the checkpoint
+    done = export_run(run_dir, output, step)
+    typer.echo(f"exported step {done.step} of {run_dir} ({done.dtype}) to {done.out}")
+    if done.note:
+        typer.echo(f"note: {done.note}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)

@@ -1,0 +1,136 @@
+"""``export_run``: a run's checkpoint as a Hugging Face model directory (``rlflow export``).
+
+    runs/<pipeline>/<run id>/checkpoints/step_<N>/rank_0/model  --load in model.dtype, save-->  DIR/
+        config.json (dtype), model.safetensors, generation_config.json, tokenizer files
+
+Design decisions:
+- Which checkpoint: ``--step N``, else the latest complete one (``checkpoints.complete_checkpoints``:
+  a ``step_<N>`` directory holding ``trainer_state.json``, written last, before the atomic
+  rename). A step that a run left half-written (``.tmp-step_<N>``) is refused as incomplete; a
+  step that is not there lists those that are.
+- The dtype is the pipeline's ``model.dtype``, read from the checkpoint's own
+  ``pipeline.resolved.yaml`` (the pipeline that wrote it; the run's when it has none).
+- Every local engine writes the same model directory: the torch engine its own module, the
+  DeepSpeed engine the dense copy it refreshes before saving (ZeRO-3 gathered), the reference
+  remote backend too (it runs the local engine, on this machine or with the same path on its
+  own). Another remote backend keeps its checkpoint in a format of its own, or on its machine:
+  the error then names the resource and backend that wrote it and says to export with that
+  backend's tools.
+- Nothing is overwritten: DIR must not exist or be empty. The export is written beside DIR and
+  renamed into place, so an interrupted export leaves no half-written model behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rlflow.errors import ExportError, TargetExists
+from rlflow.runtime import checkpoints
+from rlflow.runtime.run_dir import CHECKPOINTS, RESOLVED
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What ``export_run`` wrote: the directory, from which checkpoint and step, in which dtype; a note
+    when ``AutoTokenizer`` would not load the tokenizer the model was trained with."""
+
+    out: Path
+    checkpoint: Path
+    step: int
+    dtype: str
+    note: str | None = None
+
+
+def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
+    """Write the checkpoint of ``step`` (default: the latest complete one) of ``run_dir`` to ``out``."""
+    from rlflow.backends.local.checkpoint import WEIGHTS, export_pretrained, model_dir
+
+    ckpt = find_checkpoint(run_dir, step)
+    spec = _pipeline(run_dir, ckpt)
+    if not (model_dir(ckpt) / WEIGHTS).is_file():
+        raise ExportError(_no_model(ckpt, spec))
+    _check_target(out)
+    tmp = out.with_name(f".{out.name}.tmp-export")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        note = export_pretrained(ckpt, tmp, spec.model.dtype)
+        if out.exists():
+            out.rmdir()  # checked empty above
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return Exported(out, ckpt, int(checkpoints.read_state(ckpt)["global_step"]), spec.model.dtype, note)
+
+
+def find_checkpoint(run_dir: Path, step: int | None) -> Path:
+    """The complete checkpoint of ``step`` (default: the latest); ExportError saying what there is otherwise."""
+    if not run_dir.is_dir():
+        raise ExportError(f"{run_dir}: no such run directory; give a run's folder (runs/<pipeline>/<run id>)")
+    folder = run_dir / CHECKPOINTS
+    complete = checkpoints.complete_checkpoints(folder)
+    steps = [int(p.name.removeprefix("step_")) for p in complete]
+    listed = ", ".join(map(str, steps))
+    if step is None:
+        if not complete:
+            raise ExportError(
+                f"{run_dir}: no complete checkpoint to export in {folder} "
+                "(a run writes them every trainer.save_freq steps)"
+            )
+        return complete[-1]
+    path = checkpoints.step_dir(folder, step)
+    if step in steps:
+        return path
+    if path.exists() or (folder / f"{checkpoints.TMP_PREFIX}{path.name}").exists():
+        raise ExportError(
+            f"{run_dir}: checkpoint step {step} is incomplete (its run stopped while writing it); "
+            + (f"complete ones: {listed}" if steps else "there is no complete one")
+        )
+    raise ExportError(
+        f"{run_dir}: no checkpoint of step {step}; "
+        + (f"steps with a checkpoint: {listed} (--step N)" if steps else "the run has no complete checkpoint")
+    )
+
+
+def _pipeline(run_dir: Path, ckpt: Path):
+    """The pipeline that wrote ``ckpt``: its own resolved copy, else the run's."""
+    from rlflow.schemas.pipeline import Pipeline
+
+    for path in (ckpt / RESOLVED, run_dir / RESOLVED):
+        if path.is_file():
+            return Pipeline.model_validate(yaml.safe_load(path.read_text()))
+    raise ExportError(f"{run_dir}: no {RESOLVED} (in the run or its checkpoint), so the model's dtype is unknown")
+
+
+def _no_model(ckpt: Path, spec) -> str:
+    """Why ``ckpt`` holds no model directory, named after the resource whose engine wrote it."""
+    from rlflow.backends.local.checkpoint import model_dir
+    from rlflow.plan.compile import compile_plan
+
+    writer = compile_plan(spec).first_with_role("checkpoint")
+    resource = spec.resources.get(writer.resource) if writer is not None else None
+    missing = model_dir(ckpt).relative_to(ckpt)
+    if resource is not None and resource.type == "remote":
+        return (
+            f"{ckpt}: holds no Hugging Face model ({missing}/): it was written by resource {writer.resource!r}, "
+            f"remote backend {resource.backend!r}, whose checkpoint is its own (its format, or its machine's disk); "
+            "export the model with that backend's tools"
+            + (
+                ", or copy the checkpoint here from the machine the backend runs on"
+                if resource.backend == "reference"
+                else ""
+            )
+        )
+    return f"{ckpt}: holds no Hugging Face model ({missing}/model.safetensors is missing); the checkpoint is damaged"
+
+
+def _check_target(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise TargetExists(f"{out}: exists and is not a folder; give a new or empty folder to export to")
+    if out.is_dir() and any(out.iterdir()):
+        raise TargetExists(f"{out}: is not empty; give a new or empty folder to export to (nothing is overwritten)")
