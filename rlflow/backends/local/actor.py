@@ -21,7 +21,8 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
   micro-batches; every metric then averages over mini-batches and epochs. The scheduler steps
   once per update and ``actor/lr`` is the learning rate after that step (verl's v1 engine).
 - Each mini-batch also reports ``perf/mfu/actor`` and ``actor/perf/*memory*`` as verl's engine
-  workers do (see ``perf``), timed around the whole mini-batch (forwards, backwards, step).
+  workers do (see ``perf``), timed around the whole mini-batch (forwards, backwards, step) and
+  averaged over ranks.
 """
 
 from __future__ import annotations
@@ -142,10 +143,16 @@ class Actor:
         return metrics
 
     def _perf_metrics(self, mini: Batch, seconds: float) -> dict[str, float]:
-        """verl's per-mini-batch MFU (over every rank's sequences) and memory for this rank."""
+        """verl's per-mini-batch MFU (over every rank's sequences) and memory, averaged over ranks.
+
+        verl reports its first rank's readings; the average keeps every rank's metrics equal, as
+        all of this actor's metrics are.
+        """
         local = (mini["prompt_mask"].sum(-1) + mini["response_mask"].sum(-1)).tolist() if len(mini) else []
         seqlens = distributed.all_gather_ints(local, self.world_size)
-        return update_perf_metrics(self.model_config, self.device, self.peak_tflops, seqlens, seconds, self.world_size)
+        mine = update_perf_metrics(self.model_config, self.device, self.peak_tflops, seqlens, seconds, self.world_size)
+        values = torch.tensor(list(mine.values()), dtype=torch.float64, device=self.device)
+        return dict(zip(mine, distributed.all_reduce(values, self.world_size, op="mean").tolist()))
 
     def _set_global_batch_info(self, mini: Batch) -> None:
         """Tell verl's loss aggregation the mini-batch's size over every data-parallel rank."""
