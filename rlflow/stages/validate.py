@@ -80,11 +80,10 @@ def val_metrics(batch: Batch, n: int, data_source_key: str = "data_source") -> d
         raise ValueError(
             f"validation batch: uid {uid!r} has {count} samples, expected n={n} ({len(wrong)} uid(s) differ)"
         )
-    sources = batch.non_tensors.get(data_source_key) or ["unknown"] * len(batch)
+    sources = [str(s) for s in batch.non_tensors.get(data_source_key) or ["unknown"] * len(batch)]
+    expected = {(source, uid): n for source, uid in zip(sources, uids)}  # samples per prompt
     state = np.random.get_state()
     try:
-        sources = [str(s) for s in sources]
-        expected = {(source, uid): n for source, uid in zip(sources, uids)}
         stats = process_validation_metrics(sources, uids, _variables(batch), expected_acc_counts=expected)
     finally:
         np.random.set_state(state)
