@@ -1,20 +1,27 @@
-"""Step metrics computed on the driver from the step's batch, with verl's names and formulas.
+"""Step metrics computed on the driver from the step's batch, by verl's own functions.
 
-Mirrors ``verl.trainer.ppo.metric_utils`` (``compute_data_metrics`` without a critic,
-``compute_timing_metrics``, ``compute_throughout_metrics``) on rlflow's ``Batch``:
-``critic/score|rewards|advantages|returns/{mean,max,min}``,
-``response_length/{mean,max,min,clip_ratio}``, ``prompt_length/...``, the non-aborted
-response statistics and ``response/aborted_ratio`` (a response of length 0),
-``timing_s/*``, ``timing_per_token_ms/*`` and ``perf/{total_num_tokens,time_per_step,throughput}``.
+verl's V1 trainer hands ``verl.trainer.ppo.metric_utils`` a ``DataProto`` of the step's batch;
+``verl_view`` builds the same from rlflow's ``Batch`` and these functions call verl's:
+``compute_data_metrics`` (without a critic: ``critic/score|rewards|advantages|returns/*``,
+``response_length/*``, ``response_length_non_aborted/*``, ``response/aborted_ratio``,
+``prompt_length/*``), ``compute_timing_metrics`` (``timing_s/*``, ``timing_per_token_ms/*``),
+``compute_throughout_metrics`` (``perf/total_num_tokens|time_per_step|throughput``) and, when the
+rollout kept its log-probs, the rollout-vs-actor comparison verl runs because
+``rollout.calculate_log_probs`` is on by default: ``calculate_debug_metrics``
+(``training/rollout_probs_diff_*``, ``training/rollout_actor_probs_pearson_corr``) and the
+off-policy diagnostics of ``compute_rollout_correction_and_rejection_mask`` (``rollout_corr/*``,
+with verl's default ``algorithm.rollout_correction``: no importance weights, no rejection).
 
 Design decisions:
-- Lengths come from ``prompt_mask`` / ``response_mask``; the clip ratios compare them with the
-  configured ``max_prompt_length`` / ``max_response_length`` (verl reads the padded widths,
-  which equal the limits in verl's batches but not in rlflow's, whose prompt width is the
-  step's longest prompt).
-- Sections whose fields a pipeline does not produce are left out instead of failing, so a
-  pipeline without an advantage stage still logs its lengths.
-- Every value is a Python float (or int for token counts), ready for JSON sinks.
+- The view is what V1 builds from its nested tensors: ``prompts`` and every per-token field
+  padded only to the longest row of the step (V1's ``to_padded_tensor``), with the per-row
+  ``prompt_length`` / ``response_length`` and ``global_token_num`` alongside. So the clip ratios
+  are verl's: the share of rows as long as the step's longest prompt (response), not of rows
+  at the configured ``max_prompt_length`` (``max_response_length``).
+- verl's data metrics read the reward and advantage fields (``token_level_scores``,
+  ``token_level_rewards``, ``advantages``, ``returns``), which every valid pipeline's reward and
+  advantage stages write; a batch without them, or an empty one (every group filtered out),
+  has no data metrics, only its timings.
 """
 
 from __future__ import annotations
@@ -24,72 +31,75 @@ from typing import TYPE_CHECKING, Any
 from rlflow.batch import Batch
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
+    from verl import DataProto
 
-NAN = float("nan")
-PER_TOKEN_SECTIONS = ("ref", "values", "adv", "update_critic", "update_actor")
+PER_TOKEN = ("response_mask", "token_level_scores", "token_level_rewards", "advantages", "returns")
 
 
-def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
-    if values.numel() == 0:
-        return {f"{prefix}/mean": NAN, f"{prefix}/max": NAN, f"{prefix}/min": NAN}
-    values = values.float()
-    return {
-        f"{prefix}/mean": values.mean().item(),
-        f"{prefix}/max": values.max().item(),
-        f"{prefix}/min": values.min().item(),
+def verl_view(batch: Batch, fields: tuple[str, ...] = PER_TOKEN) -> DataProto:
+    """The step's batch as verl's V1 trainer gives it to ``metric_utils`` (rows cut to the longest one)."""
+    from verl import DataProto
+
+    prompt_length = batch["prompt_mask"].sum(-1)
+    response_length = batch["response_mask"].sum(-1)
+    width, length = int(prompt_length.max()), int(response_length.max())
+    prompts = batch["prompts"]
+    tensors = {
+        "prompts": prompts[:, prompts.shape[-1] - width :],  # left-padded: the last columns hold every prompt
+        "responses": batch["responses"][:, :length],
+        "prompt_length": prompt_length.float(),
+        "response_length": response_length.float(),
+        **{name: batch[name][:, :length] for name in fields if name in batch},
     }
+    return DataProto.from_dict(
+        tensors=tensors, meta_info={"global_token_num": (prompt_length + response_length).tolist()}
+    )
 
 
-def _lengths(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    return batch["prompt_mask"].sum(-1).float(), batch["response_mask"].sum(-1).float()
+def compute_data_metrics(batch: Batch) -> dict[str, Any]:
+    """verl's ``compute_data_metrics(use_critic=False)`` for the step's batch ({} without its fields)."""
+    from verl.trainer.ppo.metric_utils import compute_data_metrics as verl_data_metrics
 
-
-def _length_stats(prefix: str, lengths: torch.Tensor, limit: int) -> dict[str, float]:
-    out = _stats(prefix, lengths)
-    out[f"{prefix}/clip_ratio"] = (lengths == limit).float().mean().item() if lengths.numel() else NAN
-    return out
-
-
-def compute_data_metrics(batch: Batch, max_response_length: int, max_prompt_length: int) -> dict[str, float]:
-    """verl's data metrics (no critic) for the step's batch."""
-    if len(batch) == 0 or "response_mask" not in batch:
+    if len(batch) == 0 or any(name not in batch for name in ("prompt_mask", *PER_TOKEN)):
         return {}
-    prompt_length, response_length = _lengths(batch)
-    aborted = response_length == 0
-    metrics: dict[str, float] = {}
-    if "token_level_scores" in batch:
-        metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)[~aborted]))
-    if "token_level_rewards" in batch:
-        metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)[~aborted]))
-    mask = batch["response_mask"].bool()
-    for name, field in (("advantages", "advantages"), ("returns", "returns")):
-        if field in batch:
-            metrics.update(_stats(f"critic/{name}", batch[field][mask]))
-    metrics.update(_length_stats("response_length", response_length, max_response_length))
-    metrics.update(_length_stats("response_length_non_aborted", response_length[~aborted], max_response_length))
-    metrics["response/aborted_ratio"] = aborted.float().mean().item()
-    metrics.update(_length_stats("prompt_length", prompt_length, max_prompt_length))
-    return metrics
+    return verl_data_metrics(verl_view(batch), use_critic=False)
 
 
-def compute_timing_metrics(timing: dict[str, float], batch: Batch, n_gpus: int = 1) -> dict[str, float]:
-    """``timing_s/*``, ``timing_per_token_ms/*`` and, when ``timing`` has ``step``, ``perf/*``.
+def compute_timing_metrics(timing: dict[str, float], batch: Batch, n_gpus: int = 1) -> dict[str, Any]:
+    """``timing_s/*``, ``timing_per_token_ms/*`` and, when ``timing`` has ``step``, ``perf/*`` (verl's).
 
-    ``gen`` is per response token; ``ref``/``adv``/``update_actor`` per prompt+response token;
-    throughput is tokens per second per device (``n_gpus`` workers), as verl reports it.
+    ``n_gpus``: the data-parallel workers of the update; verl's throughput is per device.
     """
-    out: dict[str, Any] = {f"timing_s/{name}": float(value) for name, value in timing.items()}
+    from verl.trainer.ppo.metric_utils import compute_throughout_metrics
+    from verl.trainer.ppo.metric_utils import compute_timing_metrics as verl_timing_metrics
+
     if len(batch) == 0 or "response_mask" not in batch or "prompt_mask" not in batch:
-        return out
-    prompt_length, response_length = _lengths(batch)
-    num_response = response_length.sum().item()
-    num_overall = prompt_length.sum().item() + num_response
-    tokens = {"gen": num_response, **{name: num_overall for name in PER_TOKEN_SECTIONS}}
-    for name in sorted(set(tokens) & set(timing)):
-        out[f"timing_per_token_ms/{name}"] = timing[name] * 1000 / tokens[name] if tokens[name] > 0 else 0.0
+        return {f"timing_s/{name}": value for name, value in timing.items()}
+    view = verl_view(batch, ())
+    out = verl_timing_metrics(view, timing)
     if "step" in timing:
-        out["perf/total_num_tokens"] = int(num_overall)
-        out["perf/time_per_step"] = float(timing["step"])
-        out["perf/throughput"] = num_overall / (timing["step"] * n_gpus) if timing["step"] > 0 else 0.0
+        out.update(compute_throughout_metrics(view, timing, n_gpus=n_gpus))
     return out
+
+
+def compute_rollout_metrics(batch: Batch) -> dict[str, Any]:
+    """verl's rollout-vs-actor metrics, when the rollout kept ``rollout_log_probs``.
+
+    ``training/rollout_probs_diff_*`` compare the probabilities of the sampled tokens under the
+    rollout and under the actor's ``old_log_probs``; ``rollout_corr/*`` are the off-policy gap
+    (KL, perplexities, chi-squared) between them.
+    """
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask
+    from verl.utils.debug.metrics import calculate_debug_metrics
+
+    needed = ("rollout_log_probs", "old_log_probs", "response_mask")
+    if len(batch) == 0 or any(name not in batch for name in needed) or not batch["response_mask"].any():
+        return {}
+    view = verl_view(batch, needed)
+    metrics = calculate_debug_metrics(view)
+    _, _, corr = compute_rollout_correction_and_rejection_mask(
+        old_log_prob=view.batch["old_log_probs"],
+        rollout_log_prob=view.batch["rollout_log_probs"],
+        response_mask=view.batch["response_mask"],
+    )
+    return {**metrics, **corr}

@@ -27,7 +27,9 @@ class Engine(abc.ABC):
 
         ``params``: temperature, top_p, top_k, do_sample, max_response_length, seed.
         Returns a Batch with ``responses`` [B, R] (right-padded with pad id), ``response_mask`` [B, R]
-        and ``response_text`` (list[str]); metrics may carry ``timing``/token counts.
+        and ``response_text`` (list[str]); metrics may carry ``timing``/token counts. An engine that
+        knows each response token's log-prob as sampled adds ``rollout_log_probs`` [B, R] (0 outside
+        the mask), from which the step's ``training/rollout_probs_diff_*`` and ``rollout_corr/*`` come.
         """
 
     @abc.abstractmethod

@@ -5,7 +5,9 @@ verl step 1 ([gen]). Design decisions:
   so a prompt's group never straddles two workers and the driver ships each prompt once.
 - Only the fields the stage reads (prompts and their mask) go to the engine, so a remote
   engine gets a small message; the stage returns the whole expanded batch with the engine's
-  ``responses``, ``response_mask`` and ``response_text`` added.
+  ``responses``, ``response_mask`` and ``response_text`` added, and ``rollout_log_probs`` when
+  the engine keeps them (the torch engine does). That field is optional, so it is not among the
+  stage's declared writes: nothing downstream needs it, only the step's rollout-vs-actor metrics.
 - The sampling seed is derived from (trainer.seed, step, rank): a rerun samples the same
   tokens, different ranks and steps sample different ones.
 """

@@ -7,9 +7,12 @@ on the driver over the scored batch; its ``run`` turns scores into metrics.
 
 Design decisions:
 - Statistics come from verl's ``process_validation_metrics`` (per prompt ``mean@N``,
-  ``std@N``, bootstrapped ``best@k``/``worst@k``, then averaged over prompts per data source),
-  fed with the reward (``scores``) and every numeric key of ``reward_extra`` (e.g.
-  ``acc``, ``format_ok``).
+  ``std@N``, bootstrapped ``best@k``/``worst@k``, ``maj@k`` when the reward returns a ``pred``,
+  then averaged over prompts per data source), fed as verl's V1 trainer feeds it: the reward
+  (``scores``) and every numeric key of ``reward_extra`` (e.g. ``acc``, ``format_ok``), a row
+  without a number under a key counting as missing there, and each prompt's expected number of
+  samples, so that a missing ``acc`` counts 0 in ``acc`` and ``acc_success_only`` keeps the
+  mean over the rows that have one.
 - Naming is verl's: the core variable of a data source (``acc`` when the reward returns it,
   else ``reward``) has its ``mean``/``maj``/``best`` at the largest N under
   ``val-core/<data_source>/<var>/...`` (the numbers a dashboard plots); every other statistic
@@ -44,16 +47,17 @@ class ValidateConfig(StageConfig):
 
 def _variables(batch: Batch) -> dict[str, list[Any]]:
     infos: dict[str, list[Any]] = {"reward": [float(v) for v in batch["scores"].tolist()]}
-    extras = batch.non_tensors.get("reward_extra")
-    if extras:
-        keys = sorted({k for row in extras for k, v in (row or {}).items() if isinstance(v, (int, float))})
-        for key in keys:  # a row without a number under a key (its scoring failed) counts 0 there
-            infos[key] = [_number((row or {}).get(key)) for row in extras]
+    extras = [row or {} for row in batch.non_tensors.get("reward_extra") or []]
+    keys = sorted({k for row in extras for k, v in row.items() if _is_number(v)})
+    for key in keys:
+        infos[key] = [float(row[key]) if _is_number(row.get(key)) else None for row in extras]
+    if any("pred" in row for row in extras):  # majority voting's answers (maj@k)
+        infos["pred"] = [row.get("pred") for row in extras]
     return infos
 
 
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) else 0.0
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float))
 
 
 def _section(var: str, metric: str, core_var: str, n_max: int) -> str:
@@ -79,10 +83,11 @@ def val_metrics(batch: Batch, n: int, data_source_key: str = "data_source") -> d
         raise ValueError(
             f"validation batch: uid {uid!r} has {count} samples, expected n={n} ({len(wrong)} uid(s) differ)"
         )
-    sources = batch.non_tensors.get(data_source_key) or ["unknown"] * len(batch)
+    sources = [str(s) for s in batch.non_tensors.get(data_source_key) or ["unknown"] * len(batch)]
+    expected = {(source, uid): n for source, uid in zip(sources, uids)}  # samples per prompt
     state = np.random.get_state()
     try:
-        stats = process_validation_metrics([str(s) for s in sources], uids, _variables(batch))
+        stats = process_validation_metrics(sources, uids, _variables(batch), expected_acc_counts=expected)
     finally:
         np.random.set_state(state)
     out: dict[str, float] = {}

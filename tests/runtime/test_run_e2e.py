@@ -11,9 +11,9 @@ from rlflow.plan.compile import compile_plan
 from rlflow.schemas.project import load_project_config
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo.yaml")
-# What changes from run to run on the same seed: wall-clock measurements.
+# What changes from run to run on the same seed: wall-clock and memory measurements.
 TWO_STEPS = ("trainer.total_steps=2", "trainer.save_freq=1", "trainer.test_freq=2")
-NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/gen_seconds", "sync/seconds")
+NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/gen_seconds", "sync/seconds")
 
 
 def deterministic(record: dict) -> dict:

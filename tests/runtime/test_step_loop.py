@@ -22,7 +22,8 @@ from rlflow.runtime.inprocess import InProcessExecutor
 from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.trainer import StepLoop, load_data
 
-NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "rollout/gen_seconds", "sync/seconds")  # wall-clock
+# wall-clock and memory readings
+NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/gen_seconds", "sync/seconds")
 SETS = [
     *SMALL,
     "trainer.total_steps=2",

@@ -11,9 +11,10 @@ import math
 import torch
 from stage_helpers import data_batch, make_pipeline, run_stage, text_reward
 
-from rlflow.metrics import compute_data_metrics, compute_timing_metrics
+from rlflow.metrics import compute_data_metrics, compute_rollout_metrics, compute_timing_metrics
 
 ORDER = ("generate", "old_log_prob", "ref_log_prob", "advantage", "update_actor", "sync_weights")
+VARYING = ("perf/mfu/", "actor/perf/")
 
 
 def train(seed_steps: int = 2) -> tuple[list[dict], list[torch.Tensor]]:
@@ -33,9 +34,10 @@ def train(seed_steps: int = 2) -> tuple[list[dict], list[torch.Tensor]]:
             batch = out if name == "generate" else batch.update(out)
             if name == "generate":
                 batch.update(text_reward(batch))
-        metrics = {**batch.metrics, **compute_data_metrics(batch, 8, 32)}
+        metrics = {**batch.metrics, **compute_data_metrics(batch), **compute_rollout_metrics(batch)}
         metrics.update(compute_timing_metrics({"gen": 1.0, "update_actor": 1.0, "step": 2.0}, batch))
-        metrics = {k: v for k, v in metrics.items() if "seconds" not in k}  # wall-clock readings vary
+        # wall-clock and memory readings vary from run to run
+        metrics = {k: v for k, v in metrics.items() if "seconds" not in k and not k.startswith(VARYING)}
         history.append(metrics)
     return history, [p.detach().clone() for p in engine.model.parameters()]
 
@@ -67,6 +69,8 @@ def test_two_grpo_steps_are_deterministic_and_fully_reported():
         "timing_per_token_ms/gen",
         "perf/throughput",
         "perf/total_num_tokens",
+        "training/rollout_probs_diff_max",
+        "rollout_corr/k3_kl",
     ):
         assert name in step1 and math.isfinite(step1[name]), name
     assert step2["actor/kl_loss"] > 0  # the policy has moved away from the reference

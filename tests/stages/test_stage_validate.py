@@ -68,6 +68,25 @@ def test_the_stage_turns_a_scored_validation_batch_into_its_metrics():
     assert out.metrics["val-core/bird/reward/mean@2"] == pytest.approx(0.75)
 
 
-def test_a_row_without_an_extra_number_counts_zero_there():
-    batch = scored([1.0, 0.0], ["a", "b"], ["bird"] * 2, [{"acc": 1.0}, {"answer": "x"}])
-    assert val_metrics(batch, n=1)["val-core/bird/acc/mean@1"] == pytest.approx(0.5)
+def test_a_row_without_an_extra_number_is_missing_there_and_a_missing_acc_counts_zero():
+    batch = scored(
+        [1.0, 0.0, 1.0],
+        ["a", "b", "c"],
+        ["bird"] * 3,
+        [{"acc": 1.0, "format_ok": 1.0}, {"answer": "x"}, {"acc": 0.0, "format_ok": 0.0}],
+    )
+    metrics = val_metrics(batch, n=1)
+    # verl's V1 validation: acc is padded with 0 up to the expected samples per prompt, and
+    # acc_success_only averages the rows that have one; any other variable skips the row
+    assert metrics["val-core/bird/acc/mean@1"] == pytest.approx(1 / 3)
+    assert metrics["val-aux/bird/acc_success_only/mean@1"] == pytest.approx(0.5)
+    assert metrics["val-aux/bird/format_ok/mean@1"] == pytest.approx(0.5)
+    assert metrics["val-aux/bird/reward/mean@1"] == pytest.approx(2 / 3)
+
+
+def test_majority_voting_when_the_reward_returns_a_prediction():
+    extra = [{"acc": a, "pred": p} for a, p in [(1.0, "4"), (1.0, "4"), (0.0, "5"), (0.0, "7")]]
+    metrics = val_metrics(scored([1.0, 1.0, 0.0, 0.0], ["a"] * 4, ["math"] * 4, extra), n=4)
+    # bootstrapped votes over 4 of the 4 answers: "4" (right) wins most of them
+    assert 0.5 < metrics["val-core/math/acc/maj@4/mean"] < 1.0
+    assert "val-core/math/acc/mean@4" in metrics and not any("/pred/" in k for k in metrics)

@@ -20,18 +20,23 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
   are parts of one global mean), ``pg_clipfrac``/``pg_clipfrac_lower``/``ppo_kl`` average over
   micro-batches; every metric then averages over mini-batches and epochs. The scheduler steps
   once per update and ``actor/lr`` is the learning rate after that step (verl's v1 engine).
+- Each mini-batch also reports ``perf/mfu/actor`` and ``actor/perf/*memory*`` as verl's engine
+  workers do (see ``perf``), timed around the whole mini-batch (forwards, backwards, step) and
+  averaged over ranks.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Any
 
 import torch
 
 from rlflow.backends.local import distributed
 from rlflow.backends.local.logprob import forward_log_probs
+from rlflow.backends.local.perf import peak_tflops, update_perf_metrics
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, StageError
 
@@ -106,6 +111,8 @@ class Actor:
         )
         self.loss_config = verl_actor_config(pipeline)
         self.device = next(model.parameters()).device
+        self.model_config = model.config  # the Hugging Face config verl's FLOPs formulas read
+        self.peak_tflops = peak_tflops(self.device)
 
     # ---- one update -------------------------------------------------------------------------
     def update(
@@ -125,13 +132,27 @@ class Actor:
         history: list[dict[str, float]] = []
         for epoch in range(t.ppo_epochs):
             for index, mini in enumerate(batch.split(num_mini)):
-                history.append(self._mini_batch(mini, temperature, where=(step, stage, epoch, index)))
+                start = time.perf_counter()
+                metrics = self._mini_batch(mini, temperature, where=(step, stage, epoch, index))
+                history.append({**metrics, **self._perf_metrics(mini, time.perf_counter() - start)})
         self.scheduler.step()
         metrics = {k: sum(h[k] for h in history) / len(history) for k in history[0]}
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         if a.use_kl_loss:
             metrics["actor/kl_coef"] = a.kl_loss_coef
         return metrics
+
+    def _perf_metrics(self, mini: Batch, seconds: float) -> dict[str, float]:
+        """verl's per-mini-batch MFU (over every rank's sequences) and memory, averaged over ranks.
+
+        verl reports its first rank's readings; the average keeps every rank's metrics equal, as
+        all of this actor's metrics are.
+        """
+        local = (mini["prompt_mask"].sum(-1) + mini["response_mask"].sum(-1)).tolist() if len(mini) else []
+        seqlens = distributed.all_gather_ints(local, self.world_size)
+        mine = update_perf_metrics(self.model_config, self.device, self.peak_tflops, seqlens, seconds, self.world_size)
+        values = torch.tensor(list(mine.values()), dtype=torch.float64, device=self.device)
+        return dict(zip(mine, distributed.all_reduce(values, self.world_size, op="mean").tolist()))
 
     def _set_global_batch_info(self, mini: Batch) -> None:
         """Tell verl's loss aggregation the mini-batch's size over every data-parallel rank."""

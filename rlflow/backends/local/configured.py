@@ -105,7 +105,7 @@ class ConfiguredLocalEngine(LocalEngine):
         """``engine: vllm`` decodes with vLLM; the others with the torch model (validation may use either)."""
         if engine != "vllm":
             return super()._sample(model, engine, batch, sp, params)
-        return self.vllm.generate(batch["prompts"], batch["prompt_mask"], sp)
+        return (*self.vllm.generate(batch["prompts"], batch["prompt_mask"], sp), None)
 
     # ---- log-probs --------------------------------------------------------------------------
     def compute_log_prob(self, batch: Batch, params: dict[str, Any]) -> Batch:

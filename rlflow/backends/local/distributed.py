@@ -74,3 +74,12 @@ def all_reduce(values: torch.Tensor, world_size: int, op: str = "sum") -> torch.
     reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
     dist.all_reduce(values, op=reduce_op)
     return values / world_size if op == "mean" else values
+
+
+def all_gather_ints(values: list[int], world_size: int) -> list[int]:
+    """Every rank's ``values`` concatenated in rank order (``values`` itself for one rank)."""
+    if world_size <= 1:
+        return list(values)
+    parts: list[list[int] | None] = [None] * world_size
+    dist.all_gather_object(parts, [int(v) for v in values])
+    return [v for part in parts for v in part]

@@ -19,6 +19,10 @@ Design decisions:
   warpers (top-p keeps the smallest set whose mass reaches ``top_p``, always the best token).
 - ``response_mask`` is 1 up to and including the first EOS (verl's convention); everything
   after is pad. A response whose first token is EOS is empty text with a mask of one.
+- The loop also keeps each sampled token's log-prob under the distribution it was drawn from
+  (temperature, top-k and top-p applied; the raw logits when greedy): vLLM's
+  ``processed_logprobs``, which verl asks for and keeps as ``rollout_log_probs``. A logsumexp
+  and a gather per step; 0 outside the response mask.
 """
 
 from __future__ import annotations
@@ -53,11 +57,15 @@ def response_mask_from_tokens(responses: torch.Tensor, eos_token_ids: tuple[int,
     return (eos_before == 0).long()
 
 
-def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row from last-position ``logits`` [B, V]."""
+def processed_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The float logits a row is drawn from: divided by the temperature, top-k and top-p cut to -inf.
+
+    Greedy decoding draws nothing: its logits stay raw (vLLM reports greedy log-probs the same way).
+    """
+    logits = logits.float()
     if params.greedy:
-        return logits.argmax(-1)
-    logits = logits.float() / params.temperature
+        return logits
+    logits = logits / params.temperature
     if 0 < params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -67,9 +75,21 @@ def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.G
         drop = cum <= 1 - params.top_p
         drop[:, -1] = False
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    probs = logits.softmax(-1)
+    return logits
+
+
+def draw(processed: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from ``processed_logits``: the best one when greedy, else an exact random draw."""
+    if params.greedy:
+        return processed.argmax(-1)
+    probs = processed.softmax(-1)
     race = torch.empty_like(probs).exponential_(1.0, generator=generator)
     return (probs / race).argmax(-1)
+
+
+def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from last-position ``logits`` [B, V]."""
+    return draw(processed_logits(logits, params), params, generator)
 
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -117,11 +137,19 @@ def _prefill(model, prompts: torch.Tensor, mask: torch.Tensor, positions: torch.
     return logits.index_select(0, row_to_group)
 
 
-@torch.no_grad()
 def sample(
     model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams, *, use_cache: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``responses`` [B, R] (right-padded with pad) and ``response_mask`` [B, R], on the model's device."""
+    responses, mask, _ = sample_with_log_probs(model, prompts, prompt_mask, params, use_cache=use_cache)
+    return responses, mask
+
+
+@torch.no_grad()
+def sample_with_log_probs(
+    model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams, *, use_cache: bool = True
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``sample``'s responses and mask, and each response token's log-prob as sampled [B, R] float32."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -131,6 +159,7 @@ def sample(
     generator = None if params.greedy else torch.Generator(device=device).manual_seed(params.seed)
     eos = torch.tensor(params.eos_token_ids, device=device)
     out = torch.full((batch, steps), params.pad_token_id, dtype=torch.long, device=device)
+    log_probs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
     mask = torch.cat([prompt_mask, torch.ones((batch, steps), dtype=torch.long, device=device)], dim=1)
     positions = position_ids_from_mask(mask)
     rows = torch.arange(batch, device=device)  # the rows of ``out`` still decoding
@@ -160,8 +189,10 @@ def sample(
                 use_cache=True,
                 logits_to_keep=1,
             ).logits[:, -1]
-        last = next_tokens(logits, params, generator).masked_fill(done, params.pad_token_id)
+        processed = processed_logits(logits, params)
+        last = draw(processed, params, generator).masked_fill(done, params.pad_token_id)
         out[rows, t] = last
+        log_probs[rows, t] = processed.gather(-1, last[:, None]).squeeze(-1) - processed.logsumexp(-1)
         done |= torch.isin(last, eos)
         if (t + 1) % sync_every == 0:
             stopped = int(done.sum())
@@ -172,7 +203,8 @@ def sample(
                 if cache is not None:
                     cache.reorder_cache(keep)
                 rows, last, done = rows[keep], last[keep], done[keep]
-    return out, response_mask_from_tokens(out, params.eos_token_ids)
+    mask = response_mask_from_tokens(out, params.eos_token_ids)
+    return out, mask, log_probs.masked_fill(mask == 0, 0.0)
 
 
 @torch.no_grad()

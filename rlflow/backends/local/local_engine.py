@@ -131,9 +131,12 @@ class LocalEngine(Engine):
         if len(batch) == 0:  # an empty shard: nothing to decode, same widths as everyone else
             empty = torch.zeros((0, sp.max_new_tokens), dtype=torch.long)
             return Batch({"responses": empty, "response_mask": empty.clone()}, {"response_text": []})
-        responses, mask = self._sample(model, engine, batch, sp, params)
+        responses, mask, log_probs = self._sample(model, engine, batch, sp, params)
         responses, mask = responses.cpu(), mask.cpu()
-        out = Batch({"responses": responses, "response_mask": mask}, {"response_text": self._decode(responses, mask)})
+        tensors = {"responses": responses, "response_mask": mask}
+        if log_probs is not None:  # verl's rollout_log_probs: the rollout-vs-actor metrics read them
+            tensors["rollout_log_probs"] = log_probs.cpu()
+        out = Batch(tensors, {"response_text": self._decode(responses, mask)})
         # a ratio, not a count: the runtime averages shard metrics
         first_is_eos = torch.isin(responses[:, 0], torch.tensor(self.eos_token_ids))
         out.metrics = {
@@ -163,12 +166,16 @@ class LocalEngine(Engine):
 
     def _sample(
         self, model, engine: str, batch: Batch, sp: generation.SamplingParams, params: dict[str, Any]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(responses, response_mask) for the rows of ``batch``; subclasses add engines."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(responses, response_mask, log-probs as sampled or None) for the rows of ``batch``; subclasses add engines.
+
+        Only the torch loop keeps the sampled tokens' log-probs; HF ``generate`` would have to keep
+        every step's full-vocabulary scores for them.
+        """
         model.eval()
         if engine == "hf":
-            return generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp)
-        return generation.sample(
+            return (*generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp), None)
+        return generation.sample_with_log_probs(
             model, batch["prompts"], batch["prompt_mask"], sp, use_cache=bool(params.get("use_cache", True))
         )
 

@@ -12,6 +12,12 @@ import torch
 from rlflow.schemas.pipeline import Pipeline
 
 PROMPTS = ["How many singers are there?", "List the names of all shops in Boston.", "SELECT"]
+READINGS = ("perf/mfu/", "actor/perf/")  # wall-clock and memory readings: two runs of one update differ there
+
+
+def without_readings(metrics: dict[str, float]) -> dict[str, float]:
+    """An update's metrics less its MFU and memory readings (what a replay must reproduce exactly)."""
+    return {k: v for k, v in metrics.items() if not k.startswith(READINGS)}
 
 
 def make_pipeline(

@@ -27,6 +27,7 @@ from rlflow.errors import BackendError
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import deepspeed_worker  # noqa: E402  (helper script beside this test)
+from local_helpers import without_readings  # noqa: E402
 
 # Relative tolerance on losses and gradient norms, absolute on the weight fingerprint (a sum
 # over ~4 M weights of about 2e3): ZeRO-2 sums gradients over ranks in another order, so
@@ -179,5 +180,5 @@ def _check_against_reference(reference: dict, ranks: list[dict], stage: str) -> 
     assert ranks[0]["fingerprint"] != ranks[0]["initial_fingerprint"]  # the weights did change
     # DeepSpeed checkpoint written before update 3, loaded, update 3 again: the same update, bit for bit
     for rank in ranks:
-        assert rank["replayed"] == rank["steps"][-1]
+        assert without_readings(rank["replayed"]) == without_readings(rank["steps"][-1])
         assert rank["replayed_fingerprint"] == rank["fingerprint"]

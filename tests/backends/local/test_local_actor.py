@@ -165,3 +165,10 @@ def test_kl_loss_without_reference_log_probs_is_named(sharp_model, prompt_batch,
     del batch.tensors["ref_log_prob"]
     with pytest.raises(BackendError, match="ref_log_prob"):
         Actor(sharp_model, make_pipeline(algorithm={"use_kl_loss": True})).update(batch, step=2)
+
+
+def test_update_reports_verls_mfu_and_memory(sharp_model, prompt_batch, tokenizer):
+    batch = training_batch(sharp_model, prompt_batch, tokenizer)
+    metrics = Actor(sharp_model, make_pipeline(trainer={"ppo_mini_batch_size": 1})).update(batch)
+    assert 0 < metrics["perf/mfu/actor"] < 1  # a nominal 448 GFLOPS CPU peak: busy, but never above it
+    assert metrics["actor/perf/max_memory_allocated_gb"] == 0.0 and metrics["actor/perf/cpu_memory_used_gb"] > 0

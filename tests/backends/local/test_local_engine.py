@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from local_helpers import make_pipeline
+from local_helpers import make_pipeline, without_readings
 
 from rlflow.backends.engine import Engine
 from rlflow.backends.local.local_engine import LocalEngine
@@ -137,7 +137,7 @@ def test_checkpoint_round_trip_continues_bit_for_bit(tmp_path):
     resumed = LocalEngine(pipeline)
     assert resumed.load_checkpoint(str(tmp_path / "step_1"))["global_steps"] == 1
     assert torch.equal(torch.rand(3), expected_rng)
-    assert one_step(resumed, 2) == expected
+    assert without_readings(one_step(resumed, 2)) == without_readings(expected)
     for a, b in zip(first.model.state_dict().values(), resumed.model.state_dict().values()):
         assert torch.equal(a, b)
     rank = tmp_path / "step_1" / "rank_0"

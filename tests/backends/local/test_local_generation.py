@@ -10,8 +10,11 @@ from rlflow.backends.local.generation import (
     response_mask_from_tokens,
     sample,
     sample_hf,
+    sample_with_log_probs,
     shared_prompt_starts,
 )
+from rlflow.backends.local.logprob import batch_log_probs
+from rlflow.batch import Batch
 
 
 def params(tokenizer, **kw) -> SamplingParams:
@@ -147,3 +150,27 @@ def test_response_mask_from_tokens():
         [1, 1, 1, 1],
         [1, 1, 0, 0],
     ]
+
+
+def test_log_probs_as_sampled_equal_the_actors_at_the_rollout_temperature(sharp_model, prompt_batch, tokenizer):
+    rows = prompt_batch.repeat_interleave(2)
+    p = params(tokenizer, temperature=0.7, seed=3)
+    for use_cache in (True, False):
+        out, mask, sampled = sample_with_log_probs(
+            sharp_model, rows["prompts"], rows["prompt_mask"], p, use_cache=use_cache
+        )
+        assert torch.equal(out, sample(sharp_model, rows["prompts"], rows["prompt_mask"], p)[0])  # same draws
+        batch = Batch({**rows.tensors, "responses": out, "response_mask": mask})
+        actor, _ = batch_log_probs(sharp_model, batch, micro_batch_size=None, temperature=0.7, with_entropy=False)
+        assert torch.allclose(sampled, actor, atol=1e-4)  # without top-k/top-p the two distributions are one
+        assert (sampled[mask == 0] == 0).all() and (sampled[mask == 1] < 0).all()
+
+
+def test_log_probs_as_sampled_are_under_the_cut_distribution(sharp_model, prompt_batch, tokenizer):
+    cut = params(tokenizer, seed=6, top_k=2)
+    out, mask, sampled = sample_with_log_probs(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], cut)
+    batch = Batch({**prompt_batch.tensors, "responses": out, "response_mask": mask})
+    actor, _ = batch_log_probs(sharp_model, batch, micro_batch_size=None, temperature=1.0, with_entropy=False)
+    on = mask == 1
+    assert (sampled[on] >= actor[on] - 1e-5).all()  # renormalised over the two best tokens: never less likely
+    assert (sampled[on] > actor[on] + 1e-3).any()
