@@ -25,7 +25,7 @@ P, R = 8, 7  # padded widths, wider than the longest prompt (6) and response (5)
 
 # verl names rlflow does not log, each with its reason (docs/metrics.md says the same)
 DIFFERENCES = {
-    "global_seqlen/": "verl's balancing of the batch across data-parallel ranks; rlflow does not balance yet",
+    "global_seqlen/": "the balance_batch stage's; rlflow balances (and logs them) only with more than one actor worker",
     "critic/values/": "a critic's value estimates; GRPO has no critic",
     "critic/vf_explained_var": "a critic's explained variance; GRPO has no critic",
     "timing_s/values": "the critic's forward; GRPO has no critic",
