@@ -54,4 +54,11 @@ def test_shell_completion_completes_commands_and_options():
 
     assert complete("rlflow exp") == ["export"]
     assert complete("rlflow run pipelines/x.yaml --si") == ["--sink"]
-    assert "_rlflow_completion" in rlflow("--show-completion", "bash", timeout=120).stdout
+    script = subprocess.run(  # what `rlflow --install-completion` writes for bash, whatever shell runs the test
+        [sys.executable, "-m", "rlflow.cli.main"],
+        env={**os.environ, "PYTHONPATH": str(REPO), "_RLFLOW_COMPLETE": "source_bash"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "_rlflow_completion" in script.stdout, script.stderr

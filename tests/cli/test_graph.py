@@ -120,7 +120,7 @@ def test_timeline_of_a_real_run_has_its_start_up_and_every_worker(short_run, tmp
     assert result.exit_code == 0, result.output
     texts = "".join(ET.parse(out).getroot().itertext())
     for label in ("start-up (driver)", "start Ray", "load model on actor_pool", "actor_pool (pid", "reward_pool (pid",
-                  "idle", "generate", "update_actor", "step 1", "bird-grpo · run two-steps · timeline of steps 0-1"):  # fmt: skip
+                  "idle", "generate", "update_actor", "bird-grpo · run two-steps · timeline of steps 0-1"):  # fmt: skip
         assert label in texts, label
     png = tmp_path / "timeline.png"
     assert graph("--timeline", str(run_dir), "--render", "-o", str(png)).exit_code == 0

@@ -8,9 +8,9 @@ a forwarder makes one call at a time). Design decisions:
   retries, at most ``retries`` times with doubling backoff. Retrying is safe for every method:
   the read-only ones are idempotent, and the server remembers the replies of the state-changing
   ones (``update_actor``, ``update_weights``) by call id, so a retry never applies them twice.
-- What the server *answers* is never retried: a refusal (token, protocol version, size) is
-  raised at once as a ``BackendError`` subclass naming the backend, the address and the method;
-  a failure inside the engine as ``RemoteCallFailed`` (not a ``BackendError``: the backend is
+- What the server *answers* is never retried: a refusal (token, protocol version, size, too many
+  connections) is raised at once as a ``BackendError`` subclass naming the backend, the address
+  and the method; a failure inside the engine as ``RemoteCallFailed`` (not a ``BackendError``: the backend is
   alive, so the runtime fails the stage instead of restarting it), with the server's traceback tail.
 - Every byte through the socket is counted (hello frames and retries included), in total and
   per method; ``traffic()`` reports them and replies carry the running totals as metrics
@@ -189,6 +189,7 @@ class BackendClient:
             "ProtocolMismatch": wire.ProtocolMismatch,
             "FrameTooLarge": wire.FrameTooLarge,
             "MalformedFrame": wire.MalformedFrame,
+            "ServerBusy": wire.WireError,  # over max_connections: a refusal of the connection, not of the call
         }.get(kind, RemoteCallFailed)
         return cls(f"{self._where(method)}: the server answered {kind}: {message}{trace}")
 
