@@ -14,6 +14,7 @@ Design decisions:
 
 from __future__ import annotations
 
+from rlflow.schemas.pipeline import data_parallel_size
 from rlflow.schemas.subject import Reporter, Subject
 
 
@@ -60,7 +61,7 @@ def _node_state(node, free, placed) -> str:
 def _cpu_demand(res) -> tuple[int, float]:
     """(actors, CPUs per actor) of one resource."""
     if res.type == "local":
-        return res.gpus_per_node * res.nnodes, res.cpus_per_worker
+        return data_parallel_size(res), res.cpus_per_worker
     if res.type == "cpu":
         return res.workers, res.cpus_per_worker
     return res.forwarders, res.cpus_per_forwarder

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from rlflow.plan.model import DRIVER, Placement, PlanStage, frozen_mapping, local_bundles
-from rlflow.schemas.pipeline import CpuPool, LocalPool, Pipeline, RemotePool
+from rlflow.schemas.pipeline import CpuPool, LocalPool, Pipeline, RemotePool, data_parallel_size
 
 
 def build_placements(spec: Pipeline, entries: Iterable[PlanStage]) -> Mapping[str, Placement]:
@@ -40,7 +40,7 @@ def build_placements(spec: Pipeline, entries: Iterable[PlanStage]) -> Mapping[st
 
 def _placement(name: str, resource: LocalPool | CpuPool | RemotePool, stages: tuple[str, ...]) -> Placement:
     if isinstance(resource, LocalPool):
-        workers = resource.gpus_per_node * resource.nnodes
+        workers = data_parallel_size(resource)
         gpus = 1.0 if resource.device == "gpu" else 0.0
         bundles, bundle_of = local_bundles(workers, resource.cpus_per_worker, gpus, resource.nnodes)
         return Placement(
