@@ -15,6 +15,10 @@ Goal (the issue's): rlflow reaches its first finished step no later than TRL doe
 own ~4 s of initialisation. The step itself is part of both figures, so the start-up alone
 (to the first step's start) is reported too.
 
+CPU: the tree's CPU seconds (user + system, every process) from the spawn to the first step's
+start, which a busy neighbour moves far less than wall time; the rlflow arm's is split by process
+group as well (driver, Ray's daemons, each worker class), printed after each of its rounds.
+
 Memory: the summed RSS of the ``rlflow run`` process tree (Ray's GCS, raylet, workers and the
 driver), sampled every 0.2 s over the whole run; goal <= 2 GiB. RSS counts shared pages once
 per process, so this is an upper bound; the summed PSS (shared pages split between the processes
@@ -77,7 +81,7 @@ def trl_arm(sets: list[str], model_dir: Path, work: Path, timeout: float) -> dic
         *[f"--set={s}" for s in sets if not s.startswith("model_path=")],
     ]
     result = common.run_process(cmd, log=work / "trl.log", timeout=timeout, sample_memory=True)
-    result.pop("cpu_samples")
+    samples = result.pop("cpu_samples")
     result.pop("cpu_samples_by_process")
     if result["exit_code"] != 0 or not out.exists():
         result["error"] = common.tail(work / "trl.log")
@@ -87,6 +91,7 @@ def trl_arm(sets: list[str], model_dir: Path, work: Path, timeout: float) -> dic
         ready_s=trl["trainer_ready"] - t0,
         first_step_start_s=trl["steps"][0]["begin"] - t0,
         first_step_end_s=trl["steps"][0]["end"] - t0,
+        cpu_s_to_first_step=common.cpu_between(samples, samples[0][0], trl["steps"][0]["begin"]) if samples else None,
     )
     return result
 
@@ -99,7 +104,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-FIGURES = ("ready_s", "first_step_start_s", "first_step_end_s", "peak_rss_gib", "peak_pss_gib")
+FIGURES = ("ready_s", "first_step_start_s", "first_step_end_s", "cpu_s_to_first_step", "peak_rss_gib", "peak_pss_gib")
 
 
 def main(argv=None) -> None:
@@ -128,6 +133,9 @@ def main(argv=None) -> None:
                 + (f" {result['skipped']}" if "skipped" in result else ""),
                 flush=True,
             )
+            if result.get("cpu_s_by_process_to_first_step"):
+                parts = sorted(result["cpu_s_by_process_to_first_step"].items(), key=lambda kv: -(kv[1] or 0))
+                print("  CPU s to first step: " + ", ".join(f"{k} {common.fmt(v)}" for k, v in parts), flush=True)
     arms_out = {
         arm: {k: common.median(res.get(k) for res in results) for k in FIGURES}
         | {"skipped": next((res["skipped"] for res in results if "skipped" in res), None)}
@@ -140,6 +148,7 @@ def main(argv=None) -> None:
                 "pools/trainer ready s",
                 "first step starts s",
                 "first step ends s",
+                "CPU s to first step",
                 "peak RSS GiB",
                 "peak PSS GiB",
             ],

@@ -239,6 +239,9 @@ def run_rlflow(
     metrics, trace = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(run_dir / "trace.jsonl")
     samples, by_process = result.pop("cpu_samples"), result.pop("cpu_samples_by_process")  # spent on the steps below
     windows = trace_windows(trace)
+    if 1 in windows:  # what the whole tree spent before the first step began: start-up's CPU cost
+        result["cpu_s_to_first_step"] = cpu_between(samples, samples[0][0], windows[1][0])
+        result["cpu_s_by_process_to_first_step"] = cpu_by_process_between(by_process, by_process[0][0], windows[1][0])
     for m in metrics:
         if m.get("step") in windows:
             m["cpu_s/step"] = cpu_between(samples, *windows[m["step"]])
