@@ -7,20 +7,37 @@ responses right-padded to ``data.max_response_length``.
 
 Rows are samples: before ``generate`` one row per prompt, after it ``n`` rows per prompt
 (interleaved, as verl's ``repeat(interleave=True)``), grouped by ``uid``.
+
+The arrays are torch tensors, except on the way to and from a stage kind that declares
+``uses_torch = False`` (the rewards): the executor hands it numpy arrays (``to_numpy``) and
+turns what it returns back into tensors (``to_torch``). This module does not import torch, so
+a worker that only runs such kinds never loads it (a reward worker stays a small process).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+def is_array(value: Any) -> bool:
+    """Whether ``value`` is a tensor field's value: a torch tensor or a numpy array."""
+    if isinstance(value, np.ndarray):
+        return True
+    torch = sys.modules.get("torch")  # not loaded: then nothing here is a tensor
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 @dataclass
 class Batch:
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    tensors: dict[str, torch.Tensor | np.ndarray] = field(default_factory=dict)
     non_tensors: dict[str, list] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -50,7 +67,7 @@ class Batch:
         raise KeyError(f"batch has no field {key!r}; it has {sorted(self.keys())}")
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if isinstance(value, torch.Tensor):
+        if is_array(value):
             self.non_tensors.pop(key, None)
             self.tensors[key] = value
         else:
@@ -75,11 +92,10 @@ class Batch:
             {k: self.non_tensors[k] for k in keys if k in self.non_tensors},
         )
 
-    def index(self, rows: list[int] | torch.Tensor) -> Batch:
-        rows = rows.tolist() if isinstance(rows, torch.Tensor) else list(rows)
-        idx = torch.tensor(rows, dtype=torch.long)
+    def index(self, rows: Iterable[int] | torch.Tensor | np.ndarray) -> Batch:
+        rows = rows.tolist() if is_array(rows) else list(rows)
         return Batch(
-            {k: v.index_select(0, idx) for k, v in self.tensors.items()},
+            {k: _take(v, rows) for k, v in self.tensors.items()},
             {k: [v[i] for i in rows] for k, v in self.non_tensors.items()},
             dict(self.metrics),
         )
@@ -105,7 +121,7 @@ class Batch:
         rows = [b for b in batches if len(b)]
         keys = rows[0].keys() if rows else []
         out = Batch(
-            {k: torch.cat([b.tensors[k] for b in rows]) for k in keys if k in rows[0].tensors},
+            {k: _cat([b.tensors[k] for b in rows]) for k in keys if k in rows[0].tensors},
             {k: [x for b in rows for x in b.non_tensors[k]] for k in keys if k in rows[0].non_tensors},
         )
         names = {k for b in batches for k in b.metrics}
@@ -113,3 +129,45 @@ class Batch:
             values = [b.metrics[name] for b in batches if name in b.metrics]
             out.metrics[name] = float(sum(values) / len(values))
         return out
+
+    def to_numpy(self) -> Batch:
+        """The same fields with numpy arrays for tensors (a CPU tensor's array shares its memory)."""
+        return Batch(
+            {k: v if isinstance(v, np.ndarray) else v.numpy(force=True) for k, v in self.tensors.items()},
+            dict(self.non_tensors),
+            dict(self.metrics),
+        )
+
+    def to_torch(self) -> Batch:
+        """The same fields with torch tensors for numpy arrays (sharing their memory, unless read-only:
+        Ray hands over arrays in its object store read-only, and those are copied)."""
+        if not any(isinstance(v, np.ndarray) for v in self.tensors.values()):
+            return self
+        import torch
+
+        return Batch(
+            {k: _tensor(torch, v) if isinstance(v, np.ndarray) else v for k, v in self.tensors.items()},
+            dict(self.non_tensors),
+            dict(self.metrics),
+        )
+
+
+def _tensor(torch, array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(array if array.flags.writeable else array.copy())
+
+
+def _take(value: torch.Tensor | np.ndarray, rows: list[int]) -> torch.Tensor | np.ndarray:
+    """Rows ``rows`` of ``value``, in that order, as a new array of the same kind."""
+    if isinstance(value, np.ndarray):
+        return value[np.asarray(rows, dtype=np.int64)]
+    import torch
+
+    return value.index_select(0, torch.tensor(rows, dtype=torch.long))
+
+
+def _cat(values: list) -> torch.Tensor | np.ndarray:
+    if isinstance(values[0], np.ndarray):
+        return np.concatenate(values)
+    import torch
+
+    return torch.cat(values)

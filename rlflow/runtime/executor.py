@@ -11,6 +11,8 @@ What lives here, once, for both:
   stays whole because generate expands on the worker), sending only the fields the stage
   reads unless the stage changes rows; ``all`` runs on every primary worker of the resource
   with an empty batch; ``driver`` runs whole, here or (bound to a pool) on its first worker;
+- a kind with ``uses_torch = False`` is sent numpy arrays and its output turned back into
+  tensors, here as on a worker (where it then never imports torch);
 - the output check: every batch a stage returns (from each worker, or the driver) must hold
   the fields its plan entry writes, with the rows it was sent (unless it changes rows) and the
   shape and dtype of ``rlflow.stages.fields``, else the run fails with a StageError naming the
@@ -117,9 +119,13 @@ class Executor(abc.ABC):
         else:
             # a whole-batch kind (GRPO groups, filters) bound to a pool runs on its first worker
             which = "first" if stage.dispatch == "driver" else "every"
-            payload = batch if stage.changes_rows else batch.select(f for f in stage.reads if f not in STATE_FIELDS)
-            shards = payload.split(self.workers(stage.resource, which))
-            results = self._run_on(stage, which, call, shards)
+            shards = payload(stage, batch).split(self.workers(stage.resource, which))
+            if get_stage_kind(stage.kind).uses_torch:
+                results = self._run_on(stage, which, call, shards)
+            else:  # numpy both ways: the worker never unpickles a tensor, so it never imports torch
+                results = self._run_on(stage, which, call, [s.to_numpy() for s in shards])
+                for result in results:
+                    result.batch = result.batch.to_torch()
         self.trace([self.record(step, label, stage.resource, r) for r in results])
         for rank, (shard, result) in enumerate(zip(shards, results)):
             self.check_output(stage, result.batch, len(shard), step, rank if len(shards) > 1 else None)
@@ -146,7 +152,9 @@ class Executor(abc.ABC):
             state=self.driver_state,
         )
         start = time.time()
-        out = kind().run(batch, ctx)
+        out = (
+            kind().run(batch, ctx) if kind.uses_torch else kind().run(payload(stage, batch).to_numpy(), ctx).to_torch()
+        )
         self.trace(
             [
                 {
@@ -201,6 +209,11 @@ class Executor(abc.ABC):
             "start": result.start,
             "end": result.end,
         }
+
+
+def payload(stage: PlanStage, batch: Batch) -> Batch:
+    """What a stage is sent: the whole batch when it changes rows, else only the fields it reads."""
+    return batch if stage.changes_rows else batch.select(f for f in stage.reads if f not in STATE_FIELDS)
 
 
 def merge(batch: Batch, out: Batch, changes_rows: bool) -> Batch:

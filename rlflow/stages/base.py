@@ -14,6 +14,10 @@ never import torch:
   algorithm), the verl timer name, the resource types it may run on, how its batch is
   dispatched and its cadence.
 
+``uses_torch = False`` says a kind's ``run`` needs no torch: its tensor fields arrive as numpy
+arrays and may be returned as such (the runtime turns them back into tensors), so a worker that
+runs only such kinds (a reward pool's) never imports torch. The default is torch tensors.
+
 ``run(batch, ctx)`` does the work and imports what it needs lazily; it runs wherever the
 runtime puts it (a pool worker, a forwarder, or the driver) and talks only to ``ctx.engine``,
 never knowing whether the engine is in-process, a Ray actor or another machine. Every kind has
@@ -137,6 +141,8 @@ class StageKind:
     # True when run() returns a batch with other rows than it got (generate expands, filters drop):
     # the runtime then sends every field and takes the returned batch whole.
     changes_rows: ClassVar[bool] = False
+    # False: run() reads and writes numpy arrays, never torch (see the module's docstring)
+    uses_torch: ClassVar[bool] = True
     description: ClassVar[str] = ""
 
     @classmethod

@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from rlflow.reward.function_scores import WeightedFunction, call_arguments, combine
@@ -100,6 +101,7 @@ class RewardFunction(StageKind):
     reads_fields = ("response_text", "response_mask", "data_source", "reward_info")
     writes_fields = ("token_level_scores", "scores")
     allowed_on = frozenset({"cpu", "driver", "local"})
+    uses_torch = False
     description = "Python reward functions (verl's compute_score signature), run in a child process per worker."
 
     @classmethod
@@ -119,8 +121,6 @@ class RewardFunction(StageKind):
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""
-        import torch
-
         from rlflow.reward.function_runner import FunctionRunner
 
         config: RewardFunctionConfig = ctx.config
@@ -138,7 +138,7 @@ class RewardFunction(StageKind):
         outcomes = runner.run(call_arguments(sources, batch["response_text"], batch["reward_info"]))
         scored = combine(functions, outcomes, sources, warned, ctx.step)
         batch["token_level_scores"] = place_on_last_token(scored.scores, batch["response_mask"])
-        batch["scores"] = torch.tensor(scored.scores, dtype=torch.float32)
+        batch["scores"] = np.asarray(scored.scores, dtype=np.float32)
         batch["reward_extra"] = scored.extras
         batch.metrics.update(scored.metrics)
         return batch

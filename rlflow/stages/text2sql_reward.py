@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 from pydantic import Field
 
 from rlflow.reward.extract import extract_sql
@@ -164,6 +165,7 @@ class Text2SqlReward(StageKind):
     reads_fields = ("response_text", "response_mask", "reward_info")
     writes_fields = ("token_level_scores", "scores")
     allowed_on = frozenset({"cpu", "driver", "local"})
+    uses_torch = False
     description = "Execution-accuracy reward: run predicted and gold SQL read-only, compare result sets."
 
     @classmethod
@@ -183,8 +185,6 @@ class Text2SqlReward(StageKind):
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""
-        import torch
-
         config = ctx.config
         caches = _caches(ctx.state)
         results = [
@@ -194,7 +194,7 @@ class Text2SqlReward(StageKind):
         scores = [score for score, _ in results]
         extras = [extra for _, extra in results]
         batch["token_level_scores"] = place_on_last_token(scores, batch["response_mask"])
-        batch["scores"] = torch.tensor(scores, dtype=torch.float32)
+        batch["scores"] = np.asarray(scores, dtype=np.float32)
         batch["reward_extra"] = extras
         if extras:
             for key, metric in METRIC_OF_EXTRA.items():

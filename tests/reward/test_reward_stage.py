@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-import torch
 
 from rlflow.assets import BIRD_SAMPLE
 from rlflow.batch import Batch
@@ -25,7 +25,7 @@ def context(**config) -> StageContext:
 
 
 def make_batch(db, responses: list[str], lengths: list[int], width: int = 6, gold: str = GOLD) -> Batch:
-    mask = torch.zeros(len(responses), width, dtype=torch.long)
+    mask = np.zeros((len(responses), width), dtype=np.int64)
     for row, n in enumerate(lengths):
         mask[row, :n] = 1
     info = [{"ground_truth": gold, "extra_info": {"db_path": str(db), "question_id": i}} for i in range(len(responses))]
@@ -60,10 +60,10 @@ def test_score_sits_on_the_last_response_token(company_db):
     correct = fenced(GOLD)
     batch = make_batch(company_db, [correct, correct, correct], [3, 6, 0])
     scores = Text2SqlReward().run(batch, context())["token_level_scores"]
-    assert scores.dtype == torch.float32 and scores.shape == (3, 6)
-    expected = torch.zeros(3, 6)
+    assert scores.dtype == np.float32 and scores.shape == (3, 6)
+    expected = np.zeros((3, 6), dtype=np.float32)
     expected[0, 2] = expected[1, 5] = expected[2, 0] = 1.0  # an empty response scores at index 0
-    assert torch.equal(scores, expected)
+    assert np.array_equal(scores, expected)
 
 
 def test_time_bombs_score_zero_and_stop_in_time(company_db):
@@ -123,7 +123,7 @@ def test_every_sample_gold_answer_scores_correct():
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in databases.rglob("*") if p.is_file()}
     records = json.loads((sample / "dev.json").read_text())
     batch = Batch(
-        {"response_mask": torch.ones(len(records), 4, dtype=torch.long)},
+        {"response_mask": np.ones((len(records), 4), dtype=np.int64)},
         {
             "response_text": [fenced(r["SQL"]) for r in records],
             "reward_info": [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
-import torch
 
 from rlflow.batch import Batch
 from rlflow.reward.function_runner import RewardFunctionError
@@ -20,7 +20,7 @@ PIPELINE = Pipeline.model_validate({"name": "t", "data": {"train": "x.json"}, "s
 
 def make_batch(texts: list[str], sources: list[str] | None = None, width: int = 6) -> Batch:
     """What reaches a reward stage: responses, their mask, data sources and reward_info as the loader writes it."""
-    mask = torch.zeros(len(texts), width, dtype=torch.long)
+    mask = np.zeros((len(texts), width), dtype=np.int64)
     for row, text in enumerate(texts):
         mask[row, : min(len(text), width)] = 1
     info = [
@@ -61,9 +61,9 @@ def run(texts, ctx, sources=None) -> Batch:
 def test_one_function_keeps_its_extra_keys_bare(context):
     out = run(["42", "41", ""], context(function="rewards.py:with_extras"))
     assert out["scores"].tolist() == [1.0, 0.0, 0.0]
-    expected = torch.zeros(3, 6)
+    expected = np.zeros((3, 6), dtype=np.float32)
     expected[0, 1] = 1.0  # on the last response token; an empty response's at index 0
-    assert torch.equal(out["token_level_scores"], expected)
+    assert np.array_equal(out["token_level_scores"], expected)
     assert out["reward_extra"] == [{"acc": a, "format_ok": 1.0} for a in (1.0, 0.0, 0.0)]
     assert out.metrics == {
         "reward/acc": pytest.approx(1 / 3),

@@ -1,0 +1,25 @@
+"""StageWorker under real Ray: a reward pool's workers run the reward without ever importing torch."""
+
+from __future__ import annotations
+
+from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
+
+from rlflow.assets import BIRD_SAMPLE
+
+
+def test_a_reward_pool_worker_never_imports_torch(tmp_path):
+    (tmp_path / "rlflow.yaml").write_text(
+        f"vars:\n  model_path: builtin:tiny-qwen2\n  bird_root: {BIRD_SAMPLE}\nplugins: [rlflow_test_probes]\n"
+    )
+    reward = "  - {name: reward,       uses: text2sql_reward, on: reward_pool}\n"
+    probe = "  - {name: probe, uses: test_modules_probe, on: reward_pool}\n"
+    pipeline = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
+    assert reward in pipeline
+    (tmp_path / "p.yaml").write_text(pipeline.replace(reward, reward + probe))
+    sets = small_sets("trainer.total_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=false")
+    result = rlflow("run", "p.yaml", "--run-dir", str(tmp_path / "run"), *sets, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    step = read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert step["critic/score/mean"] >= 0, "the reward ran, on the same workers"
+    assert step["probe/torch_loaded"] == 0.0 and step["probe/transformers_loaded"] == 0.0
+    assert step["probe/verl_loaded"] == 0.0
