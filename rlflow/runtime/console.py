@@ -15,6 +15,10 @@ Design decisions:
   checkpoints included), the mean of the last ``ETA_WINDOW`` steps.
 - A phase can be recorded (``on_phase``): the launcher writes start-up phases to the run
   directory so that a timeline draws them as their own lane.
+- Phases may overlap (the pools start side by side while the driver loads the data): a phase
+  waited on after it began says so (``since``, its wall-clock start) and may say when it really
+  ended (``Phase.end``, e.g. a worker's own clock), so each line and record holds the phase's own
+  start and end, not the moments the driver looked.
 """
 
 from __future__ import annotations
@@ -123,10 +127,12 @@ class StepClock:
 
 @dataclass
 class Phase:
-    """A phase under way; ``detail`` (set inside the ``with``) is shown next to its duration."""
+    """A phase under way; ``detail`` (set inside the ``with``) is shown next to its duration, and ``end``
+    (wall clock, set inside the ``with`` when known) is when it ended if that was before the ``with`` did."""
 
     label: str
     detail: str = ""
+    end: float | None = None
 
 
 class RunConsole:
@@ -164,12 +170,15 @@ class RunConsole:
             self.say(f"  {name.ljust(width)}  {value}")
 
     @contextmanager
-    def phase(self, label: str, record: bool = True) -> Iterator[Phase]:
+    def phase(self, label: str, record: bool = True, since: float | None = None) -> Iterator[Phase]:
         """Time a phase: a spinner (terminal) while it runs, then a line with its duration; recorded
-        through ``on_phase`` when ``record``."""
+        through ``on_phase`` when ``record``. ``since``: the wall-clock moment the phase began, when
+        that was before this ``with`` (it ran while something else was waited on)."""
         self._stop_progress()
         phase = Phase(label)
-        wall, start = time.time(), time.perf_counter()
+        wall = time.time()
+        start = time.perf_counter() - (wall - since if since is not None else 0.0)
+        wall = since if since is not None else wall
         if not self.live:
             self.say(f"{label} ...", level=VERBOSE)
         spinning = self.live and self.verbosity >= NORMAL
@@ -179,7 +188,7 @@ class RunConsole:
         except BaseException:
             self.say(f"{'✗ ' if self.live else ''}{label}: failed after {duration(time.perf_counter() - start)}", "red")
             raise
-        seconds = time.perf_counter() - start
+        seconds = time.perf_counter() - start if phase.end is None else max(0.0, phase.end - wall)
         detail = f" ({phase.detail})" if phase.detail else ""
         self.say(f"{'✓ ' if self.live else ''}{label}: {duration(seconds)}{detail}", "green")
         if record and self.on_phase is not None:

@@ -2,32 +2,37 @@
 
 Order: lock the run directory (one run per directory, see ``run_lock``), compile the plan,
 compare it with the installed verl's step (each difference a warning, see
-``rlflow.check.verl_order``), load the data on the driver, start (or join) Ray, check that the
-cluster can hold every pool (fail within seconds, shortfall named), start the pools, train.
+``rlflow.check.verl_order``), start (or join) Ray, check that the cluster can hold every pool
+(fail within seconds, shortfall named), start the pools and, while their workers start, load
+the data on the driver, then train.
 Whatever happens (an error, a dead worker, Ctrl-C) the pools are stopped and remote backends
 destroyed; the last complete checkpoint stays usable. With ``trainer.max_restarts > 0`` a
 dead worker makes the run stop the pools, start them again and resume from the last
 checkpoint, truncating metrics past it so no step is lost or repeated.
 
 The console (``RunConsole``) narrates it: a header with the run directory and the pipeline's
-key facts, then each start-up phase with its duration (loading data, starting Ray, starting
-each pool and loading its model); those phases also go to the run directory's
-``startup.jsonl``, for the timeline.
+key facts, then each start-up phase with its duration (starting Ray, loading data, starting
+each pool and loading its model; the last three overlap); those phases, each with its own start
+and end, also go to the run directory's ``startup.jsonl``, for the timeline.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlflow.errors import ResumeError
 from rlflow.runtime import checkpoints, interrupts
 from rlflow.runtime.console import RunConsole
 from rlflow.runtime.run_dir import RESOLVED, STARTUP, WORKERS, RunDir, latest_run, new_run_id
 from rlflow.runtime.run_lock import RunLock, claim_run_dir
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.runtime.trainer import DataState
 
 log = logging.getLogger("rlflow.runtime")
 
@@ -118,16 +123,21 @@ def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool, con
         verb = f"resuming {spec.name} from step {done}" if ckpt is not None else f"running {spec.name}"
         console.header(f"{verb}: {rd.path}", run_facts(spec, plan, sinks))
         console.on_phase = lambda label, start, end: rd.append_startup(label, start, end, 0)
-        with console.phase("load data") as phase:
-            data = load_data(spec, project.root)
-            console.total = total_steps(spec, data)
-            phase.detail = data_facts(spec, data, console.total)
-        if ckpt is not None:
-            _check_work_left(done, total_steps(spec, data))
-            rd.truncate_metrics_after(done)
-        rd.write_resolved(resolved)
+
+        def load() -> DataState:
+            """The driver's data: loaded while the pools start (the first time they do)."""
+            with console.phase("load data") as phase:
+                data = load_data(spec, project.root)
+                console.total = total_steps(spec, data)
+                phase.detail = data_facts(spec, data, console.total)
+            if ckpt is not None:
+                _check_work_left(done, total_steps(spec, data))
+                rd.truncate_metrics_after(done)
+            rd.write_resolved(resolved)
+            return data
+
         with interrupts.guard():
-            return _train_with_restarts(loaded, project, plan, rd, data, ckpt, resolved, sinks, console)
+            return _train_with_restarts(loaded, project, plan, rd, load, ckpt, resolved, sinks, console)
     finally:
         for sink in sinks:
             sink.close()
@@ -187,7 +197,15 @@ def _check_work_left(done: int, total: int) -> None:
 
 
 def _train_with_restarts(
-    loaded, project, plan, rd: RunDir, data, ckpt: Path | None, resolved: str, sinks: list, console: RunConsole
+    loaded,
+    project,
+    plan,
+    rd: RunDir,
+    load: Callable[[], DataState],
+    ckpt: Path | None,
+    resolved: str,
+    sinks: list,
+    console: RunConsole,
 ) -> RunResult:
     import ray
 
@@ -200,6 +218,12 @@ def _train_with_restarts(
     pipeline_dict = spec.model_dump(by_alias=True, mode="json")
     restarts = 0
     started = False
+    data: DataState | None = None
+
+    def load_once() -> None:
+        nonlocal data
+        data = load()
+
     try:
         with console.phase("start Ray") as phase:
             started = start_ray(project, demands(plan, 0))
@@ -218,6 +242,7 @@ def _train_with_restarts(
                 tuple(project.plugins),
                 str(rd.path),
                 console,
+                meanwhile=load_once if data is None else None,
             )
             rd.write_workers({name: pool.describe() for name, pool in pools.items()})
             try:

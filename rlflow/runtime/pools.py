@@ -11,13 +11,19 @@
 A placement group that does not become ready within ``PG_READY_TIMEOUT_S`` is removed and
 reported with the pool's name: the run never waits forever for resources.
 
-Each pool's start is a console phase (its workers up), and a local pool's model load another,
-so a run says what it is waiting for and how long each took.
+The pools start side by side: every local and CPU pool's workers are created first (Ray
+starts their processes in parallel, reusing the Python workers it started ahead of time, which
+is why no actor gets a runtime_env), the driver does its own work meanwhile (loading the data),
+then each pool is waited for and the local pools load their models together. Each pool's start
+is a console phase (its workers up) and a local pool's model load another, each with its own
+start and end (they overlap), so a run says what it waited for and how long each took.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,23 +96,36 @@ def start_pools(
     plugins: tuple[str, ...] = (),
     run_dir: str | None = None,
     console: RunConsole | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> dict[str, Pool]:
-    """Start every resource of the plan; on any failure, stop what was started and re-raise."""
+    """Start every resource of the plan, side by side; on any failure, stop what was started and re-raise.
+
+    Every local and CPU pool's workers are created at once; while they start, ``meanwhile`` runs
+    here (the driver's own start-up work: loading the data) and remote resources start; then each
+    pool is waited for, and the local pools load their models together.
+    """
     pools: dict[str, Pool] = {}
     worker_args = (pipeline_dict, project_root, plugins, run_dir)
     console = console or RunConsole(QUIET)
     try:
+        starting = [
+            _create_local(placement, plan, worker_args, cluster_gpus, pools)
+            if placement.type == "local"
+            else _create_cpu(placement, worker_args, pools)
+            for placement in plan.resources.values()
+            if placement.type in ("local", "cpu")
+        ]
+        if meanwhile is not None:
+            meanwhile()
         for placement in plan.resources.values():
-            if placement.type == "local":
-                pools[placement.name] = _start_local(placement, plan, worker_args, cluster_gpus, console)
-            elif placement.type == "cpu":
-                with console.phase(f"start {placement.name}") as phase:
-                    pools[placement.name] = _start_cpu(placement, worker_args)
-                    phase.detail = _count(placement.workers, "CPU worker")
-            elif placement.type == "remote":
+            if placement.type == "remote":
                 with console.phase(f"start {placement.name}") as phase:
                     pools[placement.name] = _start_remote(placement, worker_args, main_config_for(placement))
                     phase.detail = f"backend {placement.backend}, {_count(placement.forwarders, 'forwarder')}"
+        loading = [_await_workers(start, console) for start in starting]
+        for load in loading:
+            if load is not None:
+                _await_model(load, console)
         return pools
     except BaseException:
         stop_pools(pools)
@@ -139,7 +158,9 @@ def stop_pools(pools: dict[str, Pool]) -> None:
     pools.clear()
 
 
-def _actor_class(num_cpus: float, num_gpus: float, strategy=None, env: dict | None = None):
+def _actor_class(num_cpus: float, num_gpus: float, strategy=None):
+    """``StageWorker`` as a Ray actor; no runtime_env (the worker sets its own environment), so Ray may
+    hand it one of the Python workers it started ahead of time instead of starting a new process."""
     import ray
 
     from rlflow.runtime.worker import StageWorker
@@ -147,93 +168,126 @@ def _actor_class(num_cpus: float, num_gpus: float, strategy=None, env: dict | No
     options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
     if strategy is not None:
         options["scheduling_strategy"] = strategy
-    if env:
-        options["runtime_env"] = {"env_vars": env}
     return ray.remote(StageWorker).options(**options)
 
 
-def _new_workers(actor_class, placement, count: int, worker_args: tuple) -> list:
+def _new_workers(actor_class, placement, count: int, worker_args: tuple, env: dict | None = None) -> list:
     pipeline_dict, project_root, plugins, run_dir = worker_args
     return [
-        actor_class(i).remote(pipeline_dict, placement.name, i, count, project_root, plugins, run_dir)
+        actor_class(i).remote(pipeline_dict, placement.name, i, count, project_root, plugins, run_dir, env)
         for i in range(count)
     ]
 
 
-def _start_local(placement, plan, worker_args: tuple, cluster_gpus: float, console: RunConsole) -> Pool:
+@dataclass
+class _Starting:
+    """A pool whose workers were created and not yet waited for (``since``: when its start began)."""
+
+    pool: Pool
+    since: float
+    detail: str
+    answers: list  # each worker's info(), asked as it was created: answered as soon as the worker is up
+    threads: int = 1
+    loading: list | None = None  # the model load, when it could be queued right behind info()
+
+
+@dataclass
+class _Loading:
+    """A local pool's model load under way: the calls, and when they were sent."""
+
+    pool: Pool
+    refs: list
+    since: float
+
+
+def _create_local(placement, plan, worker_args: tuple, cluster_gpus: float, pools: dict[str, Pool]) -> _Starting:
+    """Place the pool's placement group and create its workers (not waited for)."""
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+    since = time.time()
     device = resolve_device(placement.device, cluster_gpus)
     placement = placement.with_device(device)
-    with console.phase(f"start {placement.name}") as phase:
-        gpus = placement.gpus_per_worker
-        bundles = [dict(b) for b in placement.bundles]
-        pg = placement_group(bundles, strategy=placement.strategy, name=f"rlflow-{placement.name}")
-        ready, _ = ray.wait([pg.ready()], timeout=PG_READY_TIMEOUT_S)
-        if not ready:
-            ray.util.remove_placement_group(pg)
-            raise ResourceError(
-                f"pool {placement.name}: its placement group ({len(bundles)} x {bundles[0]}) was not placed within "
-                f"{PG_READY_TIMEOUT_S:.0f} s; the cluster lacks the resources or they are held by another job"
-            )
-        threads = max(1, int(placement.cpus_per_worker))
-        env = (
-            {"OMP_NUM_THREADS": str(threads), "DS_ACCELERATOR": "cpu"}
-            if device == "cpu"
-            else {"OMP_NUM_THREADS": str(threads)}
+    bundles = [dict(b) for b in placement.bundles]
+    pg = placement_group(bundles, strategy=placement.strategy, name=f"rlflow-{placement.name}")
+    ready, _ = ray.wait([pg.ready()], timeout=PG_READY_TIMEOUT_S)
+    if not ready:
+        ray.util.remove_placement_group(pg)
+        raise ResourceError(
+            f"pool {placement.name}: its placement group ({len(bundles)} x {bundles[0]}) was not placed within "
+            f"{PG_READY_TIMEOUT_S:.0f} s; the cluster lacks the resources or they are held by another job"
         )
-        workers = _new_workers(
-            lambda i: _actor_class(
-                placement.cpus_per_worker,
-                gpus,
-                PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=placement.bundle_of[i]),
-                env,
-            ),
-            placement,
-            placement.workers,
-            worker_args,
-        )
-        pool = Pool(
-            placement.name, "local", device, workers, placement_group=pg, roles=plan.engine_roles(placement.name)
-        )
-        phase.detail = f"{_count(placement.workers, 'worker')} on {device}"
-        dist = None
-        try:
-            first = ray.get([w.info.remote() for w in workers], timeout=SETUP_TIMEOUT_S)[0]
-            if placement.workers > 1:
-                dist = {"master_addr": first["node_ip"], "master_port": ray.get(workers[0].free_port.remote())}
-        except BaseException:
-            stop_pools({placement.name: pool})
-            raise
-    with console.phase(f"load model on {placement.name}") as phase:
-        phase.detail = ", ".join(sorted(pool.roles))
-        try:
-            pool.info = ray.get(
-                [w.setup_local.remote(device, sorted(pool.roles), dist, threads) for w in workers],
-                timeout=SETUP_TIMEOUT_S,
-            )
-        except BaseException:
-            stop_pools({placement.name: pool})
-            raise
-    return pool
+    threads = max(1, int(placement.cpus_per_worker))
+    env = {"OMP_NUM_THREADS": str(threads), **({"DS_ACCELERATOR": "cpu"} if device == "cpu" else {})}
+    pool = Pool(placement.name, "local", device, placement_group=pg, roles=plan.engine_roles(placement.name))
+    pools[placement.name] = pool
+    pool.workers = _new_workers(
+        lambda i: _actor_class(
+            placement.cpus_per_worker,
+            placement.gpus_per_worker,
+            PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=placement.bundle_of[i]),
+        ),
+        placement,
+        placement.workers,
+        worker_args,
+        env,
+    )
+    start = _Starting(pool, since, f"{_count(placement.workers, 'worker')} on {device}", _ask_info(pool), threads)
+    if placement.workers == 1:  # no process group to set up first: the model loads as soon as the worker is up
+        start.loading = _load_model(pool, None, threads)
+    return start
+
+
+def _create_cpu(placement, worker_args: tuple, pools: dict[str, Pool]) -> _Starting:
+    since = time.time()
+    env = {"OMP_NUM_THREADS": str(max(1, int(placement.cpus_per_worker)))}
+    pool = Pool(placement.name, "cpu", "cpu")
+    pools[placement.name] = pool
+    pool.workers = _new_workers(
+        lambda i: _actor_class(placement.cpus_per_worker, 0), placement, placement.workers, worker_args, env
+    )
+    return _Starting(pool, since, _count(placement.workers, "CPU worker"), _ask_info(pool))
+
+
+def _ask_info(pool: Pool) -> list:
+    return [w.info.remote() for w in pool.workers]
+
+
+def _load_model(pool: Pool, dist: dict | None, threads: int) -> list:
+    return [w.setup_local.remote(pool.device, sorted(pool.roles), dist, threads) for w in pool.workers]
+
+
+def _await_workers(start: _Starting, console: RunConsole) -> _Loading | None:
+    """Wait for a created pool's workers (the phase ends when the last one answered); a local pool's
+    model load, sent now unless it was queued at creation, is returned to be waited for."""
+    import ray
+
+    pool = start.pool
+    with console.phase(f"start {pool.name}", since=start.since) as phase:
+        pool.info = ray.get(start.answers, timeout=SETUP_TIMEOUT_S)
+        phase.end = max(i["ready_at"] for i in pool.info)
+        phase.detail = start.detail
+    if pool.type != "local":
+        return None
+    if start.loading is not None:  # queued behind info(): it began when the worker was up
+        return _Loading(pool, start.loading, phase.end)
+    first = pool.info[0]  # rank 0 holds the data-parallel group's rendezvous
+    dist = {"master_addr": first["node_ip"], "master_port": ray.get(pool.workers[0].free_port.remote())}
+    return _Loading(pool, _load_model(pool, dist, start.threads), time.time())
+
+
+def _await_model(load: _Loading, console: RunConsole) -> None:
+    import ray
+
+    with console.phase(f"load model on {load.pool.name}", since=load.since) as phase:
+        phase.detail = ", ".join(sorted(load.pool.roles))
+        load.pool.info = ray.get(load.refs, timeout=SETUP_TIMEOUT_S)
+        phase.end = max(i["ready_at"] for i in load.pool.info)
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
-
-
-def _start_cpu(placement, worker_args: tuple) -> Pool:
-    import ray
-
-    env = {"OMP_NUM_THREADS": str(max(1, int(placement.cpus_per_worker)))}
-    workers = _new_workers(
-        lambda i: _actor_class(placement.cpus_per_worker, 0, env=env), placement, placement.workers, worker_args
-    )
-    pool = Pool(placement.name, "cpu", "cpu", workers)
-    pool.info = ray.get([w.info.remote() for w in workers], timeout=SETUP_TIMEOUT_S)
-    return pool
 
 
 def _start_remote(placement, worker_args: tuple, main_config: dict) -> Pool:

@@ -64,7 +64,12 @@ class StageWorker:
         project_root: str,
         plugins: tuple[str, ...] = (),
         run_dir: str | None = None,
+        process_env: dict[str, str] | None = None,
     ) -> None:
+        # A Ray worker's process is its own: set what its libraries read at load (torch's threads) here,
+        # before they load, rather than through a runtime_env, which would keep Ray from reusing the
+        # Python workers it has already started.
+        os.environ.update(process_env or {})
         import_plugins(plugins)  # plugin stage kinds and backends must be known in this process too
         self.pipeline = Pipeline.model_validate(pipeline)
         self.resource = resource
@@ -80,7 +85,9 @@ class StageWorker:
 
     # ---- set-up -------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
+        """Where this worker runs, and ``ready_at``: the wall-clock moment it answered (a start-up phase's end)."""
         return {
+            "ready_at": time.time(),
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "node_ip": _node_ip(),

@@ -10,7 +10,7 @@ import yaml
 from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo.yaml")
-PHASES = ("load data", "start Ray", "start actor_pool", "load model on actor_pool", "start reward_pool")
+PHASES = ("start Ray", "load data", "start actor_pool", "start reward_pool", "load model on actor_pool")
 
 
 def test_a_run_says_where_it_writes_what_it_starts_and_each_step(short_run):
@@ -35,9 +35,15 @@ def test_a_run_says_where_it_writes_what_it_starts_and_each_step(short_run):
     assert "val bird/acc" in steps[2] and all(len(line) < 140 for line in steps)
     assert lines[-3].startswith("[rlflow] run finished at step 2 in ") and lines[-1].endswith(str(run_dir))
     assert "\r" not in result.stdout and "\x1b" not in result.stdout, "a pipe gets plain lines, no redraws"
-    recorded = read_jsonl(run_dir / "startup.jsonl")
-    assert [r["phase"] for r in recorded] == list(PHASES)
-    assert all(r["end"] >= r["start"] and r["attempt"] == 0 for r in recorded)
+    recorded = {r["phase"]: r for r in read_jsonl(run_dir / "startup.jsonl")}
+    assert sorted(recorded) == sorted(PHASES)
+    assert all(r["end"] >= r["start"] and r["attempt"] == 0 for r in recorded.values())
+    ray_up = recorded["start Ray"]["end"]
+    for pool in ("start actor_pool", "start reward_pool"):  # side by side, the data loading meanwhile
+        assert recorded[pool]["start"] >= ray_up and recorded[pool]["start"] < recorded["load data"]["end"]
+    assert recorded["load model on actor_pool"]["start"] >= recorded["start actor_pool"]["end"]
+    for label, r in recorded.items():  # each line shows the phase's own duration
+        assert float(said[label]["s"]) == pytest.approx(r["end"] - r["start"], abs=0.051), label
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert "critic/score/mean" in metrics[1] and "reward" not in metrics[1], "the sinks keep verl's names"
 

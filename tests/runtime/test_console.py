@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 
@@ -116,6 +117,24 @@ def test_verbose_announces_phases_and_times_stages():
     assert "[rlflow] load data ...\n[rlflow] load data: " in text
     assert "stage seconds: gen 1.84  update_actor 2.10\n" in text
     assert "pg_loss 0.0114" in text
+
+
+def test_a_phase_waited_on_late_keeps_its_own_start_and_end():
+    out = io.StringIO()
+    console = RunConsole(NORMAL, out)
+    recorded = []
+    console.on_phase = lambda label, start, end: recorded.append((label, start, end))
+    now = time.time()
+    with console.phase("start reward_pool", since=now - 3.0) as phase:  # began 3 s ago, ended 1 s ago
+        phase.end = now - 1.0
+        phase.detail = "2 CPU workers"
+    with console.phase("load data", since=now - 2.0):  # began 2 s ago, ends now
+        pass
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[rlflow] start reward_pool: 2.0 s (2 CPU workers)"
+    assert lines[1].startswith("[rlflow] load data: 2.0 s")
+    assert recorded[0] == ("start reward_pool", now - 3.0, now - 1.0)
+    assert recorded[1][1] == now - 2.0 and recorded[1][2] >= now
 
 
 def test_failed_phase_is_named_and_not_recorded():
