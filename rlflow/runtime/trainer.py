@@ -47,9 +47,9 @@ class DataState:
 
 def load_data(spec, root: Path) -> DataState:
     from rlflow.data import load_split
-    from rlflow.data.tokenizer import load_tokenizer
+    from rlflow.data.tokenizer import load_prompt_tokenizer
 
-    tokenizer = load_tokenizer(spec.model, root)
+    tokenizer = load_prompt_tokenizer(spec.model, root)
     train = load_split(spec, "train", root, tokenizer)
     val = load_split(spec, "val", root, tokenizer) if spec.data.val else None
     data = DataState(tokenizer, train, val, None)
