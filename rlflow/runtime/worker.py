@@ -25,6 +25,7 @@ from typing import Any
 from rlflow.batch import Batch
 from rlflow.registry import import_plugins
 from rlflow.runtime.limits import limit_address_space
+from rlflow.runtime.memory import trim_heap
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.stages import StageContext, get_stage_kind
 
@@ -120,6 +121,7 @@ class StageWorker:
             project_root=self.project_root,
             dist=dist,
         )
+        trim_heap()  # what loading freed (checkpoint buffers, the reference's copy) goes back to the system
         return self.info()
 
     def setup_remote(self, backend: str, main_config: dict, handle: dict) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from rlflow.reward.function_scores import WeightedFunction, call_arguments, combine
@@ -121,6 +120,8 @@ class RewardFunction(StageKind):
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""
+        import numpy as np
+
         from rlflow.reward.function_runner import FunctionRunner
 
         config: RewardFunctionConfig = ctx.config

@@ -35,7 +35,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import Field
 
 from rlflow.reward.extract import extract_sql
@@ -185,6 +184,8 @@ class Text2SqlReward(StageKind):
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""
+        import numpy as np
+
         config = ctx.config
         caches = _caches(ctx.state)
         results = [

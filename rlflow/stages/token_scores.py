@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 
 def place_on_last_token(scores: list[float], response_mask: np.ndarray) -> np.ndarray:
     """A float32 [rows, response] array, zero but for each row's score on its last valid token
     (index 0 for an empty response)."""
+    import numpy as np
+
     mask = np.asarray(response_mask)
     rows = len(scores)
     out = np.zeros((rows, mask.shape[-1]), dtype=np.float32)
