@@ -103,6 +103,22 @@ def test_a_reward_function_that_fails_on_every_row_stops_the_run_naming_it(custo
     assert "compute_score" in result.stderr and "ZeroDivisionError" in result.stderr, result.stderr[-3000:]
 
 
+def test_a_bad_prompt_row_stops_the_run_naming_the_file_and_row(custom_project):
+    """The data loads while the pools start: its error still ends the run with exit 2, the pools stopped, no run left."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = custom_project / "data" / "train.parquet"
+    rows = pq.read_table(path).to_pylist()
+    rows[3]["prompt"] = [{"role": "user"}]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    run_dir = custom_project / "runs" / "r"
+    result = rlflow("run", "task.yaml", "--run-dir", str(run_dir), *TWO_STEPS, cwd=custom_project, timeout=120)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "train.parquet" in result.stderr and "row 3" in result.stderr, result.stderr[-3000:]
+    assert not run_dir.exists(), "a run that fails before its first step leaves no directory"
+
+
 def test_the_shipped_arithmetic_pipeline_runs_two_steps(tmp_path):
     run_dir = tmp_path / "r"
     sets = ["trainer.train_batch_size=4", "trainer.ppo_mini_batch_size=2", "algorithm.n=4", "data.max_val_samples=8"]
