@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "forwarder": ("benchmarks.bench_forwarder", [], ["--quick"]),
     "startup": ("benchmarks.bench_startup", [], ["--quick"]),
     "load": ("benchmarks.bench_load", [], ["--quick"]),
+    "gpu": ("benchmarks.bench_gpu", [], ["--quick"]),
     "learning": ("benchmarks.bench_learning", [], ["--quick"]),
     "learning_arithmetic": (
         "benchmarks.bench_learning",

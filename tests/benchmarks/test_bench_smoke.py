@@ -1,9 +1,9 @@
 """Smoke tests of the benchmark scripts at ``--quick`` sizes.
 
-Two benchmarks run for real, as a user runs them (``python -m benchmarks.bench_x`` in a
+Three benchmarks run for real, as a user runs them (``python -m benchmarks.bench_x`` in a
 subprocess, from the repository root): compile/validate
-scaling (pure Python) and rollout speed (the tiny model, both in-process engines, vLLM left
-out). Each must exit 0, print its table and write a JSON result whose figures are real
+scaling (pure Python), rollout speed (the tiny model, both in-process engines, vLLM left
+out) and the GPU benchmark's CPU path (the tiny model through every stage and a 3-step run). Each must exit 0, print its table and write a JSON result whose figures are real
 measurements; ``run_all``'s quick summary must then turn those files into a Markdown table with a
 verdict per goal and the commit measured. The slow benchmarks (Ray runs, TRL) are not run here:
 ``python -m benchmarks.run_all --quick`` is their smoke test.
@@ -36,10 +36,10 @@ def _run(module: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, dict]]:
-    """compile_quick.json and generation_quick.json, written by the real scripts into one folder."""
+    """compile_quick.json, generation_quick.json and gpu_quick.json, written by the real scripts into one folder."""
     folder = tmp_path_factory.mktemp("bench-results")
     out = {}
-    for name, extra in (("compile", ()), ("generation", ("--skip-vllm",))):
+    for name, extra in (("compile", ()), ("generation", ("--skip-vllm",)), ("gpu", ())):
         path = folder / f"{name}_quick.json"
         done = _run(f"bench_{name}", path, *extra)
         assert done.returncode == 0, f"bench_{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
@@ -74,9 +74,29 @@ def test_generation_benchmark_compares_both_engines(results):
     assert report["vllm"]["status"] == "skipped"
 
 
+def test_gpu_benchmark_measures_every_stage_and_a_run(results):
+    """On a CPU the figures prove the path: every stage measured, goals not judged (no GPU figures)."""
+    done, report = results["gpu"]
+    assert report["machine"]["device"] == "cpu" and report["rounds"] == 1
+    rollout = report["rollout"]
+    for arm in ("rlflow", "dynamic_cache_loop", "hf_generate"):
+        assert rollout[arm]["tokens_per_s"] > 0
+    assert rollout["over_hf"] == pytest.approx(
+        rollout["rlflow"]["tokens_per_s"] / rollout["hf_generate"]["tokens_per_s"]
+    )
+    passes = report["passes"]
+    for name in ("old_log_prob", "ref_log_prob", "update_actor"):
+        assert passes[name]["seconds"] > 0 and passes[name]["mfu"] > 0, name
+    run = report["run"]
+    assert run["exit_code"] == 0 and run["step_s"] > 0
+    assert {"generate", "reward", "old_log_prob", "ref_log_prob", "update_actor"} <= set(run["stage_s"])
+    assert [row["met"] for row in report["summary"]] == [None] * len(report["summary"])
+    assert "| rollout tokens/s: rlflow / HF generate" in done.stdout
+
+
 def test_results_record_the_commit_they_were_measured_on(results):
     head = common.commit_id().removesuffix("-dirty")
-    assert all(results[name][1]["commit"].removesuffix("-dirty") == head for name in ("compile", "generation"))
+    assert all(results[name][1]["commit"].removesuffix("-dirty") == head for name in ("compile", "generation", "gpu"))
 
 
 def test_summary_turns_results_into_a_verdict_table(results, monkeypatch):
