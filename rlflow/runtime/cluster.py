@@ -7,6 +7,8 @@ is raised to what the pipeline asks for when the laptop has fewer cores: CPU bun
 shared, which is what a laptop user wants; GPUs are never invented. Such a run is warned about,
 naming each pool's reservation: every worker runs as many torch threads as it reserves CPUs, so
 threads then share cores, and a step slows down many times over when anything else runs.
+The embedded cluster keeps Ray's default, token authentication; Ray's notice that it turned it
+on (a warning at every start) is left out of the run's narration.
 
 With an address, the existing cluster is joined and its real resources are checked. Ray reads
 its token-authentication settings (``RAY_AUTH_MODE=token`` and the token from
@@ -58,6 +60,8 @@ def start_ray(project, demands: list[Demand]) -> bool:
     if project.ray.address:
         _join(ray, project.ray.address, project.ray.connect_timeout_s, kwargs)
         return True
+    # Ray warns at every embedded start that it enabled its default (token authentication): not news
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     cores = machine_cores()
     cpu_demand = sum(d.workers * d.cpus for d in demands)
     warning = oversubscription(demands, cores)

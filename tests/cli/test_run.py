@@ -35,6 +35,7 @@ def test_a_run_says_where_it_writes_what_it_starts_and_each_step(short_run):
     assert "val bird/acc" in steps[2] and all(len(line) < 140 for line in steps)
     assert lines[-3].startswith("[rlflow] run finished at step 2 in ") and lines[-1].endswith(str(run_dir))
     assert "\r" not in result.stdout and "\x1b" not in result.stdout, "a pipe gets plain lines, no redraws"
+    assert "Token authentication" not in result.stderr, "Ray's notice about its default stays out of the narration"
     recorded = {r["phase"]: r for r in read_jsonl(run_dir / "startup.jsonl")}
     assert sorted(recorded) == sorted(PHASES)
     assert all(r["end"] >= r["start"] and r["attempt"] == 0 for r in recorded.values())
