@@ -120,3 +120,25 @@ def test_rotations_put_every_arm_first_once():
     orders = common.rotations(["a", "b", "c"], 3)
     assert [o[0] for o in orders] == ["a", "b", "c"]
     assert all(sorted(o) == ["a", "b", "c"] for o in orders)
+
+
+def test_without_a_gpu_the_gpu_checks_say_so_and_write_nothing(tmp_path):
+    """bench_gpu at full size skips (exit 0, no result); scripts/gpu_check.sh stops at its first check (exit 2)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the GPU checks run for real (RLFLOW_TEST_GPU=1 and scripts/gpu_check.sh)")
+    out = tmp_path / "gpu.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_gpu", "--out", str(out)],
+        cwd=common.ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "skipped, no CUDA GPU" in done.stdout and not out.exists()
+    env = {**os.environ, "OUT": str(tmp_path / "check"), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    check = subprocess.run(
+        ["bash", "scripts/gpu_check.sh"], cwd=common.ROOT, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert check.returncode == 2 and "no CUDA GPU" in check.stderr
+    assert not (tmp_path / "check" / "gpu.json").exists()
