@@ -58,6 +58,11 @@ WARMUP_STEPS = 3
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 
+def use_static_decode(model) -> bool:
+    """The torch rollout's choice: the static loop on CUDA when the model allows it, else ``sample_with_log_probs``."""
+    return next(model.parameters()).device.type == "cuda" and static_decode_supported(model)
+
+
 def static_decode_supported(model) -> bool:
     """Whether ``sample_static`` can run ``model``: sdpa or eager attention, full attention in every layer."""
     config = model.config
