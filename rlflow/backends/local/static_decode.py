@@ -32,7 +32,7 @@ mask, log-probs as sampled). Design decisions:
   On the CPU the same function runs eagerly, so the CPU tests cover every op of the graph.
 - Randomness stays outside the graph: before each step the exponential-race noise for that
   step is drawn into a static ``[B, V]`` buffer from a ``torch.Generator`` seeded per call.
-  Drawing all steps up front would take ``R x B x V`` floats (40 GB for 256 x 128 x 152k); one
+  Drawing all steps up front would take ``R x B x V`` floats (20 GB for 256 x 128 x 152k); one
   step's buffer is ~80 MB and the draw is one kernel. Same seed, same tokens; greedy draws no
   noise at all. The first step's noise is the one ``sample_with_log_probs`` draws, so the two
   loops agree while no row has been dropped, and token for token whenever greedy.
