@@ -169,15 +169,19 @@ class LocalEngine(Engine):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(responses, response_mask, log-probs as sampled or None) for the rows of ``batch``; subclasses add engines.
 
-        Only the torch loop keeps the sampled tokens' log-probs; HF ``generate`` would have to keep
-        every step's full-vocabulary scores for them.
+        Only the torch loops keep the sampled tokens' log-probs; HF ``generate`` would have to keep
+        every step's full-vocabulary scores for them. On CUDA the torch engine decodes with the
+        static cache and a CUDA graph (``static_decode``), elsewhere with ``sample_with_log_probs``.
         """
+        from rlflow.backends.local import static_decode  # imports transformers: only once a model decodes
+
         model.eval()
         if engine == "hf":
             return (*generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp), None)
-        return generation.sample_with_log_probs(
-            model, batch["prompts"], batch["prompt_mask"], sp, use_cache=bool(params.get("use_cache", True))
-        )
+        use_cache = bool(params.get("use_cache", True))
+        if use_cache and static_decode.use_static_decode(model):
+            return static_decode.sample_static(model, batch["prompts"], batch["prompt_mask"], sp)
+        return generation.sample_with_log_probs(model, batch["prompts"], batch["prompt_mask"], sp, use_cache=use_cache)
 
     def _decode(self, responses: torch.Tensor, mask: torch.Tensor) -> list[str]:
         rows = responses.tolist()

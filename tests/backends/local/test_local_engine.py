@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from local_helpers import make_pipeline, without_readings
 from rlflow.backends.engine import Engine
 from rlflow.backends.local.local_engine import LocalEngine
 from rlflow.backends.local.models import build_prompt_batch
+from rlflow.backends.local.static_decode import use_static_decode
 from rlflow.batch import Batch
 from rlflow.errors import BackendError
 
@@ -62,6 +64,23 @@ def test_hf_generation_engine_and_unknown_engines():
     assert torch.equal(ours["responses"], hf["responses"]) and ours["response_text"] == hf["response_text"]
     with pytest.raises(BackendError, match="engine 'vllm' is not available.*torch"):
         engine.generate(prompts(engine), {**GEN, "engine": "vllm"})
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    os.environ.get("RLFLOW_TEST_GPU") != "1" or not torch.cuda.is_available(),
+    reason="opt-in: RLFLOW_TEST_GPU=1 on a machine with a CUDA GPU",
+)
+def test_the_cuda_rollout_decodes_statically_and_agrees_with_the_cpu():
+    cpu = LocalEngine(make_pipeline())
+    cuda = LocalEngine(make_pipeline(), device="cuda")
+    assert use_static_decode(cuda.model) and not use_static_decode(cpu.model)
+    greedy = {**GEN, "do_sample": False, "max_response_length": 24}
+    ours, theirs = cuda.generate(prompts(cuda), greedy), cpu.generate(prompts(cpu), greedy)
+    assert torch.equal(ours["responses"], theirs["responses"])
+    assert torch.allclose(ours["rollout_log_probs"], theirs["rollout_log_probs"], atol=1e-3)
+    sampled = [cuda.generate(prompts(cuda), {**GEN, "max_response_length": 24}) for _ in range(2)]
+    assert torch.equal(sampled[0]["responses"], sampled[1]["responses"])
 
 
 def test_empty_responses_are_counted():

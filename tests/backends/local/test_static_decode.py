@@ -1,0 +1,172 @@
+"""The static-cache decode loop: agreement with today's loop and HF generate, seeding, EOS handling, CUDA graphs.
+
+The step function a CUDA graph captures runs eagerly on the CPU, so the CPU tests cover every
+op of it; the ``gpu`` tests (opt-in: ``RLFLOW_TEST_GPU=1`` on a CUDA machine) cover the capture
+and the replay.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+import pytest
+import torch
+
+from rlflow.backends.local.generation import SamplingParams, sample_hf, sample_with_log_probs
+from rlflow.backends.local.static_decode import sample_static, static_decode_supported, use_static_decode
+
+
+def params(tokenizer, **kw) -> SamplingParams:
+    base = dict(max_new_tokens=12, eos_token_ids=(tokenizer.eos_token_id,), pad_token_id=tokenizer.pad_token_id)
+    return SamplingParams(**{**base, **kw})
+
+
+def eos_at_different_steps(model, rows, tokenizer) -> SamplingParams:
+    """Greedy params whose EOS ids are tokens rows 0 and 2 reach at steps 1 and 3 (row 0's may recur elsewhere)."""
+    greedy, _, _ = sample_with_log_probs(
+        model, rows["prompts"], rows["prompt_mask"], params(tokenizer, do_sample=False)
+    )
+    return params(tokenizer, do_sample=False, eos_token_ids=(int(greedy[0, 1]), int(greedy[2, 3])))
+
+
+def test_greedy_equals_todays_loop_and_hf_generate(sharp_model, prompt_batch, tokenizer):
+    assert len(set(prompt_batch["prompt_mask"].sum(-1).tolist())) == len(prompt_batch)  # left-padded, all lengths
+    for rows in (prompt_batch, prompt_batch.repeat_interleave(2)):  # without and with a shared prefill
+        p = eos_at_different_steps(sharp_model, rows, tokenizer)
+        ours, ours_mask, ours_lp = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+        today, today_mask, today_lp = sample_with_log_probs(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+        hf, hf_mask = sample_hf(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+        assert torch.equal(ours, today) and torch.equal(ours_mask, today_mask)
+        assert torch.equal(ours, hf) and torch.equal(ours_mask, hf_mask)
+        assert torch.allclose(ours_lp, today_lp, atol=1e-4)
+        lengths = ours_mask.sum(-1)
+        assert lengths.min() < lengths.max() == ours.shape[1]  # rows finish at different steps, some never
+        assert len({tuple(r) for r in ours.tolist()}) == len(prompt_batch)  # not a vacuous agreement
+
+
+def test_checking_for_the_end_every_k_steps_changes_nothing(sharp_model, prompt_batch, tokenizer):
+    p = eos_at_different_steps(sharp_model, prompt_batch, tokenizer)
+    each = sample_static(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p, check_every=1)
+    every_16 = sample_static(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p, check_every=16)
+    assert all(torch.equal(a, b) for a, b in zip(each, every_16))
+
+
+def test_finished_rows_get_pad_after_eos_and_the_batch_keeps_its_width(sharp_model, prompt_batch, tokenizer):
+    rows = prompt_batch.repeat_interleave(2)
+    p = eos_at_different_steps(sharp_model, rows, tokenizer)
+    widths = []
+    hook = sharp_model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    out, mask, log_probs = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+    hook.remove()
+    assert widths[0] == (len(rows) // 2, rows["prompts"].shape[1])  # one prefill per distinct prompt
+    assert set(widths[1:]) == {(len(rows), 1)}  # every decode step: all rows, one token
+    for row, row_mask, row_lp in zip(out.tolist(), mask.tolist(), log_probs):
+        n = next((i + 1 for i, tok in enumerate(row) if tok in p.eos_token_ids), len(row))
+        assert row_mask == [1] * n + [0] * (len(row) - n)
+        assert row[n:] == [tokenizer.pad_token_id] * (len(row) - n)
+        assert (row_lp[:n] < 0).all() and (row_lp[n:] == 0).all()
+    assert mask.sum(-1).min() <= 2
+
+
+def test_all_rows_done_stops_the_loop(sharp_model, prompt_batch, tokenizer):
+    greedy, _, _ = sample_static(
+        sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False)
+    )
+    p = params(tokenizer, do_sample=False, eos_token_ids=tuple(int(t) for t in greedy[:, 0]))
+    calls = []
+    hook = sharp_model.register_forward_pre_hook(lambda *_: calls.append(1))
+    out, mask, _ = sample_static(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    hook.remove()
+    assert len(calls) == 1  # the prefill only: every row's first token is an EOS
+    assert mask.sum(-1).tolist() == [1] * len(out) and (out[:, 1:] == tokenizer.pad_token_id).all()
+
+
+def test_sampling_is_seeded_and_reproducible(sharp_model, prompt_batch, tokenizer):
+    rows = prompt_batch.repeat_interleave(3)
+    p = params(tokenizer, temperature=1.0, top_p=0.95, top_k=50, seed=11)
+    a = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+    torch.rand(5)  # global RNG use in between must not matter
+    b = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+    c = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], params(tokenizer, seed=12))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0], c[0])
+    assert not torch.equal(a[0][0], a[0][1])  # one prefill, independent samples
+
+
+def test_sampling_draws_what_todays_loop_draws_while_no_row_is_dropped(sharp_model, prompt_batch, tokenizer):
+    p = params(tokenizer, temperature=0.7, seed=3, eos_token_ids=(tokenizer.eos_token_id,))
+    ours, ours_mask, ours_lp = sample_static(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    today, _, today_lp = sample_with_log_probs(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    assert ours_mask.all()  # no EOS: today's loop drops no row, so both draw the same noise
+    assert torch.equal(ours, today) and torch.allclose(ours_lp, today_lp, atol=1e-4)
+
+
+def test_top_k_one_is_greedy(sharp_model, prompt_batch, tokenizer):
+    greedy = sample_static(
+        sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, do_sample=False)
+    )[0]
+    top_k = sample_static(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer, top_k=1))
+    assert torch.equal(greedy, top_k[0])
+
+
+def test_eager_attention_gives_the_same_tokens(sharp_model, prompt_batch, tokenizer):
+    p = eos_at_different_steps(sharp_model, prompt_batch, tokenizer)
+    sdpa = sample_static(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    sharp_model.set_attn_implementation("eager")
+    eager = sample_static(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], p)
+    assert torch.equal(sdpa[0], eager[0]) and torch.allclose(sdpa[2], eager[2], atol=1e-4)
+
+
+def test_selection_keeps_todays_loop_on_the_cpu_and_refuses_unsupported_models(sharp_model, prompt_batch, tokenizer):
+    assert static_decode_supported(sharp_model) and not use_static_decode(sharp_model)
+    with pytest.raises(ValueError, match="CUDA"):
+        sample_static(sharp_model, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer), graph=True)
+    sliding = copy.deepcopy(sharp_model)
+    sliding.config.layer_types = ["sliding_attention"] * len(sliding.config.layer_types)
+    assert not static_decode_supported(sliding)
+    with pytest.raises(ValueError, match="sliding-window"):
+        sample_static(sliding, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer))
+
+
+gpu = pytest.mark.skipif(
+    os.environ.get("RLFLOW_TEST_GPU") != "1" or not torch.cuda.is_available(),
+    reason="opt-in: RLFLOW_TEST_GPU=1 on a machine with a CUDA GPU",
+)
+
+
+@pytest.fixture
+def cuda_model(sharp_model):
+    return sharp_model.to("cuda")
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_graph_greedy_equals_hf_generate(cuda_model, prompt_batch, tokenizer):
+    assert use_static_decode(cuda_model)
+    for rows in (prompt_batch, prompt_batch.repeat_interleave(4)):
+        p = eos_at_different_steps(cuda_model, rows, tokenizer)
+        p = dataclasses.replace(p, max_new_tokens=40)  # well past the warm-up: many replays
+        ours, ours_mask, ours_lp = sample_static(cuda_model, rows["prompts"], rows["prompt_mask"], p, graph=True)
+        hf, hf_mask = sample_hf(cuda_model, rows["prompts"], rows["prompt_mask"], p)
+        eager, _, eager_lp = sample_static(cuda_model, rows["prompts"], rows["prompt_mask"], p, graph=False)
+        assert torch.equal(ours, hf) and torch.equal(ours_mask, hf_mask)
+        assert torch.equal(ours, eager) and torch.allclose(ours_lp, eager_lp, atol=1e-4)
+        assert ours_mask.sum(-1).min() < ours_mask.sum(-1).max()
+
+
+@pytest.mark.gpu
+@gpu
+def test_cuda_graph_sampling_is_seeded_and_matches_the_eager_step(cuda_model, prompt_batch, tokenizer):
+    rows = prompt_batch.repeat_interleave(4)
+    p = params(tokenizer, temperature=1.0, top_p=0.9, top_k=50, seed=7, max_new_tokens=40)
+    a = sample_static(cuda_model, rows["prompts"], rows["prompt_mask"], p, graph=True)
+    b = sample_static(cuda_model, rows["prompts"], rows["prompt_mask"], p, graph=True)
+    c = sample_static(cuda_model, rows["prompts"], rows["prompt_mask"], params(tokenizer, seed=8, max_new_tokens=40))
+    eager = sample_static(cuda_model, rows["prompts"], rows["prompt_mask"], p, graph=False)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0], c[0])
+    assert torch.equal(a[0], eager[0]) and torch.allclose(a[2], eager[2], atol=1e-4)
