@@ -15,6 +15,10 @@ Design decisions:
   asked (with one, wandb's "logged in" banner asks who you are, as the online run would).
 - W&B and MLflow take project/experiment, entity, run name and tags from rlflow.yaml; the run
   name defaults to ``<pipeline name>-<run id>``, the run directory's name.
+- A resumed run (``rlflow run --resume``) goes on in the same W&B run: its id comes from the
+  run directory (``wandb_run_id``), with ``resume="allow"``. W&B keeps steps increasing, so the
+  steps logged after the checkpoint by the run that died are not logged again (metrics.jsonl,
+  truncated at the checkpoint on resume, has them as retrained).
 - MLflow logs to ``MLFLOW_TRACKING_URI`` (or ``logging.mlflow.tracking_uri``), else to a file
   store under the run directory, so nothing leaves the machine unless you set it up.
 """
@@ -69,6 +73,8 @@ class WandbSink:
             config=config,
             dir=str(run_dir),
             mode=mode,
+            id=wandb_run_id(run_dir),
+            resume="allow",
         )
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
@@ -109,6 +115,15 @@ class MlflowSink:
 
     def close(self) -> None:
         self.mlflow.end_run()
+
+
+def wandb_run_id(run_dir: Path) -> str:
+    """One W&B run id per run directory: its name (in W&B's id characters) and a hash of its absolute path."""
+    import hashlib
+    import re
+
+    digest = hashlib.sha1(str(run_dir.resolve()).encode()).hexdigest()[:10]
+    return f"{re.sub(r'[^A-Za-z0-9_-]', '-', run_dir.name)[:40]}-{digest}"
 
 
 def run_name(pipeline_name: str, run_dir: Path) -> str:

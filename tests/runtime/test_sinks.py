@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlflow.runtime.sinks import StepTimer, TensorBoardSink, build_sinks, run_name
+from rlflow.runtime.sinks import StepTimer, TensorBoardSink, build_sinks, run_name, wandb_run_id
 from rlflow.schemas.project import LoggingSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,3 +118,27 @@ def test_step_timer_accumulates():
         with timer.time("gen"):
             pass
     assert set(timer.timing) == {"gen"} and timer.timing["gen"] >= 0
+
+
+def test_a_resumed_run_goes_on_in_the_same_wandb_run(tmp_path):
+    """Two sinks on one run directory (a run, then its resume) log to one W&B run id; another directory, another."""
+    code = f"""
+import json
+from pathlib import Path
+from rlflow.runtime.sinks import build_sinks
+from rlflow.schemas.project import LoggingSettings
+settings = LoggingSettings(sinks=["wandb"])
+ids = []
+for name, step in (("first", 1), ("first", 3), ("second", 1)):
+    run_dir = Path({str(tmp_path)!r}) / "runs" / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (sink,) = build_sinks(settings, run_dir, "bird-grpo", {{}})
+    sink.log(step, {{"critic/score/mean": 0.5}})
+    ids.append(sink.run.id)
+    sink.close()
+print(json.dumps(ids))
+"""
+    result = wandb_process(code, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    first, resumed, other = json.loads(result.stdout.strip().splitlines()[-1])
+    assert first == resumed == wandb_run_id(tmp_path / "runs" / "first") and other != first
