@@ -5,7 +5,8 @@ A sink has ``log(step, metrics)``, ``close()`` and a ``name`` for the run's head
 
 Design decisions:
 - A sink that cannot start (not installed, a bad setting, a server that refuses) is one warning
-  line naming it and why; the run goes on with the others. Metrics are never lost with it:
+  line naming it and why; the run goes on with the others. One that fails later is dropped
+  the same way, at that step (``StepLoop.log_metrics``). Metrics are never lost with it:
   metrics.jsonl holds every step.
 - W&B logs online when you are logged in (``wandb login`` or ``WANDB_API_KEY``), offline under
   the run directory otherwise (``wandb sync`` uploads it later); ``logging.wandb.mode``, then

@@ -18,6 +18,8 @@ checkpoint and validating before training are console phases (the console is als
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,8 @@ from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.sinks import StepTimer
 from rlflow.schemas.pipeline import DRIVER, Pipeline
 from rlflow.stages.base import due
+
+log = logging.getLogger("rlflow.runtime")
 
 
 @dataclass
@@ -170,10 +174,24 @@ class StepLoop:
         return metrics
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
+        """metrics.jsonl, then every sink. A sink that fails (a logger's server gone, a full disk) is
+        dropped with one warning and training goes on: metrics.jsonl holds every step."""
         record = {"step": step, **metrics}
         self.run_dir.append_metrics(record)
-        for sink in self.sinks:
-            sink.log(step, metrics)
+        for sink in list(self.sinks):
+            try:
+                sink.log(step, metrics)
+            except Exception as exc:
+                self.sinks.remove(sink)
+                log.warning(
+                    "metrics sink %r failed at step %d (%s: %s); going on without it (metrics.jsonl has every step)",
+                    sink.name,
+                    step,
+                    type(exc).__name__,
+                    exc,
+                )
+                with contextlib.suppress(Exception):
+                    sink.close()
 
     # ---- weight sync, checkpoints, validation -------------------------------------------
     def _sync_weights(self, stage: PlanStage, batch: Batch, step: int) -> None:

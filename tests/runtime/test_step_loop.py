@@ -86,3 +86,41 @@ def test_two_steps_with_every_phase_and_an_exact_resume(tmp_path):
     assert [m["step"] for m in resumed] == [2]
     same = {k for k in metrics[2] if not k.startswith(NOISY)}
     assert {k: resumed[0][k] for k in same} == {k: metrics[2][k] for k in same}
+
+
+class BrokenSink:
+    """A logger whose server goes away at step 1."""
+
+    name = "broken"
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.closed = False
+
+    def log(self, step: int, metrics: dict) -> None:
+        if step == 1:
+            raise ConnectionError("server went away")
+        self.steps.append(step)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_sink_that_fails_mid_run_is_dropped_and_training_goes_on(tmp_path, caplog):
+    loaded = load_pipeline(REPO / "pipelines" / "bird_grpo.yaml", [*SMALL, "trainer.total_steps=2"])
+    spec, plan = loaded.spec, compile_plan(loaded.spec)
+    rd = RunDir(tmp_path / "run")
+    executor = InProcessExecutor(plan, spec, str(REPO), rd.append_trace, str(rd.path))
+    broken, sinks = BrokenSink(), []
+    sinks.append(broken)
+    try:
+        loop = StepLoop(spec, plan, executor, rd, load_data(spec, REPO), loaded.resolved_yaml(), sinks)
+        with caplog.at_level("WARNING", logger="rlflow.runtime"):
+            loop.train(loop.init(None))
+    finally:
+        executor.close()
+    metrics = [json.loads(line) for line in (rd.path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2], "every step trained and written"
+    assert broken.steps == [0] and broken.closed and sinks == []
+    (warning,) = [r.getMessage() for r in caplog.records if "broken" in r.getMessage()]
+    assert "failed at step 1 (ConnectionError: server went away)" in warning and "metrics.jsonl" in warning
