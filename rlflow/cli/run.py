@@ -60,18 +60,20 @@ def run(
 
     for warning in loaded.warnings:
         typer.echo(warning_line(warning), err=True)
+    from rlflow.runtime.interrupts import Terminated
     from rlflow.runtime.launch import run_pipeline
 
     try:
         result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force, console=console)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # the runtime has already stopped workers and backends on its way out
+        terminated = isinstance(exc, Terminated)
         typer.echo(
-            "interrupted: workers and backends were stopped; the last complete checkpoint is usable "
-            "(continue with --resume latest)",
+            f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: workers and backends were stopped; "
+            "the last complete checkpoint is usable (continue with --resume latest)",
             err=True,
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(143 if terminated else 130) from None
     console.summary(result.last_step, result.run_dir)
 
 

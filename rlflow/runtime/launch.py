@@ -225,7 +225,7 @@ def _train_with_restarts(
         data = load()
 
     try:
-        with console.phase("start Ray") as phase:
+        with console.phase("start Ray") as phase, interrupts.restore_after_ray():
             started = start_ray(project, demands(plan, 0))
             nodes = cluster_nodes()
             phase.detail = cluster_facts(project, started, nodes)
