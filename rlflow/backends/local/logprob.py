@@ -68,7 +68,10 @@ def forward_log_probs(
     prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
     responses, response_mask = responses.to(device), response_mask.to(device).long()
     if packed:
-        return _packed_log_probs(model, prompts, prompt_mask, responses, response_mask, temperature, with_entropy)
+        log_probs, entropy = _packed_log_probs(
+            model, prompts, prompt_mask, responses, response_mask, temperature, with_entropy
+        )
+        return _pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width)
     starts = shared_prompt_starts(prompts, prompt_mask) if _may_share_prompts(model) else None
     if starts is None:
         logits = _joint_logits(model, prompts, prompt_mask, responses, response_mask)
@@ -91,10 +94,9 @@ def _packed_log_probs(
     temperature: float,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``forward_log_probs`` from one forward over the rows' real tokens packed into one sequence."""
+    """``log_probs`` (and ``entropy``) [B, R] from one forward over the rows' real tokens packed into one sequence."""
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
-    full_width = responses.shape[1]
     mask = torch.cat([prompt_mask, response_mask], dim=1).bool()
     input_ids = torch.cat([prompts, responses], dim=1)
     slot = mask.flatten().long().cumsum(0).view_as(mask) - 1  # each kept token's place in the packed sequence
@@ -110,7 +112,7 @@ def _packed_log_probs(
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
-    shape = (responses.shape[0], full_width)
+    shape = responses.shape
     log_probs = logits.new_zeros(shape).index_put((rows, cols), logprobs_from_logits(logits, responses[rows, cols]))
     if not with_entropy:
         return log_probs, None

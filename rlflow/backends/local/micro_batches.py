@@ -13,7 +13,7 @@ Design decisions:
   own unit. verl's ``force_group_size`` wants groups of one size, while a mini-batch edge may
   cut a group, so the runs are found here and handed to verl's partitioner as units. A group
   over the budget is split into its rows; a row over the budget gets a micro-batch of its own
-  (verl refuses such a budget; the validator already asks for one that fits a whole row).
+  (verl refuses such a budget).
 - Rows keep their order inside a micro-batch and micro-batches come in the order of their first
   row (verl orders them by workload to shorten pipeline bubbles, which one device has none of);
   callers put results back by the index lists.
