@@ -37,6 +37,11 @@ class ModelSpec(StrictModel):
     tokenizer: str | None = Field(None, description="Tokenizer directory when it differs from `path`.")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False
+    use_remove_padding: bool = Field(
+        False,
+        description="Pack the rows of a micro-batch into one sequence without padding (verl: "
+        "model.use_remove_padding); off, the n samples of a prompt share one encoding of it instead.",
+    )
 
 
 class DataSpec(StrictModel):
@@ -113,6 +118,18 @@ class TrainerSpec(StrictModel):
     )
     log_prob_micro_batch_size_per_gpu: int | None = Field(
         None, gt=0, description="Samples per log-prob forward per worker (verl: log_prob_micro_batch_size_per_gpu)."
+    )
+    use_dynamic_bsz: bool = Field(
+        False, description="Cut micro-batches by tokens (ppo_max_token_len_per_gpu), not samples (verl's name)."
+    )
+    ppo_max_token_len_per_gpu: int = Field(
+        16384, gt=0, description="Prompt + response tokens per update micro-batch when use_dynamic_bsz."
+    )
+    log_prob_use_dynamic_bsz: bool | None = Field(
+        None, description="Token-budget micro-batches for the log-prob passes; null: as use_dynamic_bsz."
+    )
+    log_prob_max_token_len_per_gpu: int | None = Field(
+        None, gt=0, description="Tokens per log-prob micro-batch; null: as ppo_max_token_len_per_gpu."
     )
     ppo_epochs: int = Field(1, ge=1)
     total_steps: int | None = Field(None, gt=0, description="verl: trainer.total_training_steps.")

@@ -25,16 +25,34 @@ class LogProbConfig(StageConfig):
     micro_batch_size: int | None = Field(
         None, gt=0, description="Samples per forward; defaults to trainer.log_prob_micro_batch_size_per_gpu."
     )
+    use_dynamic_bsz: bool | None = Field(
+        None, description="Token-budget micro-batches; defaults to trainer.log_prob_use_dynamic_bsz."
+    )
+    max_token_len: int | None = Field(
+        None, gt=0, description="Tokens per micro-batch; defaults to trainer.log_prob_max_token_len_per_gpu."
+    )
     engine: Literal["torch", "deepspeed"] = "torch"
 
 
 def log_prob_params(ctx: StageContext) -> dict:
-    """Micro-batch: the stage's, else trainer.log_prob_micro_batch_size_per_gpu, else the update's micro-batch."""
-    trainer = ctx.pipeline.trainer
-    size = (
-        ctx.config.micro_batch_size or trainer.log_prob_micro_batch_size_per_gpu or trainer.ppo_micro_batch_size_per_gpu
+    """Micro-batch: the stage's, else trainer.log_prob_micro_batch_size_per_gpu, else the update's micro-batch.
+
+    With token-budget micro-batches (the stage's ``use_dynamic_bsz``, else the trainer's
+    ``log_prob_use_dynamic_bsz``, else ``use_dynamic_bsz``, as verl interpolates them)
+    ``max_token_len`` is the budget (the stage's, else ``log_prob_max_token_len_per_gpu``, else
+    ``ppo_max_token_len_per_gpu``) and the sample count is unused; otherwise it is None.
+    """
+    trainer, config = ctx.pipeline.trainer, ctx.config
+    size = config.micro_batch_size or trainer.log_prob_micro_batch_size_per_gpu or trainer.ppo_micro_batch_size_per_gpu
+    dynamic = next(
+        v for v in (config.use_dynamic_bsz, trainer.log_prob_use_dynamic_bsz, trainer.use_dynamic_bsz) if v is not None
     )
-    return {"micro_batch_size": size, "temperature": rollout_temperature(ctx.pipeline)}
+    budget = config.max_token_len or trainer.log_prob_max_token_len_per_gpu or trainer.ppo_max_token_len_per_gpu
+    return {
+        "micro_batch_size": size,
+        "max_token_len": budget if dynamic else None,
+        "temperature": rollout_temperature(ctx.pipeline),
+    }
 
 
 @builtin_stage

@@ -83,7 +83,6 @@ def test_verls_gsm8k_example_becomes_a_valid_pipeline(tmp_path):
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload",
         "actor_rollout_ref.actor.fsdp_config.param_offload",
         "actor_rollout_ref.model.path=Qwen/Qwen2-7B-Instruct",  # a Hub id: rlflow needs a directory
-        "actor_rollout_ref.model.use_remove_padding",
         "actor_rollout_ref.ref.fsdp_config.param_offload",
         "actor_rollout_ref.rollout.gpu_memory_utilization",
         "actor_rollout_ref.rollout.tensor_model_parallel_size",
@@ -140,7 +139,7 @@ def test_verls_gsm8k_example_becomes_a_valid_pipeline(tmp_path):
         ("sync_weights", "sync_weights", "actor_pool"),
     ]
     assert spec.stages[1].with_["function"] == "verl.utils.reward_score:default_compute_score"
-    assert spec.stages[3].with_ == {"micro_batch_size": 16}
+    assert spec.stages[3].with_ == {"micro_batch_size": 16, "use_dynamic_bsz": False, "max_token_len": 16384}
 
 
 def test_a_users_config_with_a_custom_reward_round_trips(tmp_path):
@@ -168,7 +167,7 @@ def test_a_users_config_with_a_custom_reward_round_trips(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     listed = [line.strip() for line in result.stderr.splitlines() if line.startswith("  ")]
-    assert "actor_rollout_ref.actor.use_dynamic_bsz: true: rlflow's micro-batches count samples, not tokens" in listed
+    assert not any(line.startswith("actor_rollout_ref.actor.use_dynamic_bsz") for line in listed)  # carried over
     assert any(line.startswith("trainer.balance_batch: false: ") for line in listed)
     assert "my.note: 1: rlflow has no such setting" in listed
     assert not any(line.startswith(("algorithm.", "data.", "actor_rollout_ref.rollout.n")) for line in listed)
@@ -178,6 +177,7 @@ def test_a_users_config_with_a_custom_reward_round_trips(tmp_path):
     assert reward.with_ == {"function": "rewards/exact.py:exact"}
     assert spec.stages[0].with_["engine"] == "hf" and spec.algorithm.n == 4
     assert spec.resources["actor_pool"].gpus_per_node == 2 and spec.trainer.ppo_mini_batch_size == 4
+    assert spec.trainer.use_dynamic_bsz and spec.trainer.ppo_max_token_len_per_gpu == 16384
 
 
 @pytest.mark.parametrize(

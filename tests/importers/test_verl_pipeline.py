@@ -50,13 +50,13 @@ def test_verls_defaults_are_written_out_and_nothing_is_listed():
 
 def test_a_user_set_key_without_counterpart_is_listed_with_why():
     conversion = converted(
-        "actor_rollout_ref.actor.use_dynamic_bsz=True",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
         "critic.optim.lr=1e-5",
         "+my.own.key=3",
         "trainer.resume_mode=disable",
     )
     assert conversion.dropped == [
-        "actor_rollout_ref.actor.use_dynamic_bsz: true: rlflow's micro-batches count samples, not tokens",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size: 2: rlflow has no sequence parallelism",
         "critic.optim.lr: 1e-05: GRPO has no critic",
         "my.own.key: 3: rlflow has no such setting",
         "trainer.resume_mode: disable: use `rlflow run --resume latest` (rlflow resumes only when asked)",
@@ -78,7 +78,11 @@ def test_kl_brings_the_reference_stage_and_global_sizes_become_per_worker():
     )
     p = conversion.pipeline
     assert p["trainer"]["ppo_micro_batch_size_per_gpu"] == 8
-    assert stages_of(p)["ref_log_prob"]["with"] == {"micro_batch_size": 4}
+    assert stages_of(p)["ref_log_prob"]["with"] == {
+        "micro_batch_size": 4,
+        "use_dynamic_bsz": False,
+        "max_token_len": 16384,
+    }
     assert p["resources"]["actor_pool"] == {"type": "local", "device": "gpu", "gpus_per_node": 4, "nnodes": 2}
     assert (
         "actor_rollout_ref.actor.ppo_micro_batch_size=64: verl's deprecated global size over 8 workers: "

@@ -37,6 +37,7 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
     "model.path": "actor_rollout_ref.model.path",
     "model.tokenizer": "data.tokenizer",
     "model.gradient_checkpointing": "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "model.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
     "data.val": "data.val_files",
     "data.max_prompt_length": "data.max_prompt_length",
     "data.max_response_length": "data.max_response_length",
@@ -68,6 +69,10 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
     "trainer.ppo_mini_batch_size": f"{ACTOR}.ppo_mini_batch_size",
     "trainer.ppo_micro_batch_size_per_gpu": f"{ACTOR}.ppo_micro_batch_size_per_gpu",
     "trainer.log_prob_micro_batch_size_per_gpu": f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",
+    "trainer.use_dynamic_bsz": f"{ACTOR}.use_dynamic_bsz",
+    "trainer.ppo_max_token_len_per_gpu": f"{ACTOR}.ppo_max_token_len_per_gpu",
+    "trainer.log_prob_use_dynamic_bsz": f"{ROLLOUT}.log_prob_use_dynamic_bsz",
+    "trainer.log_prob_max_token_len_per_gpu": f"{ROLLOUT}.log_prob_max_token_len_per_gpu",
     "trainer.ppo_epochs": f"{ACTOR}.ppo_epochs",
     "trainer.total_steps": "trainer.total_training_steps",
     "trainer.total_epochs": "trainer.total_epochs",
@@ -130,6 +135,8 @@ def same_meaning(rlflow_name: str, value, verl_config: dict):
         return value.lower()  # verl names the torch.optim class
     if rlflow_name == "trainer.optim.betas":
         return tuple(value)
+    if isinstance(value, str) and value.startswith("${oc.select:actor_rollout_ref.actor."):
+        return None  # verl interpolates the actor's setting; rlflow's null takes it the same way
     return value
 
 

@@ -20,6 +20,14 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
   are parts of one global mean), ``pg_clipfrac``/``pg_clipfrac_lower``/``ppo_kl`` average over
   micro-batches; every metric then averages over mini-batches and epochs. The scheduler steps
   once per update and ``actor/lr`` is the learning rate after that step (verl's v1 engine).
+- Micro-batches are ``ppo_micro_batch_size_per_gpu`` samples, or with ``use_dynamic_bsz`` at
+  most ``ppo_max_token_len_per_gpu`` tokens each (``micro_batches``: verl's partition); the
+  global-batch scaling above makes the gradients the same either way. With
+  ``model.use_remove_padding`` each micro-batch runs packed (``logprob``).
+- Precision: the model computes in ``model.dtype``. bf16/fp16 parameters on a GPU are stepped
+  through fp32 master weights (``master_weights``: fp32 gradient accumulation and optimizer
+  state); on the CPU parameters are stepped as they are. On a GPU the optimizer is torch's
+  fused AdamW/Adam (one kernel for all parameters).
 - Each mini-batch also reports ``perf/mfu/actor`` and ``actor/perf/*memory*`` as verl's engine
   workers do (see ``perf``), timed around the whole mini-batch (forwards, backwards, step) and
   averaged over ranks.
@@ -36,6 +44,8 @@ import torch
 
 from rlflow.backends.local import distributed
 from rlflow.backends.local.logprob import forward_log_probs
+from rlflow.backends.local.master_weights import MasterWeights, needs_master_weights
+from rlflow.backends.local.micro_batches import micro_batch_rows
 from rlflow.backends.local.perf import peak_tflops, update_perf_metrics
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, StageError
@@ -71,10 +81,14 @@ def verl_actor_config(pipeline):
 
 
 def build_optimizer(params: list[torch.nn.Parameter], optim) -> torch.optim.Optimizer:
+    """The optimizer of ``trainer.optim``; Adam(W) is torch's fused implementation when the parameters are on a GPU."""
+    fused = {"fused": True} if params and params[0].is_cuda else {}
     if optim.name == "adamw":
-        return torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
+        return torch.optim.AdamW(
+            params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay, **fused
+        )
     if optim.name == "adam":
-        return torch.optim.Adam(params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay)
+        return torch.optim.Adam(params, lr=optim.lr, betas=tuple(optim.betas), weight_decay=optim.weight_decay, **fused)
     return torch.optim.SGD(params, lr=optim.lr, weight_decay=optim.weight_decay)
 
 
@@ -100,12 +114,18 @@ def build_scheduler(optimizer: torch.optim.Optimizer, optim, total_steps: int | 
 class Actor:
     """Owns the policy's optimizer and scheduler and runs ``update``."""
 
+    keeps_master_weights = True  # a subclass whose engine keeps its own fp32 weights turns this off
+
     def __init__(self, model, pipeline, *, world_size: int = 1, total_training_steps: int | None = None) -> None:
         self.model = model
         self.pipeline = pipeline
         self.world_size = world_size
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(self.params, pipeline.trainer.optim)
+        self.master = (
+            MasterWeights(self.params) if self.keeps_master_weights and needs_master_weights(self.params) else None
+        )
+        self.stepped = self.master.master if self.master else self.params  # what the optimizer updates
+        self.optimizer = build_optimizer(self.stepped, pipeline.trainer.optim)
         self.scheduler = build_scheduler(
             self.optimizer, pipeline.trainer.optim, total_training_steps or pipeline.trainer.total_steps
         )
@@ -113,6 +133,7 @@ class Actor:
         self.device = next(model.parameters()).device
         self.model_config = model.config  # the Hugging Face config verl's FLOPs formulas read
         self.peak_tflops = peak_tflops(self.device)
+        self.packed = pipeline.model.use_remove_padding
 
     # ---- one update -------------------------------------------------------------------------
     def update(
@@ -173,25 +194,39 @@ class Actor:
         self.optimizer.zero_grad(set_to_none=True)
         sums = dict.fromkeys(SUMMED + AVERAGED, 0.0)
         micro_count, bad = 0, None
-        size = self.pipeline.trainer.ppo_micro_batch_size_per_gpu or max(len(mini), 1)
-        for j, micro in enumerate(mini.chunks(size)):
-            loss, parts = self._micro_loss(micro, temperature)
+        for j, rows in enumerate(self.micro_batch_rows(mini)):
+            loss, parts = self._micro_loss(mini.index(rows), temperature)
             if not torch.isfinite(loss):
                 bad = (j, float(loss.detach()), parts)
                 break
             loss.backward()
+            if self.master is not None:
+                self.master.gather_grads()
             micro_count += 1
             for k, v in parts.items():
                 sums[k] += v
         self._raise_if_bad(bad, where)
-        distributed.average_gradients(self.params, self.world_size)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm=self.pipeline.trainer.grad_clip)
+        distributed.average_gradients(self.stepped, self.world_size)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.stepped, max_norm=self.pipeline.trainer.grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
+            if self.master is not None:
+                self.master.copy_to_model()
         else:
             log.warning("step %s: gradient norm is %s; skipping this mini-batch's optimizer step", where[0], grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
         return self._reduce_metrics(sums, micro_count, float(grad_norm))
+
+    def micro_batch_rows(self, mini: Batch, min_count: int = 1) -> list[list[int]]:
+        """The rows of each micro-batch of ``mini``: ``ppo_micro_batch_size_per_gpu`` samples, or a token budget."""
+        t = self.pipeline.trainer
+        return micro_batch_rows(
+            mini,
+            micro_batch_size=t.ppo_micro_batch_size_per_gpu,
+            max_token_len=t.ppo_max_token_len_per_gpu if t.use_dynamic_bsz else None,
+            keep_groups=not self.packed,
+            min_count=min_count,
+        )
 
     def _raise_if_bad(self, bad: tuple | None, where: tuple) -> None:
         flag = torch.tensor([0.0 if bad is None else 1.0], device=self.device)
@@ -223,6 +258,7 @@ class Actor:
             micro["response_mask"],
             temperature=temperature,
             with_entropy=a.entropy_coeff != 0,
+            packed=self.packed,
         )
         pg_loss, pg_metrics = core_algos.compute_policy_loss_vanilla(
             old_log_prob=micro["old_log_probs"].to(self.device),
@@ -263,8 +299,16 @@ class Actor:
 
     # ---- checkpoint state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.master is not None:
+            state["master_weights"] = self.master.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.master is not None:
+            if "master_weights" in state:
+                self.master.load_state_dict(state["master_weights"])
+            else:  # a checkpoint without them (written in fp32, or elsewhere): start from the loaded model
+                self.master.load_state_dict([p.detach().float() for p in self.params])

@@ -115,6 +115,7 @@ class ConfiguredLocalEngine(LocalEngine):
         log_probs, entropys = self.deepspeed.log_probs(
             batch,
             micro_batch_size=params.get("micro_batch_size"),
+            max_token_len=params.get("max_token_len"),
             temperature=float(params.get("temperature", 1.0)),
             with_entropy=True,
         )

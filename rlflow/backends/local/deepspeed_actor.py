@@ -22,7 +22,11 @@ own (inherited, not copied), so both engines optimise the same objective and rep
   micro-batch and ZeRO-3 gathers on every forward, so every rank runs the same number of
   micro-batches: a rank with fewer rows runs zero-weighted ones (same hooks, no gradient).
   The loss is already normalised by the global token count (verl's scaling), so DeepSpeed's
-  own ``1/gradient_accumulation_steps`` scaling is switched off.
+  own ``1/gradient_accumulation_steps`` scaling is switched off. With ``use_dynamic_bsz`` the
+  token-budget cut (``micro_batches``) is redone with the largest count over ranks until every
+  rank agrees, padding with zero-weighted micro-batches.
+- Precision: DeepSpeed's bf16/fp16 modes keep their own fp32 master weights, so the torch
+  actor's ``master_weights`` is off here.
 - A non-finite loss is never applied: that micro-batch back-propagates zero, the ranks agree
   (the torch actor's check), and all raise before DeepSpeed's optimizer step. A non-finite
   gradient norm with a finite loss is DeepSpeed's overflow check's business (ZeRO 1-2 skip
@@ -50,7 +54,7 @@ import torch
 
 from rlflow.backends.local import distributed
 from rlflow.backends.local.actor import Actor
-from rlflow.backends.local.logprob import forward_log_probs
+from rlflow.backends.local.logprob import forward_log_probs, log_probs_by_parts
 from rlflow.batch import Batch
 from rlflow.errors import BackendError
 
@@ -141,6 +145,8 @@ def _free_port() -> int:
 class DeepSpeedActor(Actor):
     """The torch actor's update, with DeepSpeed's engine doing backward, reduction, clipping and step."""
 
+    keeps_master_weights = False
+
     def __init__(
         self,
         model,
@@ -175,8 +181,13 @@ class DeepSpeedActor(Actor):
     # ---- one mini-batch ---------------------------------------------------------------------
     def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
         self._set_global_batch_info(mini)
-        size = self.pipeline.trainer.ppo_micro_batch_size_per_gpu or max(len(mini), 1)
-        micros = mini.split(self._agreed_count(math.ceil(len(mini) / size)))
+        t = self.pipeline.trainer
+        micros = [
+            mini.index(rows)
+            for rows in self._agreed_rows(
+                mini, t.ppo_micro_batch_size_per_gpu, t.ppo_max_token_len_per_gpu if t.use_dynamic_bsz else None
+            )
+        ]
         sums = dict.fromkeys(self._metric_names(), 0.0)
         micro_count, bad = 0, None
         for j, micro in enumerate(micros):
@@ -207,6 +218,27 @@ class DeepSpeedActor(Actor):
         value = torch.tensor([float(local)], device=self.device)
         return max(1, int(distributed.all_reduce(value, self.world_size, op="max").tolist()[0]))
 
+    def _agreed_rows(self, batch: Batch, micro_batch_size: int | None, max_token_len: int | None) -> list[list[int]]:
+        """Row indices of each micro-batch, as many micro-batches on every rank (some maybe empty)."""
+        if max_token_len is None:
+            size = micro_batch_size or max(len(batch), 1)
+            count = self._agreed_count(math.ceil(len(batch) / size))
+            return [list(range(len(batch) * p // count, len(batch) * (p + 1) // count)) for p in range(count)]
+        count = 1
+        while True:
+            rows = self._token_rows(batch, max_token_len, count)
+            agreed = self._agreed_count(len(rows))
+            if agreed == count:
+                return rows
+            count = agreed
+
+    def _token_rows(self, batch: Batch, max_token_len: int, count: int) -> list[list[int]]:
+        from rlflow.backends.local.micro_batches import micro_batch_rows
+
+        return micro_batch_rows(
+            batch, micro_batch_size=None, max_token_len=max_token_len, keep_groups=not self.packed, min_count=count
+        )
+
     def _zero_loss(self, micro: Batch, temperature: float) -> torch.Tensor:
         """A loss with zero gradient that still runs the forward (and DeepSpeed's hooks) once."""
         if len(micro) == 0:
@@ -226,38 +258,31 @@ class DeepSpeedActor(Actor):
             micro["responses"],
             micro["response_mask"],
             temperature=temperature,
+            packed=self.packed,
         )
         return (log_prob.nan_to_num(0.0) * 0.0).sum()
 
     # ---- log-probs --------------------------------------------------------------------------
     @torch.no_grad()
     def log_probs(
-        self, batch: Batch, *, micro_batch_size: int | None, temperature: float, with_entropy: bool
+        self,
+        batch: Batch,
+        *,
+        micro_batch_size: int | None,
+        temperature: float,
+        with_entropy: bool,
+        max_token_len: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probs (and entropy) through DeepSpeed's module, the same number of forwards on every rank."""
         self.engine.eval()
-        size = micro_batch_size or max(len(batch), 1)
-        log_probs, entropys = [], []
-        for part in batch.split(self._agreed_count(math.ceil(len(batch) / size))):
-            if len(part) == 0:
-                self._zero_loss(part, temperature)
-                continue
-            lp, ent = forward_log_probs(
-                self.model,
-                part["prompts"],
-                part["prompt_mask"],
-                part["responses"],
-                part["response_mask"],
-                temperature=temperature,
-                with_entropy=with_entropy,
-            )
-            log_probs.append(lp.cpu())
-            if ent is not None:
-                entropys.append(ent.cpu())
-        empty = torch.zeros((0, batch["responses"].shape[1]))
-        return (
-            torch.cat(log_probs) if log_probs else empty,
-            (torch.cat(entropys) if entropys else empty) if with_entropy else None,
+        return log_probs_by_parts(
+            self.model,
+            batch,
+            self._agreed_rows(batch, micro_batch_size, max_token_len),
+            temperature=temperature,
+            with_entropy=with_entropy,
+            packed=self.packed,
+            on_empty=lambda: self._zero_loss(Batch({}), temperature),
         )
 
     # ---- weights ----------------------------------------------------------------------------

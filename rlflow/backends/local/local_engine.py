@@ -196,6 +196,8 @@ class LocalEngine(Engine):
             model,
             batch,
             micro_batch_size=params.get("micro_batch_size"),
+            max_token_len=params.get("max_token_len"),
+            packed=self.pipeline.model.use_remove_padding,
             temperature=float(params.get("temperature", 1.0)),
             with_entropy=True,
         )
@@ -207,6 +209,8 @@ class LocalEngine(Engine):
             ref,
             batch,
             micro_batch_size=params.get("micro_batch_size"),
+            max_token_len=params.get("max_token_len"),
+            packed=self.pipeline.model.use_remove_padding,
             temperature=float(params.get("temperature", 1.0)),
             with_entropy=False,
         )

@@ -24,6 +24,17 @@ Design decisions:
   tokens), so this cuts the work of old_log_prob, ref_log_prob and the actor update by several
   times; the log-probs and gradients are those of the one joint forward up to float rounding. Under gradient checkpointing (which switches the cache
   off in training) the update takes the one joint forward instead.
+- Packing (``model.use_remove_padding``, verl's remove-padding): the micro-batch's real tokens
+  are concatenated into one sequence [1, T] with position ids restarting at 0 for every row and
+  no attention mask; transformers then keeps attention inside each row (its masking utilities
+  find the rows from the position ids: a block-diagonal causal mask for sdpa and eager, the
+  rows' cumulative lengths for flash attention). Only the positions that predict a response
+  token go through the LM head (``logits_to_keep`` as indices), and the log-probs and entropy
+  are computed on those alone and scattered back to [B, R]. No padding is computed at all, but
+  each sample encodes its prompt again: packing replaces the shared-prefix path when on (a KV
+  cache cannot be fanned out over a packed sequence), so it pays where prompts are short or
+  samples many different prompts, and the shared prefix pays where n samples share long prompts.
+  A row needs at least one prompt token (its first response token is predicted from it).
 - The same ``forward_log_probs`` serves inference (under ``no_grad``) and the actor update
   (with gradients), so old and new log-probs come from identical code.
 """
@@ -33,6 +44,7 @@ from __future__ import annotations
 import torch
 
 from rlflow.backends.local.generation import position_ids_from_mask, shared_prompt_starts
+from rlflow.backends.local.micro_batches import micro_batch_rows
 from rlflow.batch import Batch
 
 
@@ -45,8 +57,9 @@ def forward_log_probs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``log_probs`` [B, R] (and ``entropy`` [B, R] when asked) on the model's device."""
+    """``log_probs`` [B, R] (and ``entropy`` [B, R] when asked) on the model's device; ``packed``: without padding."""
     from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
     device = next(model.parameters()).device
@@ -54,6 +67,11 @@ def forward_log_probs(
     prompts, prompt_mask, responses, response_mask = trim_padding(prompts, prompt_mask, responses, response_mask)
     prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
     responses, response_mask = responses.to(device), response_mask.to(device).long()
+    if packed:
+        log_probs, entropy = _packed_log_probs(
+            model, prompts, prompt_mask, responses, response_mask, temperature, with_entropy
+        )
+        return _pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width)
     starts = shared_prompt_starts(prompts, prompt_mask) if _may_share_prompts(model) else None
     if starts is None:
         logits = _joint_logits(model, prompts, prompt_mask, responses, response_mask)
@@ -65,6 +83,40 @@ def forward_log_probs(
     log_probs = _pad_right(logprobs_from_logits(logits, responses), full_width)
     entropy = _pad_right(entropy_from_logits(logits), full_width) if with_entropy else None
     return log_probs, entropy
+
+
+def _packed_log_probs(
+    model,
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    temperature: float,
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log_probs`` (and ``entropy``) [B, R] from one forward over the rows' real tokens packed into one sequence."""
+    from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+
+    mask = torch.cat([prompt_mask, response_mask], dim=1).bool()
+    input_ids = torch.cat([prompts, responses], dim=1)
+    slot = mask.flatten().long().cumsum(0).view_as(mask) - 1  # each kept token's place in the packed sequence
+    scored = response_mask.bool()
+    rows, cols = scored.nonzero(as_tuple=True)
+    logits = model(
+        input_ids=input_ids[mask][None],
+        position_ids=position_ids_from_mask(mask.long())[mask][None],
+        attention_mask=None,
+        use_cache=False,
+        logits_to_keep=slot[:, prompts.shape[1] :][scored] - 1,  # the token before each scored one predicts it
+    ).logits[0]
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    shape = responses.shape
+    log_probs = logits.new_zeros(shape).index_put((rows, cols), logprobs_from_logits(logits, responses[rows, cols]))
+    if not with_entropy:
+        return log_probs, None
+    return log_probs, logits.new_zeros(shape).index_put((rows, cols), entropy_from_logits(logits))
 
 
 def _may_share_prompts(model) -> bool:
@@ -142,12 +194,46 @@ def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
 
 @torch.no_grad()
 def batch_log_probs(
-    model, batch: Batch, *, micro_batch_size: int | None, temperature: float, with_entropy: bool
+    model,
+    batch: Batch,
+    *,
+    micro_batch_size: int | None,
+    temperature: float,
+    with_entropy: bool,
+    max_token_len: int | None = None,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (and entropy) of every row of ``batch``, ``micro_batch_size`` rows per forward, on the CPU."""
-    size = micro_batch_size or max(len(batch), 1)
-    log_probs, entropys = [], []
-    for part in batch.chunks(size):
+    """Log-probs (and entropy) of every row of ``batch`` on the CPU: ``micro_batch_size`` rows per forward,
+    or micro-batches of at most ``max_token_len`` tokens when it is set (see ``micro_batches``)."""
+    parts = micro_batch_rows(
+        batch, micro_batch_size=micro_batch_size, max_token_len=max_token_len, keep_groups=not packed
+    )
+    return log_probs_by_parts(model, batch, parts, temperature=temperature, with_entropy=with_entropy, packed=packed)
+
+
+def log_probs_by_parts(
+    model,
+    batch: Batch,
+    parts: list[list[int]],
+    *,
+    temperature: float,
+    with_entropy: bool,
+    packed: bool,
+    on_empty=None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropy) of the rows of ``batch``, one forward per list of ``parts``, back in row order.
+
+    ``on_empty()`` runs for an empty part (an engine whose ranks must run equal forward counts).
+    """
+    shape = (len(batch), batch["responses"].shape[1])
+    log_probs = torch.zeros(shape)
+    entropys = torch.zeros(shape) if with_entropy else None
+    for rows in parts:
+        if not rows:
+            if on_empty is not None:
+                on_empty()
+            continue
+        part = batch.index(rows)
         lp, ent = forward_log_probs(
             model,
             part["prompts"],
@@ -156,13 +242,9 @@ def batch_log_probs(
             part["response_mask"],
             temperature=temperature,
             with_entropy=with_entropy,
+            packed=packed,
         )
-        log_probs.append(lp.cpu())
-        if ent is not None:
-            entropys.append(ent.cpu())
-    width = batch["responses"].shape[1]
-    empty = torch.zeros((0, width))
-    return (
-        torch.cat(log_probs) if log_probs else empty,
-        (torch.cat(entropys) if entropys else empty) if with_entropy else None,
-    )
+        log_probs[rows] = lp.float().cpu()
+        if entropys is not None:
+            entropys[rows] = ent.float().cpu()
+    return log_probs, entropys

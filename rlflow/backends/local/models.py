@@ -10,6 +10,9 @@
   disturbs the process's random state, and every rank (and a resumed run) gets the same
   weights. It is built on the CPU and then moved, so CPU and GPU start from equal weights.
   Its tokenizer is the byte-level BPE shipped with ``rlflow.data``.
+- Attention is torch's ``scaled_dot_product_attention`` (``attn_implementation="sdpa"``, also
+  transformers' default): flash or memory-efficient kernels on a GPU, and packed rows
+  (``logprob``) get their block-diagonal mask from the position ids.
 """
 
 from __future__ import annotations
@@ -82,7 +85,9 @@ def _load_dir(path: str, root: Path | None, dtype):
             f"model.path: {directory} is not a Hugging Face model directory (no usable config.json): {exc}"
         ) from exc
     try:
-        return AutoModelForCausalLM.from_pretrained(str(directory), config=config, dtype=dtype, local_files_only=True)
+        return AutoModelForCausalLM.from_pretrained(
+            str(directory), config=config, dtype=dtype, attn_implementation="sdpa", local_files_only=True
+        )
     except ValueError as exc:
         raise BackendError(
             f"model.path: {directory} holds a {type(config).__name__} ({config.model_type}), which is not a causal "

@@ -1,8 +1,12 @@
 """Response log-probs and entropy: equal to a direct full-sequence computation, padding-invariant,
-and the same (values and gradients) when the n samples of a prompt share one prompt encoding."""
+and the same (values and gradients) when the n samples of a prompt share one prompt encoding or when
+the rows are packed into one sequence without padding."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
 import torch
 
 from rlflow.backends.local.generation import SamplingParams, sample
@@ -138,3 +142,43 @@ def test_extra_padding_columns_do_not_change_log_probs(sharp_model, prompt_batch
     with torch.no_grad():
         assert torch.allclose(wide_lp[:, :width][mask], lp[mask], atol=1e-5)
         assert torch.allclose(wide_ent[:, :width][mask], ent[mask], atol=1e-5)
+
+
+def test_packed_log_probs_and_gradients_equal_padded_ones(sharp_model, prompt_batch, tokenizer):
+    batch = rollout(sharp_model, prompt_batch.repeat_interleave(2), tokenizer)
+    assert (batch["response_mask"].sum(-1) < batch["responses"].shape[1]).any()  # some rows end early
+    mask = batch["response_mask"].bool()
+    weights = torch.linspace(0.5, 1.5, batch["responses"].numel()).reshape(batch["responses"].shape)
+
+    def run(packed: bool):
+        sharp_model.zero_grad(set_to_none=True)
+        lp, ent = forward_log_probs(
+            sharp_model,
+            *(batch[k] for k in ("prompts", "prompt_mask", "responses", "response_mask")),
+            temperature=0.7,
+            with_entropy=True,
+            packed=packed,
+        )
+        (lp * weights * mask).sum().backward()
+        return lp.detach(), ent.detach(), [p.grad.clone() for p in sharp_model.parameters()]
+
+    (lp, ent, grads), (plp, pent, pgrads) = run(False), run(True)
+    assert plp.shape == lp.shape and torch.allclose(plp[mask], lp[mask], atol=1e-4)
+    assert torch.allclose(pent[mask], ent[mask], atol=1e-4)
+    assert (plp[~mask] == 0).all()
+    for a, b in zip(pgrads, grads):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    os.environ.get("RLFLOW_TEST_GPU") != "1" or not torch.cuda.is_available(), reason="opt-in: RLFLOW_TEST_GPU=1"
+)
+def test_packed_log_probs_equal_padded_ones_in_bf16_on_cuda(sharp_model, prompt_batch, tokenizer):
+    batch = rollout(sharp_model, prompt_batch.repeat_interleave(2), tokenizer)
+    model = sharp_model.to(device="cuda", dtype=torch.bfloat16)
+    padded, _ = batch_log_probs(model, batch, micro_batch_size=None, temperature=1.0, with_entropy=False)
+    packed, _ = batch_log_probs(model, batch, micro_batch_size=None, temperature=1.0, with_entropy=False, packed=True)
+    mask = batch["response_mask"].bool()
+    assert torch.allclose(packed[mask], padded[mask], atol=0.1, rtol=0.05)  # bf16: 8-bit mantissa
+    assert (packed[mask] - padded[mask]).abs().mean() < 0.02

@@ -1,0 +1,87 @@
+"""How a batch is cut into micro-batches: a fixed number of rows, or a token budget (verl's dynamic batch size).
+
+Design decisions:
+- Fixed size: ``micro_batch_size`` neighbouring rows per micro-batch (the last may be shorter).
+- Token budget (verl's ``use_dynamic_bsz`` / ``ppo_max_token_len_per_gpu``): a row costs its
+  prompt + response tokens (the sum of its attention mask, what verl counts). The cut is verl's
+  ``rearrange_micro_batches``: Karmarkar-Karp (``get_seqlen_balanced_partitions``) balances
+  verl's ``calculate_workload`` over ``ceil(tokens / budget)`` micro-batches, and one more
+  micro-batch is added until each holds at most the budget.
+- The unit that is never split is a run of neighbouring rows with the same prompt (GRPO's n
+  samples of one prompt), so the shared-prefix encoding in ``logprob`` still encodes each
+  prompt once; with packing (``use_remove_padding``) nothing is shared and every row is its
+  own unit. verl's ``force_group_size`` wants groups of one size, while a mini-batch edge may
+  cut a group, so the runs are found here and handed to verl's partitioner as units. A group
+  over the budget is split into its rows; a row over the budget gets a micro-batch of its own
+  (verl refuses such a budget).
+- Rows keep their order inside a micro-batch and micro-batches come in the order of their first
+  row (verl orders them by workload to shorten pipeline bubbles, which one device has none of);
+  callers put results back by the index lists.
+- Gradients do not depend on the cut: the actor's loss is normalised by the mini-batch's global
+  token (or sequence) count, verl's global batch info, so each micro-batch's loss already
+  carries its share of the mini-batch.
+- ``min_count`` pads with empty micro-batches (engines whose ranks must run equal counts).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlflow.backends.local.generation import shared_prompt_starts
+from rlflow.batch import Batch
+
+
+def micro_batch_rows(
+    batch: Batch,
+    *,
+    micro_batch_size: int | None,
+    max_token_len: int | None = None,
+    keep_groups: bool = True,
+    min_count: int = 1,
+) -> list[list[int]]:
+    """Row indices of each micro-batch of ``batch`` (at least ``min_count`` lists, some maybe empty)."""
+    rows = len(batch)
+    if max_token_len is None:
+        size = micro_batch_size or max(rows, 1)
+        parts = [list(range(s, min(s + size, rows))) for s in range(0, rows, size)]
+    else:
+        seqlens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist() if rows else []
+        units = _units(batch, seqlens, max_token_len) if keep_groups else [[i] for i in range(rows)]
+        parts = token_budget_partitions(units, seqlens, max_token_len, min_count)
+    return parts + [[] for _ in range(min_count - len(parts))]
+
+
+def token_budget_partitions(
+    units: list[list[int]], seqlens: list[int], max_token_len: int, min_count: int = 1
+) -> list[list[int]]:
+    """verl's balanced partition of ``units`` (lists of rows) into micro-batches of at most ``max_token_len`` tokens."""
+    from verl.utils.seqlen_balancing import calculate_workload, ceildiv, get_seqlen_balanced_partitions
+
+    if not units:
+        return []
+    tokens = [sum(seqlens[i] for i in unit) for unit in units]
+    workloads = [int(calculate_workload(torch.tensor([seqlens[i] for i in unit])).sum()) for unit in units]
+    count = min(len(units), max(min_count, ceildiv(sum(tokens), max_token_len)))
+    while True:
+        parts = get_seqlen_balanced_partitions(workloads, count, equal_size=False)
+        if count == len(units) or all(sum(tokens[u] for u in part) <= max_token_len for part in parts):
+            break
+        count += 1
+    rows = [sorted(i for u in part for i in units[u]) for part in parts]
+    return sorted(rows, key=lambda part: part[0])
+
+
+def _units(batch: Batch, seqlens: list[int], max_token_len: int) -> list[list[int]]:
+    """Runs of neighbouring rows with one prompt (a run over the budget becomes single rows)."""
+    starts = shared_prompt_starts(batch["prompts"], batch["prompt_mask"])
+    if starts is None:
+        return [[i] for i in range(len(batch))]
+    units: list[list[int]] = []
+    for i, start in enumerate(starts.tolist()):
+        if start:
+            units.append([])
+        units[-1].append(i)
+    out: list[list[int]] = []
+    for unit in units:
+        out.extend([unit] if sum(seqlens[i] for i in unit) <= max_token_len else [[i] for i in unit])
+    return out
