@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -67,10 +66,6 @@ def test_hf_generation_engine_and_unknown_engines():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(
-    os.environ.get("RLFLOW_TEST_GPU") != "1" or not torch.cuda.is_available(),
-    reason="opt-in: RLFLOW_TEST_GPU=1 on a machine with a CUDA GPU",
-)
 def test_the_cuda_rollout_decodes_statically_and_agrees_with_the_cpu():
     cpu = LocalEngine(make_pipeline())
     cuda = LocalEngine(make_pipeline(), device="cuda")

@@ -4,8 +4,6 @@ the rows are packed into one sequence without padding."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -171,9 +169,6 @@ def test_packed_log_probs_and_gradients_equal_padded_ones(sharp_model, prompt_ba
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(
-    os.environ.get("RLFLOW_TEST_GPU") != "1" or not torch.cuda.is_available(), reason="opt-in: RLFLOW_TEST_GPU=1"
-)
 def test_packed_log_probs_equal_padded_ones_in_bf16_on_cuda(sharp_model, prompt_batch, tokenizer):
     batch = rollout(sharp_model, prompt_batch.repeat_interleave(2), tokenizer)
     model = sharp_model.to(device="cuda", dtype=torch.bfloat16)

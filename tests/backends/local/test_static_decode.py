@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 
 import pytest
 import torch
@@ -132,19 +131,12 @@ def test_selection_keeps_todays_loop_on_the_cpu_and_refuses_unsupported_models(s
         sample_static(sliding, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer))
 
 
-gpu = pytest.mark.skipif(
-    os.environ.get("RLFLOW_TEST_GPU") != "1" or not torch.cuda.is_available(),
-    reason="opt-in: RLFLOW_TEST_GPU=1 on a machine with a CUDA GPU",
-)
-
-
 @pytest.fixture
 def cuda_model(sharp_model):
     return sharp_model.to("cuda")
 
 
 @pytest.mark.gpu
-@gpu
 def test_cuda_graph_greedy_equals_hf_generate(cuda_model, prompt_batch, tokenizer):
     assert use_static_decode(cuda_model)
     for rows in (prompt_batch, prompt_batch.repeat_interleave(4)):
@@ -159,7 +151,6 @@ def test_cuda_graph_greedy_equals_hf_generate(cuda_model, prompt_batch, tokenize
 
 
 @pytest.mark.gpu
-@gpu
 def test_cuda_graph_sampling_is_seeded_and_matches_the_eager_step(cuda_model, prompt_batch, tokenizer):
     rows = prompt_batch.repeat_interleave(4)
     p = params(tokenizer, temperature=1.0, top_p=0.9, top_k=50, seed=7, max_new_tokens=40)
