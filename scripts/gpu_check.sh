@@ -3,11 +3,8 @@
 #
 #   bash scripts/gpu_check.sh                  # in an environment with rlflow installed and a GPU
 #
-# On a GPU machine without Ray, verl or pydantic and no network, pack what it lacks first, from
-# the project root of a checkout that ran `make install`, and carry it along:
-#
-#   ../shared/gpu/pack                          # writes .gpu/ (git-ignored)
-#   source .gpu/setup.sh && bash scripts/gpu_check.sh
+# Where that machine has no network, install rlflow and its dependencies there from wheels
+# carried along first (torch with CUDA is expected to be there already).
 #
 # Results go to $OUT (default runs/gpu-check): gpu_tests.log, bench_gpu.log and gpu.json (copy it to
 # benchmarks/results/gpu.json, then `python -m benchmarks.run_all --summary-only` writes the README row).
