@@ -18,8 +18,6 @@ import copy
 import logging
 from pathlib import Path
 
-import torch
-
 from rlflow.batch import Batch
 from rlflow.data.examples import Example
 from rlflow.data.paths import DataPaths
@@ -47,6 +45,8 @@ class PromptDataset:
 
     def to_batch(self, indices: list[int], pad_id: int, step: int = 0) -> Batch:
         """Rows ``indices`` as a Batch: ``prompts``/``prompt_mask`` [B, P] left-padded with ``pad_id``."""
+        import torch  # here, not at import: loading a split (and its errors) needs no torch
+
         rows = [self.examples[i] for i in indices]
         width = max((len(e.input_ids) for e in rows), default=0)
         prompts = torch.full((len(rows), width), pad_id, dtype=torch.long)

@@ -2,17 +2,18 @@
 
 Order: lock the run directory (one run per directory, see ``run_lock``), compile the plan,
 compare it with the installed verl's step (each difference a warning, see
-``rlflow.check.verl_order``), start (or join) Ray, check that the cluster can hold every pool
-(fail within seconds, shortfall named), start the pools and, while their workers start, load
-the data on the driver, then train.
+``rlflow.check.verl_order``), load the data on the driver (tokenized prompts, no torch: a
+fraction of a second, and a bad file fails before anything starts), start (or join) Ray, check
+that the cluster can hold every pool (fail within seconds, shortfall named), start the pools
+(the driver imports torch while their workers start), then train.
 Whatever happens (an error, a dead worker, Ctrl-C) the pools are stopped and remote backends
 destroyed; the last complete checkpoint stays usable. With ``trainer.max_restarts > 0`` a
 dead worker makes the run stop the pools, start them again and resume from the last
 checkpoint, truncating metrics past it so no step is lost or repeated.
 
 The console (``RunConsole``) narrates it: a header with the run directory and the pipeline's
-key facts, then each start-up phase with its duration (starting Ray, loading data, starting
-each pool and loading its model; the last three overlap); those phases, each with its own start
+key facts, then each start-up phase with its duration (loading data, starting Ray, starting
+each pool and loading its model; the pools start side by side); those phases, each with its own start
 and end, also go to the run directory's ``startup.jsonl``, for the timeline.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,23 +124,26 @@ def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool, con
         console.header(f"{verb}: {rd.path}", run_facts(spec, plan, sinks))
         console.on_phase = lambda label, start, end: rd.append_startup(label, start, end, 0)
 
-        def load() -> DataState:
-            """The driver's data: loaded while the pools start (the first time they do)."""
-            with console.phase("load data") as phase:
-                data = load_data(spec, project.root)
-                console.total = total_steps(spec, data)
-                phase.detail = data_facts(spec, data, console.total)
-            if ckpt is not None:
-                _check_work_left(done, total_steps(spec, data))
-                rd.truncate_metrics_after(done)
-            rd.write_resolved(resolved)
-            return data
+        with console.phase("load data") as phase:  # before Ray: a data error costs no start-up
+            data = load_data(spec, project.root)
+            console.total = total_steps(spec, data)
+            phase.detail = data_facts(spec, data, console.total)
+        if ckpt is not None:
+            _check_work_left(done, total_steps(spec, data))
+            rd.truncate_metrics_after(done)
+        rd.write_resolved(resolved)
 
         with interrupts.guard():
-            return _train_with_restarts(loaded, project, plan, rd, load, ckpt, resolved, sinks, console)
+            return _train_with_restarts(loaded, project, plan, rd, data, ckpt, resolved, sinks, console)
     finally:
         for sink in sinks:
             sink.close()
+
+
+def import_torch() -> None:
+    """The driver's step needs torch (its batches, verl's math): imported while the pools start, it
+    stays out of the first step. (Loading the data needs none.)"""
+    import torch  # noqa: F401
 
 
 def run_facts(spec, plan, sinks: list) -> list[tuple[str, str]]:
@@ -201,7 +204,7 @@ def _train_with_restarts(
     project,
     plan,
     rd: RunDir,
-    load: Callable[[], DataState],
+    data: DataState,
     ckpt: Path | None,
     resolved: str,
     sinks: list,
@@ -218,12 +221,6 @@ def _train_with_restarts(
     pipeline_dict = spec.model_dump(by_alias=True, mode="json")
     restarts = 0
     started = False
-    data: DataState | None = None
-
-    def load_once() -> None:
-        nonlocal data
-        data = load()
-
     try:
         with console.phase("start Ray") as phase, interrupts.restore_after_ray():
             started = start_ray(project, demands(plan, 0))
@@ -242,7 +239,7 @@ def _train_with_restarts(
                 tuple(project.plugins),
                 str(rd.path),
                 console,
-                meanwhile=load_once if data is None else None,
+                meanwhile=import_torch,
             )
             rd.write_workers({name: pool.describe() for name, pool in pools.items()})
             try:

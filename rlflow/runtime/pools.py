@@ -13,7 +13,7 @@ reported with the pool's name: the run never waits forever for resources.
 
 The pools start side by side: every local and CPU pool's workers are created first (Ray
 starts their processes in parallel, reusing the Python workers it started ahead of time, which
-is why no actor gets a runtime_env), the driver does its own work meanwhile (loading the data),
+is why no actor gets a runtime_env), the driver does its own work meanwhile (importing torch),
 then each pool is waited for and the local pools load their models together. Each pool's start
 is a console phase (its workers up) and a local pool's model load another, each with its own
 start and end (they overlap), so a run says what it waited for and how long each took.
@@ -101,7 +101,7 @@ def start_pools(
     """Start every resource of the plan, side by side; on any failure, stop what was started and re-raise.
 
     Every local and CPU pool's workers are created at once; while they start, ``meanwhile`` runs
-    here (the driver's own start-up work: loading the data) and remote resources start; then each
+    here (the driver's own start-up work: importing torch) and remote resources start; then each
     pool is waited for, and the local pools load their models together.
     """
     pools: dict[str, Pool] = {}

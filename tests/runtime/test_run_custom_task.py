@@ -104,7 +104,7 @@ def test_a_reward_function_that_fails_on_every_row_stops_the_run_naming_it(custo
 
 
 def test_a_bad_prompt_row_stops_the_run_naming_the_file_and_row(custom_project):
-    """The data loads while the pools start: its error still ends the run with exit 2, the pools stopped, no run left."""
+    """The data loads before Ray starts: its error ends the run with exit 2 at once, leaving no run directory."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
