@@ -77,8 +77,6 @@ def model_dir(quick: bool) -> Path:
 
 def save_random_05b(directory: Path, seed: int = 1) -> None:
     """A seeded random Qwen2 of Qwen2.5-0.5B's shape with the built-in tokenizer, saved in bf16."""
-    import shutil
-
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -94,13 +92,7 @@ def save_random_05b(directory: Path, seed: int = 1) -> None:
         **SHAPE_05B,
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
-    tmp = directory.with_name(directory.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(directory, ignore_errors=True)
-    tmp.rename(directory)
+    common.save_model_dir(Qwen2ForCausalLM(config).to(torch.bfloat16), tokenizer, directory)
 
 
 def pipeline_sets(directory: Path, quick: bool, device: str, extra: list[str]) -> list[str]:

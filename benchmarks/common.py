@@ -125,7 +125,11 @@ def save_builtin(directory: Path, seed: int = 1) -> None:
 
     spec = ModelSpec()
     tokenizer = load_tokenizer(spec)
-    model = load_model(spec, tokenizer, seed=seed)
+    save_model_dir(load_model(spec, tokenizer, seed=seed), tokenizer, directory)
+
+
+def save_model_dir(model, tokenizer, directory: Path) -> None:
+    """``model`` and ``tokenizer`` as a Hugging Face directory, written beside it and renamed into place."""
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
