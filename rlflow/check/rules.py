@@ -64,6 +64,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
     if subject.spec is not None:
         check_dataflow(subject.spec, report)
         check_data_fields(subject.spec, report)
+        check_token_budgets(subject.spec, report)
         if check_paths:
             paths.check_paths(subject.spec, project or load_project_config(), report)
 
@@ -230,6 +231,29 @@ def check_batch_sizes(subject: Subject, report: Reporter) -> None:
                 f"({t.ppo_mini_batch_size} x n {n} / {dp}), not a multiple of ppo_micro_batch_size_per_gpu "
                 f"{t.ppo_micro_batch_size_per_gpu}",
                 f"use a divisor of {per}",
+            )
+
+
+def check_token_budgets(spec: Pipeline, report: Reporter) -> None:
+    """Warn when a token budget in use is below the longest row (max_prompt_length + max_response_length):
+    verl refuses such a budget; rlflow gives a row over it a micro-batch of its own."""
+    t = spec.trainer
+    log_prob_dynamic = t.use_dynamic_bsz if t.log_prob_use_dynamic_bsz is None else t.log_prob_use_dynamic_bsz
+    in_use = {
+        "ppo_max_token_len_per_gpu": t.use_dynamic_bsz
+        or (log_prob_dynamic and t.log_prob_max_token_len_per_gpu is None),
+        "log_prob_max_token_len_per_gpu": log_prob_dynamic and t.log_prob_max_token_len_per_gpu is not None,
+    }
+    longest = spec.data.max_prompt_length + spec.data.max_response_length
+    for name, used in in_use.items():
+        budget = getattr(t, name)
+        if used and budget < longest:
+            report.warn(
+                ("trainer", name),
+                f"a row may hold max_prompt_length {spec.data.max_prompt_length} + max_response_length "
+                f"{spec.data.max_response_length} = {longest} tokens, more than the budget of {budget}: such a row "
+                "gets a micro-batch of its own (verl refuses this budget)",
+                f"set {name} to at least {longest}",
             )
 
 

@@ -230,3 +230,28 @@ def test_a_clip_ratio_that_verl_ignores_is_a_warning(project_dir, algorithm, war
 def test_a_clip_ratio_warning_names_the_set_that_made_it(project_dir):
     (warning,) = load_text(project_dir, MINIMAL, sets=["algorithm.clip_ratio=0.25"]).warnings
     assert warning.message.startswith("--set algorithm.clip_ratio=0.25: clip_ratio 0.25 is ignored")
+
+
+@pytest.mark.parametrize(
+    "sets, warned",
+    [
+        (
+            ["trainer.use_dynamic_bsz=true", "trainer.ppo_max_token_len_per_gpu=100"],
+            "trainer.ppo_max_token_len_per_gpu",
+        ),
+        (["trainer.ppo_max_token_len_per_gpu=100"], None),  # no token budget in use
+        (
+            ["trainer.log_prob_use_dynamic_bsz=true", "trainer.log_prob_max_token_len_per_gpu=100"],
+            "trainer.log_prob_max_token_len_per_gpu",
+        ),
+        (["trainer.use_dynamic_bsz=true", "trainer.ppo_max_token_len_per_gpu=4096"], None),
+    ],
+)
+def test_a_token_budget_below_the_longest_row_is_a_warning(project_dir, sets, warned):
+    loaded = load_text(project_dir, MINIMAL, sets=sets)
+    if warned is None:
+        assert loaded.warnings == ()
+        return
+    (warning,) = loaded.warnings
+    assert warning.path == warned and "gets a micro-batch of its own (verl refuses this budget)" in warning.message
+    assert warning.fix.startswith(f"set {warned.split('.')[1]} to at least ")
