@@ -159,6 +159,7 @@ class StaticDecoder:
             input_ids=prompts,
             attention_mask=dict.fromkeys(self.layer_kinds, mask),
             position_ids=position_ids_from_mask(prompt_mask),
+            cache_position=cache.index,  # given, so the model never asks the cache its length
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
@@ -197,6 +198,7 @@ class StaticDecoder:
             input_ids=self.last[:, None],
             attention_mask=dict.fromkeys(self.layer_kinds, mask),
             position_ids=self.pos,
+            cache_position=self.slot,
             past_key_values=self.cache,
             use_cache=True,
             logits_to_keep=1,
