@@ -22,7 +22,8 @@ group as well (driver, Ray's daemons, each worker class), printed after each of 
 Memory: the summed PSS of the ``rlflow run`` process tree (Ray's GCS, raylet, daemons, workers
 and the driver; shared pages split between the processes mapping them), sampled every 0.2 s over
 the whole run: the real footprint, goal <= 1.25 GiB. The summed RSS, which counts shared pages
-once per process (an upper bound), is reported beside it, and TRL's peaks too.
+once per process (an upper bound), is reported beside it, and TRL's peaks too; so is the PSS of
+each process group at the moment of the peak (``peak_pss_by_group_mib``), which says where it goes.
 """
 
 from __future__ import annotations

@@ -330,7 +330,8 @@ class TreeSampler:
         self._cpu_by_pid: dict[int, tuple[str, float]] = {}  # pid -> (group, cumulative CPU seconds)
         self.peak = 0
         self.peak_pss = 0
-        self.peak_processes: dict[str, int] = {}
+        self.peak_processes: dict[str, int] = {}  # process name -> RSS at the RSS peak
+        self.peak_pss_groups: dict[str, int] = {}  # process group -> PSS at the PSS peak
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -362,15 +363,16 @@ class TreeSampler:
                 procs = [self.root, *self.root.children(recursive=True)]
             except psutil.Error:
                 break
-            rss, pss, names = 0, 0, {}
+            rss, pss, names, pss_groups = 0, 0, {}, {}
             for p in procs:
                 try:
-                    times = p.cpu_times()
-                    self._cpu_by_pid[p.pid] = (process_group(p), times.user + times.system)
+                    times, group = p.cpu_times(), process_group(p)
+                    self._cpu_by_pid[p.pid] = (group, times.user + times.system)
                     if self.memory:
                         info = p.memory_full_info()
                         rss, pss = rss + info.rss, pss + info.pss
                         names[p.name()] = names.get(p.name(), 0) + info.rss
+                        pss_groups[group] = pss_groups.get(group, 0) + info.pss
                 except psutil.Error:
                     continue
             now, groups = time.time(), {}
@@ -379,7 +381,8 @@ class TreeSampler:
             self.cpu.append((now, sum(groups.values())))
             self.cpu_by_name.append((now, groups))
             self.samples += 1
-            self.peak_pss = max(self.peak_pss, pss)
+            if pss > self.peak_pss:
+                self.peak_pss, self.peak_pss_groups = pss, pss_groups
             if rss > self.peak:
                 self.peak, self.peak_processes = rss, names
             self._stop.wait(self.interval)
@@ -392,11 +395,13 @@ class TreeSampler:
         }
         if self.memory:
             top = sorted(self.peak_processes.items(), key=lambda kv: -kv[1])[:8]
+            pss_top = sorted(self.peak_pss_groups.items(), key=lambda kv: -kv[1])
             out.update(
                 peak_rss_bytes=self.peak,
                 peak_rss_gib=round(self.peak / 2**30, 3),
                 peak_pss_gib=round(self.peak_pss / 2**30, 3),
                 peak_rss_by_process_mib={k: round(v / 2**20, 1) for k, v in top},
+                peak_pss_by_group_mib={k: round(v / 2**20, 1) for k, v in pss_top},
             )
         return out
 
@@ -411,9 +416,11 @@ def process_group(p) -> str:
         for marker, group in (
             ("default_worker.py", "ray idle worker"),
             ("rlflow.backends.remote.server", "backend server"),
-            ("dashboard", "ray dashboard agent"),
+            ("dashboard/agent.py", "ray dashboard agent"),
+            ("dashboard/dashboard.py", "ray dashboard"),
             ("runtime_env", "ray runtime env agent"),
             ("log_monitor", "ray log monitor"),
+            ("autoscaler/_private/monitor.py", "ray autoscaler monitor"),
         ):
             if marker in cmd:
                 return group

@@ -1,8 +1,10 @@
 """Starting or joining Ray, and checking that the cluster can hold every pool before anything starts.
 
 With no ``ray.address`` in rlflow.yaml an embedded local Ray is started (no dashboard, usage
-stats off, quiet), always: ``address="local"`` makes Ray ignore ``RAY_ADDRESS`` and any
-``ray start`` head on the machine, so what runs is what rlflow.yaml says. Its logical CPU count
+stats off, quiet, and without the Python daemons that serve nothing in such a run: the
+autoscaler monitor, the log monitor and the dashboard's server), always: ``address="local"``
+makes Ray ignore ``RAY_ADDRESS`` and any ``ray start`` head on the machine, so what runs is
+what rlflow.yaml says. Its logical CPU count
 is raised to what the pipeline asks for when the laptop has fewer cores: CPU bundles are then
 shared, which is what a laptop user wants; GPUs are never invented. Such a run is warned about,
 naming each pool's reservation: every worker runs as many torch threads as it reserves CPUs, so
@@ -71,14 +73,42 @@ def start_ray(project, demands: list[Demand]) -> bool:
     for _ in range(EMBEDDED_START_ATTEMPTS - 1):
         try:
             ray.init(address="local", num_cpus=cpus, **kwargs)
-            return True
+            break
         except Exception as exc:  # Ray raises a bare Exception when its raylet misses a fixed 30 s start window
             if "timed out during startup" not in str(exc):
                 raise
             log.warning("the embedded Ray did not start in time (a busy machine?); trying again")
             ray.shutdown()
-    ray.init(address="local", num_cpus=cpus, **kwargs)  # the last attempt: its failure is the run's
+    else:
+        ray.init(address="local", num_cpus=cpus, **kwargs)  # the last attempt: its failure is the run's
+    stop_idle_daemons(ray, kwargs)
     return True
+
+
+def stop_idle_daemons(ray, kwargs: dict) -> list[str]:
+    """Stop the embedded Ray's Python daemons that serve nothing in this run; the names of those stopped.
+
+    The autoscaler monitor (a one-node local Ray never scales), the log monitor unless worker logs
+    stream to the driver (``log_to_driver``), and the dashboard's API server unless the dashboard
+    is on (without it, the server hosts only usage statistics, off here unless
+    ``RAY_USAGE_STATS_ENABLED`` says otherwise): about 170 MiB together, a seventh of a default
+    run's memory. Ray has no public switch for them, so this goes through the node object
+    ``ray.init`` keeps; a Ray release without it leaves them running, which costs memory only.
+    """
+    wanted = {
+        "monitor": True,
+        "log_monitor": not kwargs.get("log_to_driver"),
+        "dashboard": not kwargs.get("include_dashboard") and os.environ.get("RAY_USAGE_STATS_ENABLED") == "0",
+    }
+    stopped = []
+    try:
+        node = ray._private.worker._global_node
+        for name in (name for name, stop in wanted.items() if stop):
+            getattr(node, f"kill_{name}")(check_alive=False)
+            stopped.append(name)
+    except Exception as exc:  # another Ray release's internals: the daemons keep running
+        log.debug("left Ray's idle daemons running: %r", exc)
+    return stopped
 
 
 def machine_cores() -> int:

@@ -150,6 +150,7 @@ class StageWorker:
         )
         start = time.time()
         out = kind().run(Batch() if batch is None else batch, ctx)
+        trim_heap()  # what the stage freed (a rollout's KV cache, activations) goes back before the next one
         return WorkerResult(out, start, time.time(), os.getpid())
 
     def load_checkpoint(self, path: str) -> WorkerResult:

@@ -104,4 +104,39 @@ def test_pools_reserving_more_cpus_than_the_machine_has_are_warned_about(project
     sets = small_sets("trainer.total_steps=1", f"resources.reward_pool.cpus_per_worker={cores}")
     result = rlflow("run", "p.yaml", "--run-dir", "runs/r", *sets, cwd=project_dir)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"reward_pool {2 * cores:g}" in result.stderr and f"this machine has {cores} cores" in result.stderr
+    assert f"reward_pool {cores:g}" in result.stderr and f"this machine has {cores} cores" in result.stderr
+
+
+def test_the_embedded_ray_runs_without_its_idle_daemons():
+    """No autoscaler monitor, log monitor or dashboard server (about 170 MiB) on rlflow's own Ray; tasks still run."""
+    import psutil
+    import ray
+
+    from rlflow.runtime.cluster import Demand, start_ray
+    from rlflow.schemas.project import ProjectConfig
+
+    def daemons() -> set[str]:
+        found = set()
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                command = " ".join(proc.cmdline())
+            except psutil.Error:
+                continue
+            for marker, name in (
+                ("autoscaler/_private/monitor.py", "monitor"),
+                ("log_monitor.py", "log_monitor"),
+                ("dashboard/dashboard.py", "dashboard"),
+                ("dashboard/agent.py", "agent"),
+            ):
+                if marker in command:
+                    found.add(name)
+        return found
+
+    assert not ray.is_initialized()
+    assert start_ray(ProjectConfig(), [Demand("pool", 1, 1, 0)])
+    try:
+        assert "agent" in daemons(), "the raylet's own agents stay (the search for daemons finds processes)"
+        assert not daemons() & {"monitor", "log_monitor", "dashboard"}, daemons()
+        assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
+    finally:
+        ray.shutdown()
