@@ -9,8 +9,8 @@ samples x 48 tokens), without validation or checkpoints inside the timed steps; 
 median ``timing_s/step`` of the steps after the first (which warms caches up).
 
 - Reservations: ``default`` is the pipeline as shipped (the actor on 1 CPU, so 1 torch thread, and
-  two half-CPU reward workers: 2 CPUs in all); ``oversubscribed`` gives the actor 2 CPUs (2 torch
-  threads) and each reward worker 1 CPU, 4 CPUs in all, which is what the pipeline reserved before.
+  one 1-CPU reward worker: 2 CPUs in all); ``oversubscribed`` gives the actor 2 CPUs (2 torch
+  threads) and two 1-CPU reward workers, 4 CPUs in all, which is what the pipeline reserved before.
 - Loads: ``idle`` is the machine as it is; ``loaded`` adds one busy process (a Python loop) pinned
   to the first core for the arm's whole run, as any other job on a shared laptop or CI runner would.
 
@@ -35,7 +35,11 @@ LOADED_GOAL = 1.5
 BASE_SETS = ("trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.save_freq=-1")
 RESERVATIONS = {
     "default": (),
-    "oversubscribed": ("resources.actor_pool.cpus_per_worker=2", "resources.reward_pool.cpus_per_worker=1"),
+    "oversubscribed": (
+        "resources.actor_pool.cpus_per_worker=2",
+        "resources.reward_pool.workers=2",
+        "resources.reward_pool.cpus_per_worker=1",
+    ),
 }
 LOADS = ("idle", "loaded")
 

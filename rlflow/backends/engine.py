@@ -25,7 +25,8 @@ class Engine(abc.ABC):
     def generate(self, batch: Batch, params: dict[str, Any]) -> Batch:
         """Sample one response per row of ``batch`` (rows already repeated n times).
 
-        ``params``: temperature, top_p, top_k, do_sample, max_response_length, seed.
+        ``params``: temperature, top_p, top_k, do_sample, max_response_length, seed, and max_num_seqs
+        (the most rows to decode at once, None for the engine to choose; an engine may ignore it).
         Returns a Batch with ``responses`` [B, R] (right-padded with pad id), ``response_mask`` [B, R]
         and ``response_text`` (list[str]); metrics may carry ``timing``/token counts. An engine that
         knows each response token's log-prob as sampled adds ``rollout_log_probs`` [B, R] (0 outside

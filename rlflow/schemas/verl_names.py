@@ -135,7 +135,7 @@ VERL_NAMES: tuple[VerlName, ...] = (
     # rollout
     VerlName(f"{ROLLOUT}.n", "algorithm.n"),
     VerlName(f"{ROLLOUT}.name", "engine", "stage", "generate", note="vllm is vllm; no sglang or trtllm rollout"),
-    *_same(ROLLOUT, "temperature top_p top_k do_sample", "", "stage", "generate"),
+    *_same(ROLLOUT, "temperature top_p top_k do_sample max_num_seqs", "", "stage", "generate"),
     *_same(f"{ROLLOUT}.val_kwargs", "temperature top_p n do_sample", "", "stage", "validate"),
     VerlName(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", "trainer.log_prob_micro_batch_size_per_gpu"),
     VerlName(f"{ROLLOUT}.log_prob_micro_batch_size", "trainer.log_prob_micro_batch_size_per_gpu", global_size=True),

@@ -34,6 +34,12 @@ class GenerateConfig(StageConfig):
     n: int | None = Field(
         None, ge=1, description="Samples per prompt; defaults to algorithm.n (validation uses its own)."
     )
+    max_num_seqs: int | None = Field(
+        None,
+        ge=1,
+        description="Rows a local torch rollout decodes at once, bounding its KV cache (verl: rollout.max_num_seqs); "
+        "unset: 64 on a CPU, all rows on a GPU.",
+    )
 
 
 def generation_seed(seed: int, step: int, rank: int) -> int:
@@ -50,6 +56,7 @@ def generation_params(ctx: StageContext) -> dict:
         "do_sample": cfg.do_sample,
         "max_response_length": ctx.pipeline.data.max_response_length,
         "engine": cfg.engine,
+        "max_num_seqs": cfg.max_num_seqs,
         "seed": generation_seed(ctx.pipeline.trainer.seed, ctx.step, ctx.rank),
     }
 

@@ -12,7 +12,8 @@ from rlflow.schemas.project import load_project_config
 
 PIPELINE = str(REPO / "pipelines" / "bird_grpo.yaml")
 # What changes from run to run on the same seed: wall-clock and memory measurements.
-TWO_STEPS = ("trainer.total_steps=2", "trainer.save_freq=1", "trainer.test_freq=2")
+TWO_WORKERS = "resources.reward_pool.workers=2"  # the shipped pipeline has one: these runs shard the reward too
+TWO_STEPS = ("trainer.total_steps=2", "trainer.save_freq=1", "trainer.test_freq=2", TWO_WORKERS)
 NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/gen_seconds", "sync/seconds")
 
 
@@ -87,7 +88,7 @@ def test_trace_follows_the_plan_order(two_step_run):
 
 def test_resume_is_exact(two_step_run, tmp_path):
     run_dir = two_step_run
-    four = small_sets("trainer.total_steps=4", "trainer.save_freq=1", "trainer.test_freq=4")
+    four = small_sets("trainer.total_steps=4", "trainer.save_freq=1", "trainer.test_freq=4", TWO_WORKERS)
     resumed = rlflow("run", PIPELINE, "--resume", str(run_dir), *four)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     straight_dir = tmp_path / "straight"

@@ -94,7 +94,10 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
     "resources.<local>.device": "trainer.device",
     "resources.<local>.gpus_per_node": "trainer.n_gpus_per_node",
     "resources.<local>.nnodes": "trainer.nnodes",
-    **{f"stages.generate.with.{k}": f"{ROLLOUT}.{k}" for k in ("temperature", "top_p", "top_k", "do_sample")},
+    **{
+        f"stages.generate.with.{k}": f"{ROLLOUT}.{k}"
+        for k in ("temperature", "top_p", "top_k", "do_sample", "max_num_seqs")
+    },
     **{
         f"stages.validate.with.{k}": f"{ROLLOUT}.val_kwargs.{k}"
         for k in ("do_sample", "temperature", "top_p", "top_k", "n")

@@ -55,3 +55,24 @@ def test_vllm_is_refused_with_what_to_use_instead(engine):
     # a plain LocalEngine has no vLLM (create_local_engine builds one that has, when the pipeline asks)
     with pytest.raises(BackendError, match=r"engine 'vllm' is not available in the local backend.*torch"):
         run_stage(make_pipeline(), engine, "generate", data_batch(engine.tokenizer), config={"engine": "vllm"})
+
+
+def test_max_num_seqs_bounds_the_rows_decoded_at_once(engine, monkeypatch):
+    from rlflow.backends.local import generation
+
+    calls = []
+    real = generation.sample_with_log_probs
+
+    def counting(model, prompts, mask, params, **kw):
+        calls.append(prompts.shape[0])
+        return real(model, prompts, mask, params, **kw)
+
+    monkeypatch.setattr(generation, "sample_with_log_probs", counting)
+    pipeline, batch = make_pipeline(), data_batch(engine.tokenizer)
+    greedy = {"do_sample": False, "n": 2}
+    whole = run_stage(pipeline, engine, "generate", batch, config=greedy)
+    assert calls == [6]  # under the CPU's default cap: one call
+    calls.clear()
+    chunked = run_stage(pipeline, engine, "generate", batch, config={**greedy, "max_num_seqs": 4})
+    assert calls == [4, 2] and torch.equal(whole["responses"], chunked["responses"])
+    assert whole["response_text"] == chunked["response_text"]

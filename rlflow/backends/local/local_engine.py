@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -176,12 +177,17 @@ class LocalEngine(Engine):
         from rlflow.backends.local import static_decode  # imports transformers: only once a model decodes
 
         model.eval()
+        prompts, prompt_mask = batch["prompts"], batch["prompt_mask"]
+        max_rows = generation.decode_rows_limit(params.get("max_num_seqs"), next(model.parameters()).device)
         if engine == "hf":
-            return (*generation.sample_hf(model, batch["prompts"], batch["prompt_mask"], sp), None)
+            sampler = partial(generation.sample_hf, model)
+            return (*generation.sample_in_chunks(sampler, prompts, prompt_mask, sp, max_rows), None)
         use_cache = bool(params.get("use_cache", True))
         if use_cache and static_decode.use_static_decode(model):
-            return static_decode.sample_static(model, batch["prompts"], batch["prompt_mask"], sp)
-        return generation.sample_with_log_probs(model, batch["prompts"], batch["prompt_mask"], sp, use_cache=use_cache)
+            sampler = partial(static_decode.sample_static, model)
+        else:
+            sampler = partial(generation.sample_with_log_probs, model, use_cache=use_cache)
+        return generation.sample_in_chunks(sampler, prompts, prompt_mask, sp, max_rows)
 
     def _decode(self, responses: torch.Tensor, mask: torch.Tensor) -> list[str]:
         rows = responses.tolist()

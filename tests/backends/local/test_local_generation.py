@@ -5,11 +5,15 @@ from __future__ import annotations
 import torch
 
 from rlflow.backends.local.generation import (
+    CPU_MAX_NUM_SEQS,
     SamplingParams,
+    chunk_seed,
+    decode_rows_limit,
     next_tokens,
     response_mask_from_tokens,
     sample,
     sample_hf,
+    sample_in_chunks,
     sample_with_log_probs,
     shared_prompt_starts,
 )
@@ -174,3 +178,43 @@ def test_log_probs_as_sampled_are_under_the_cut_distribution(sharp_model, prompt
     on = mask == 1
     assert (sampled[on] >= actor[on] - 1e-5).all()  # renormalised over the two best tokens: never less likely
     assert (sampled[on] > actor[on] + 1e-3).any()
+
+
+def test_chunked_greedy_decoding_agrees_with_one_call_and_trims_shared_padding(sharp_model, prompt_batch, tokenizer):
+    rows = prompt_batch.repeat_interleave(2)
+    p = params(tokenizer, do_sample=False)
+    whole = sample_with_log_probs(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+    widths = []
+
+    def sampler(prompts, mask, sp):
+        widths.append(prompts.shape[1])
+        assert bool(mask[:, 0].any()), "a column no prompt of the chunk uses was kept"
+        return sample_with_log_probs(sharp_model, prompts, mask, sp)
+
+    chunked = sample_in_chunks(sampler, rows["prompts"], rows["prompt_mask"], p, max_rows=4)
+    assert len(widths) == -(-len(rows) // 4) and min(widths) < rows["prompts"].shape[1]
+    assert torch.equal(whole[0], chunked[0]) and torch.equal(whole[1], chunked[1])
+    assert torch.allclose(whole[2], chunked[2], atol=1e-5)
+
+
+def test_each_chunk_samples_from_its_own_seed(sharp_model, prompt_batch, tokenizer):
+    first = prompt_batch["prompts"][:1].repeat(8, 1), prompt_batch["prompt_mask"][:1].repeat(8, 1)
+    p = params(tokenizer, seed=7)
+    seeds = []
+
+    def sampler(prompts, mask, sp):
+        seeds.append(sp.seed)
+        return sample_with_log_probs(sharp_model, prompts, mask, sp)
+
+    responses, _, _ = sample_in_chunks(sampler, *first, p, max_rows=4)
+    assert seeds == [7, chunk_seed(7, 1)] and len(set(seeds)) == 2
+    assert not torch.equal(responses[:4], responses[4:])  # same prompt, same shape: only the seed differs
+    one, _, _ = sample_in_chunks(sampler, *first, p, max_rows=None)
+    again, _, _ = sample_in_chunks(sampler, *first, p, max_rows=8)
+    assert torch.equal(one, again)  # a batch that fits in one chunk samples as an unchunked call
+
+
+def test_decode_rows_limit_caps_a_cpu_and_follows_max_num_seqs():
+    assert decode_rows_limit(None, torch.device("cpu")) == CPU_MAX_NUM_SEQS
+    assert decode_rows_limit(None, torch.device("cuda")) is None
+    assert decode_rows_limit(16, torch.device("cuda")) == 16 and decode_rows_limit(256, torch.device("cpu")) == 256
