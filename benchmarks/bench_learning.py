@@ -1,7 +1,7 @@
 """Learning you can see: do the shipped pipelines raise validation accuracy?
 
     python -m benchmarks.bench_learning                       # BIRD text-to-SQL, seeds 1 2 3 (minutes per seed)
-    python -m benchmarks.bench_learning --task arithmetic     # the arithmetic task, seeds 1 2 3
+    python -m benchmarks.bench_learning --task ranking        # the ranking task, seeds 1 2 3
     python -m benchmarks.bench_learning --quick               # a 2-step smoke of the same path, seed 1
     python -m benchmarks.bench_learning --seeds 2 --set trainer.total_steps=10
 
@@ -10,12 +10,12 @@ subprocess (exactly what a user types), times it, and reads ``DIR/metrics.jsonl`
 over data sources of ``val-core/<source>/acc/mean@1`` at step 0 (greedy, before any update)
 and at the last step that validated. It prints a Markdown table (seed, before, after, delta,
 wall minutes) and writes the figures, the machine and the goal to
-``benchmarks/results/<task's file>`` (``learning.json`` for BIRD, ``learning_arithmetic.json``).
+``benchmarks/results/<task's file>`` (``learning.json`` for BIRD, ``learning_ranking.json``).
 
 Design decisions:
 - The goals are the ones the README states: on each seed the run finishes within
   ``--max-minutes`` (15) and accuracy rises by at least the task's ``--min-delta`` (BIRD
-  0.15, arithmetic 0.10, i.e. 15 and 10 points). The exit code is 1 when a full run misses
+  0.15, ranking 0.10, i.e. 15 and 10 points). The exit code is 1 when a full run misses
   it, so the script can gate a release.
 - ``--quick`` proves the path (subprocess, metrics, table, JSON) in a couple of minutes; its
   figures mean nothing and go to ``learning_quick.json`` so they never overwrite a real result.
@@ -51,7 +51,7 @@ class Task:
 
 TASKS = {
     "bird": Task("pipelines/bird_grpo.yaml", 0.15, "learning.json"),
-    "arithmetic": Task("pipelines/arithmetic_grpo.yaml", 0.10, "learning_arithmetic.json"),
+    "ranking": Task("pipelines/ranking_grpo.yaml", 0.10, "learning_ranking.json"),
 }
 QUICK_SETS = ("trainer.total_steps=2", "trainer.test_freq=2", "data.max_val_samples=8")
 

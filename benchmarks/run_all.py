@@ -58,10 +58,10 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "load": ("benchmarks.bench_load", [], ["--quick"]),
     "gpu": ("benchmarks.bench_gpu", [], ["--quick"]),
     "learning": ("benchmarks.bench_learning", [], ["--quick"]),
-    "learning_arithmetic": (
+    "learning_ranking": (
         "benchmarks.bench_learning",
-        ["--task", "arithmetic"],
-        ["--task", "arithmetic", "--quick"],
+        ["--task", "ranking"],
+        ["--task", "ranking", "--quick"],
     ),
 }
 NEEDS_TRL = ("step", "startup")
@@ -324,10 +324,10 @@ LEARNING_TEXT = {
         "`rlflow/assets/data/bird_sample`)",
         "[seed 1](learning_seed1.png)",
     ),
-    "arithmetic": (
-        "Learning the arithmetic task",
-        "validation accuracy (the mean of `val-core/arith_add/acc/mean@1` and `val-core/arith_sub/acc/mean@1`, "
-        "greedy, the 200 questions of `rlflow/assets/data/arithmetic/val.parquet`)",
+    "ranking": (
+        "Learning the ranking task",
+        "validation accuracy (the mean of `val-core/<source>/acc/mean@1` over its four sources, "
+        "greedy, the 200 questions of `rlflow/assets/data/ranking/val.parquet`)",
         "",
     ),
 }

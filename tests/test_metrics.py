@@ -2,7 +2,7 @@
 
 The unit tests pin what the view changes (the clip ratios count rows as long as the step's
 longest one, as verl's V1 trainer pads) and that everything else equals verl's functions on the
-full-width batch. The last test trains two steps of the shipped arithmetic pipeline in-process
+full-width batch. The last test trains two steps of the shipped ranking pipeline in-process
 and compares the names it logs with the names read from the installed verl's source
 (``verl_metric_names``): every verl name must be there, except the named differences below.
 """
@@ -158,7 +158,7 @@ def test_rollout_metrics_need_the_rollouts_log_probs():
 
 @pytest.fixture
 def two_steps(tmp_path) -> list[dict]:
-    """Two steps of the shipped arithmetic pipeline (GRPO with the KL loss) in-process, small sizes."""
+    """Two steps of the shipped ranking pipeline (GRPO with the KL loss) in-process, small sizes."""
     from rlflow.check import load_pipeline
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.inprocess import InProcessExecutor
@@ -177,7 +177,7 @@ def two_steps(tmp_path) -> list[dict]:
         "trainer.test_freq=2",
         "algorithm.entropy_coeff=0.001",  # verl logs actor/entropy_loss only when the update computes entropy
     ]
-    loaded = load_pipeline(REPO / "pipelines" / "arithmetic_grpo.yaml", sets)
+    loaded = load_pipeline(REPO / "pipelines" / "ranking_grpo.yaml", sets)
     spec, plan = loaded.spec, compile_plan(loaded.spec)
     run_dir = RunDir(tmp_path / "run")
     executor = InProcessExecutor(plan, spec, str(REPO), run_dir.append_trace, str(run_dir.path))

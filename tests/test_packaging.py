@@ -56,11 +56,11 @@ def test_core_install_runs_the_first_commands(core_venv, clean_env, tmp_path):
     _sh(rlflow, "init", "demo", cwd=tmp_path, env=clean_env)
     demo = tmp_path / "demo"
     assert (demo / "models" / "tiny-sql-warm" / "model.safetensors").is_file()
-    assert (demo / "models" / "tiny-arith-warm" / "model.safetensors").is_file()
-    pipelines = ("pipelines/bird_grpo.yaml", "pipelines/bird_grpo_remote.yaml", "pipelines/arithmetic_grpo.yaml")
+    assert (demo / "models" / "tiny-rank-warm" / "model.safetensors").is_file()
+    pipelines = ("pipelines/bird_grpo.yaml", "pipelines/bird_grpo_remote.yaml", "pipelines/ranking_grpo.yaml")
     validated = _sh(rlflow, "validate", *pipelines, cwd=demo, env=clean_env)
     assert "pipelines/bird_grpo.yaml: ok" in validated.stdout
-    assert "pipelines/arithmetic_grpo.yaml: ok" in validated.stdout  # its reward function loads from examples/
+    assert "pipelines/ranking_grpo.yaml: ok" in validated.stdout  # its reward function loads from examples/
     graph = _sh(rlflow, "graph", "pipelines/bird_grpo.yaml", cwd=demo, env=clean_env)
     assert "update_actor" in graph.stdout
     assert '"properties"' in _sh(rlflow, "schema", cwd=demo, env=clean_env).stdout

@@ -1,4 +1,4 @@
-"""The shipped warm starts (rlflow/assets/models/tiny-sql-warm, tiny-arith-warm) load through rlflow and answer.
+"""The shipped warm starts (rlflow/assets/models/tiny-sql-warm, tiny-rank-warm) load through rlflow and answer.
 
 A smoke test of the artifact the default pipeline starts from: it must load with rlflow's own
 model code, greedy-decode a ```sql fenced block (the format the reward extracts), and get some
@@ -86,26 +86,26 @@ def test_greedy_answers_are_fenced_sql_and_some_are_right(warm):
     assert sum(s["acc"] for s in scores) > 0, texts
 
 
-def test_the_arithmetic_warm_start_answers_in_format_from_its_train_split():
-    """The arithmetic task's warm start: made from the train split, answers "#### <number>", some of them right."""
+def test_the_ranking_warm_start_answers_in_format_from_its_train_split():
+    """The ranking task's warm start: made from the train split, answers "#### <number>", some of them right."""
     import re
 
     import torch
 
-    from rlflow.assets import ARITH_WARM_START
+    from rlflow.assets import RANK_WARM_START
     from rlflow.backends.local.models import load_model
     from rlflow.check import load_pipeline
     from rlflow.data import load_split
     from rlflow.data.tokenizer import load_tokenizer
     from rlflow.schemas.pipeline import ModelSpec
 
-    meta = json.loads((ARITH_WARM_START / "warm_start.json").read_text())
-    assert meta["task"] == "arithmetic" and meta["trained_on"] == "train.parquet"
+    meta = json.loads((RANK_WARM_START / "warm_start.json").read_text())
+    assert meta["task"] == "ranking" and meta["trained_on"] == "train.parquet"
     torch.set_num_threads(1)
-    spec = ModelSpec(path=str(ARITH_WARM_START))
+    spec = ModelSpec(path=str(RANK_WARM_START))
     tokenizer = load_tokenizer(spec, ROOT)
     model = load_model(spec, tokenizer, seed=1, root=ROOT).eval()
-    pipeline = load_pipeline(ROOT / "pipelines" / "arithmetic_grpo.yaml").spec
+    pipeline = load_pipeline(ROOT / "pipelines" / "ranking_grpo.yaml").spec
     train = load_split(pipeline, "train", ROOT, tokenizer)
     texts = _greedy(tokenizer, model, train, list(range(2 * PROMPTS)))
     assert all(re.fullmatch(r"#### \d+", t) for t in texts), texts

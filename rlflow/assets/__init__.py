@@ -2,14 +2,14 @@
 
 The folder is laid out as a project: ``rlflow.yaml``, ``pipelines/`` (the default pipelines),
 ``data/bird_sample/`` (a small BIRD-format text-to-SQL sample, made by
-``scripts/make_bird_sample.py``), ``data/arithmetic/`` (the arithmetic task in verl's format,
-made by ``scripts/make_arithmetic.py``), ``examples/arithmetic/`` (that task's reward function)
-and ``models/tiny-sql-warm/``, ``models/tiny-arith-warm/`` (the warm starts, made by
+``scripts/make_bird_sample.py``), ``data/ranking/`` (the ranking task in verl's format,
+made by ``scripts/make_ranking.py``), ``examples/ranking/`` (that task's reward function)
+and ``models/tiny-sql-warm/``, ``models/tiny-rank-warm/`` (the warm starts, made by
 ``scripts/make_warm_start.py``). Design decisions:
 
 - One copy. The repository's own ``rlflow.yaml`` points its vars here, and ``pipelines`` here
-  is a link to the repository's ``pipelines/`` (``examples/arithmetic`` to the repository's
-  ``examples/arithmetic/``; a wheel holds the files themselves), so a clone
+  is a link to the repository's ``pipelines/`` (``examples/ranking`` to the repository's
+  ``examples/ranking/``; a wheel holds the files themselves), so a clone
   and an installed wheel run the same files, and a pipeline opened from the repository finds the
   repository's project file, not this one.
 - Shipped as package data (plain files next to this module), read through ``__file__``: the
@@ -26,6 +26,6 @@ ASSETS = Path(__file__).resolve().parent
 PIPELINES = ASSETS / "pipelines"
 BIRD_SAMPLE = ASSETS / "data" / "bird_sample"
 WARM_START = ASSETS / "models" / "tiny-sql-warm"
-ARITH_WARM_START = ASSETS / "models" / "tiny-arith-warm"
+RANK_WARM_START = ASSETS / "models" / "tiny-rank-warm"
 # what the starter project holds, relative to ASSETS (this module and caches stay behind)
-STARTER_FILES = ("rlflow.yaml", "pipelines", "data", "models", "examples/arithmetic")
+STARTER_FILES = ("rlflow.yaml", "pipelines", "data", "models", "examples/ranking")

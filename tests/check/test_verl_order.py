@@ -23,7 +23,7 @@ from rlflow.stages import STAGE_KINDS
 pytestmark = pytest.mark.skipif(verl_root() is None, reason="verl is not installed")
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("bird_grpo", "arithmetic_grpo", "bird_grpo_remote")
+SHIPPED = ("bird_grpo", "ranking_grpo", "bird_grpo_remote")
 
 
 def compiled(name: str = "bird_grpo", *sets: str, path: Path | None = None):

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# The arithmetic task (short prompts) in bfloat16, two steps with a checkpoint each, no validation, the
+# The ranking task (short prompts) in bfloat16, two steps with a checkpoint each, no validation, the
 # reference stage dropped from the command line, TensorBoard chosen for this run: small enough for a 2-core CPU.
 SHORT_RUN = (
-    "pipelines/arithmetic_grpo.yaml",
+    "pipelines/ranking_grpo.yaml",
     "--sink",
     "tensorboard",
     "--drop",

@@ -204,10 +204,10 @@ def test_an_imported_config_trains_with_verls_own_reward(tmp_path):
 
     (tmp_path / "rlflow.yaml").write_text("vars: {}\nlogging: {sinks: [jsonl]}\n")
     for split in ("train", "val"):
-        rows = pq.read_table(REPO / "rlflow" / "assets" / "data" / "arithmetic" / f"{split}.parquet").to_pylist()
+        rows = pq.read_table(REPO / "rlflow" / "assets" / "data" / "ranking" / f"{split}.parquet").to_pylist()
         rows = [{**row, "data_source": "openai/gsm8k"} for row in rows[:32]]  # answers after ####, as GSM8K's
         pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{split}.parquet")
-    model = REPO / "rlflow" / "assets" / "models" / "tiny-arith-warm"
+    model = REPO / "rlflow" / "assets" / "models" / "tiny-rank-warm"
     imported = shell(
         f"{rlflow_cmd()} import-verl ppo_trainer algorithm.adv_estimator=grpo "
         "data.train_files=train.parquet data.val_files=val.parquet data.train_batch_size=4 "

@@ -80,6 +80,6 @@ def test_a_sink_and_a_drop_from_the_command_line_reach_the_run(checkpointed_run)
 
 
 def test_an_unknown_sink_is_one_line_with_exit_2():
-    result = rlflow("run", "pipelines/arithmetic_grpo.yaml", "--sink", "wandbb", timeout=120)
+    result = rlflow("run", "pipelines/ranking_grpo.yaml", "--sink", "wandbb", timeout=120)
     assert result.returncode == 2
     assert result.stderr == "error: --sink: unknown metrics sink 'wandbb' (did you mean 'wandb'?)\n"

@@ -269,7 +269,7 @@ def test_validate_help_says_what_verl_does():
         ["pipelines/bird_grpo.yaml", "--verl"],
         ["--verl", "pipelines/bird_grpo.yaml", "--json"],
         ["pipelines/bird_grpo.yaml", "--print", "--drop", "ref_log_prob", "-s", "algorithm.use_kl_loss=false"],
-        ["pipelines/bird_grpo.yaml", "pipelines/arithmetic_grpo.yaml", "--print", "--json"],
+        ["pipelines/bird_grpo.yaml", "pipelines/ranking_grpo.yaml", "--print", "--json"],
         ["pipelines/bird_grpo.yaml", "--drop", "ref_log_prob"],
         ["pipelines/bird_grpo.yaml", "--print", "--verl"],
     ],

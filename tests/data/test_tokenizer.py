@@ -16,7 +16,7 @@ from rlflow.data import load_split
 from rlflow.data.tokenizer import PromptTokenizer, load_prompt_tokenizer, load_tokenizer
 from rlflow.schemas.pipeline import ModelSpec, Pipeline
 
-SOURCES = ("builtin:tiny-qwen2", str(ASSETS / "models" / "tiny-sql-warm"), str(ASSETS / "models" / "tiny-arith-warm"))
+SOURCES = ("builtin:tiny-qwen2", str(ASSETS / "models" / "tiny-sql-warm"), str(ASSETS / "models" / "tiny-rank-warm"))
 
 
 @pytest.mark.parametrize("source", SOURCES)

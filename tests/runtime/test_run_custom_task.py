@@ -1,7 +1,7 @@
 """Any task end to end: a verl-format parquet file and a reward function of the user's own, trained by ``rlflow run``.
 
 Real parts only: the real CLI in a subprocess, Ray, torch, pyarrow, and the reward function run
-in its child process. The shipped arithmetic pipeline gets a two-step smoke run the same way.
+in its child process. The shipped ranking pipeline gets a two-step smoke run the same way.
 """
 
 from __future__ import annotations
@@ -119,14 +119,13 @@ def test_a_bad_prompt_row_stops_the_run_naming_the_file_and_row(custom_project):
     assert not run_dir.exists(), "a run that fails before its first step leaves no directory"
 
 
-def test_the_shipped_arithmetic_pipeline_runs_two_steps(tmp_path):
+def test_the_shipped_ranking_pipeline_runs_two_steps(tmp_path):
     run_dir = tmp_path / "r"
     sets = ["trainer.train_batch_size=4", "trainer.ppo_mini_batch_size=2", "algorithm.n=4", "data.max_val_samples=8"]
     args = [a for s in sets for a in ("--set", s)]
-    result = rlflow(
-        "run", str(REPO / "pipelines" / "arithmetic_grpo.yaml"), "--run-dir", str(run_dir), *args, *TWO_STEPS
-    )
+    result = rlflow("run", str(REPO / "pipelines" / "ranking_grpo.yaml"), "--run-dir", str(run_dir), *args, *TWO_STEPS)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = read_jsonl(run_dir / "metrics.jsonl")
-    assert {"val-core/arith_add/acc/mean@1", "val-core/arith_sub/acc/mean@1"} <= set(metrics[-1])
+    sources = ("largest", "smallest", "second_largest", "second_smallest")
+    assert {f"val-core/{source}/acc/mean@1" for source in sources} <= set(metrics[-1])
     assert metrics[1]["reward/error_rate"] == 0 and "reward/format_ok" in metrics[1]

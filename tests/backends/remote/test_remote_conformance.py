@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlflow.assets import ARITH_WARM_START
+from rlflow.assets import RANK_WARM_START
 from rlflow.testing.remote_backend import RemoteBackendConformance, prompt_batch
 
 
@@ -47,16 +47,16 @@ class TestExamplePluginConformance(RemoteBackendConformance):
 
 @pytest.mark.usefixtures("example_plugin", "one_torch_thread")
 class TestExamplePluginOnAnotherModel(RemoteBackendConformance):
-    """``model`` points the kit at the backend's own model (here the shipped arithmetic warm start)."""
+    """``model`` points the kit at the backend's own model (here the shipped ranking warm start)."""
 
     backend_name = "inproc_example"
-    model = {"path": str(ARITH_WARM_START)}
+    model = {"path": str(RANK_WARM_START)}
 
     def test_the_backend_serves_the_model_given(self, forwarder, batch, main_config):
         from rlflow.backends.local.local_engine import LocalEngine
         from rlflow.schemas.pipeline import Pipeline
 
-        assert main_config["pipeline"]["model"]["path"] == str(ARITH_WARM_START)
+        assert main_config["pipeline"]["model"]["path"] == str(RANK_WARM_START)
         served = forwarder.compute_ref_log_prob(batch, {})["ref_log_prob"]
 
         def reference_log_probs(model_path: str) -> torch.Tensor:
@@ -66,5 +66,5 @@ class TestExamplePluginOnAnotherModel(RemoteBackendConformance):
             return engine.compute_ref_log_prob(batch, {})["ref_log_prob"]
 
         mask = batch["response_mask"].bool()
-        assert torch.allclose(served[mask], reference_log_probs(str(ARITH_WARM_START))[mask], atol=1e-5)
+        assert torch.allclose(served[mask], reference_log_probs(str(RANK_WARM_START))[mask], atol=1e-5)
         assert not torch.allclose(served[mask], reference_log_probs("builtin:tiny-qwen2")[mask], atol=1e-3)
