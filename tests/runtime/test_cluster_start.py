@@ -108,7 +108,7 @@ def test_pools_reserving_more_cpus_than_the_machine_has_are_warned_about(project
 
 
 def test_the_embedded_ray_runs_without_its_idle_daemons():
-    """No autoscaler monitor, log monitor or dashboard server (about 170 MiB) on rlflow's own Ray; tasks still run."""
+    """No autoscaler monitor, log monitor or dashboard server (about 160 MiB) on rlflow's own Ray; tasks still run."""
     import psutil
     import ray
 
