@@ -86,14 +86,20 @@ class WandbSink:
 
 
 def wandb_mode(asked: str | None) -> str:
-    """``asked`` (rlflow.yaml), else ``WANDB_MODE``, else online when W&B finds credentials here, else offline."""
+    """``asked`` (rlflow.yaml), else ``WANDB_MODE``, else online when W&B finds credentials here, else offline.
+
+    The credentials are looked up the way ``wandb.login`` does, but silently: its "logged in as"
+    message asks W&B's server for the user name (through a service process it starts), which
+    costs seconds, or hangs where the network drops packets, before the run has even begun.
+    """
     if asked:
         return asked
     if os.environ.get("WANDB_MODE"):
         return os.environ["WANDB_MODE"]
-    import wandb
+    from wandb.sdk import wandb_login
 
-    return "online" if wandb.login(prompt=False, verify=False) else "offline"
+    found, _ = wandb_login._login(prompt=False, verify=False, update_api_key=False, _silent=True)
+    return "online" if found else "offline"
 
 
 class MlflowSink:

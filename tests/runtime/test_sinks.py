@@ -81,6 +81,8 @@ def test_wandb_is_online_when_logged_in_and_offline_otherwise_unless_told(tmp_pa
     assert wandb_process(MODE.format(None), tmp_path).stdout.split()[-1] == "offline"
     key = "0123456789abcdef0123456789abcdef01234567"  # read, never sent: wandb_mode calls no server
     assert wandb_process(MODE.format(None), tmp_path, WANDB_API_KEY=key).stdout.split()[-1] == "online"
+    children = MODE.format(None) + "; import psutil; print(len(psutil.Process().children()))"
+    assert wandb_process(children, tmp_path, WANDB_API_KEY=key).stdout.split()[-1] == "0", "W&B's service was started"
     assert (
         wandb_process(MODE.format(None), tmp_path, WANDB_API_KEY=key, WANDB_MODE="offline").stdout.split()[-1]
         == "offline"
