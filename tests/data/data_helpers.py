@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sqlite3
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rlflow.assets import BIRD_SAMPLE
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = BIRD_SAMPLE
+
+
+@contextmanager
+def script_module(name: str) -> Iterator:
+    """``scripts/<name>.py`` imported as a module while the block runs (scripts are no package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
 
 
 def make_db(path: Path, rows: int = 3) -> Path:

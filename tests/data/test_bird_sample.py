@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
-from data_helpers import REPO, SAMPLE
+from data_helpers import SAMPLE, script_module
 
 from rlflow.reward.sql_exec import connect_readonly, execute
 
 
 @pytest.fixture(scope="module")
 def generator():
-    spec = importlib.util.spec_from_file_location("make_bird_sample", REPO / "scripts" / "make_bird_sample.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
+    with script_module("make_bird_sample") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 @pytest.fixture(scope="module")

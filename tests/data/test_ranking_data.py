@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 
 import pyarrow.parquet as pq
 import pytest
-from data_helpers import REPO
+from data_helpers import REPO, script_module
 
 DATA = REPO / "rlflow" / "assets" / "data" / "ranking"
 
 
 @pytest.fixture(scope="module")
 def generator():
-    spec = importlib.util.spec_from_file_location("make_ranking", REPO / "scripts" / "make_ranking.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with script_module("make_ranking") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_the_shipped_files_are_what_the_script_makes(generator, tmp_path):
