@@ -22,6 +22,7 @@ LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
 KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
 DataFormat = Literal["bird", "jsonl", "parquet", "verl"]
 TEXT2SQL_FORMATS = ("bird", "jsonl", "parquet")  # records of questions over databases, prompts from a template
+TrainerMode = Literal["sync", "separate_async", "colocate_async"]
 
 
 class StrictModel(BaseModel):
@@ -152,6 +153,28 @@ class TrainerSpec(StrictModel):
     )
     stage_timeout_s: float = Field(
         900.0, gt=0, description="Watchdog for every stage call unless the stage sets its own."
+    )
+    trainer_mode: TrainerMode = Field(
+        "sync",
+        description="How a step is scheduled (verl: trainer.v1.trainer_mode): sync runs every stage in turn; "
+        "separate_async samples the next steps' batches on the rollout's own resource while this step trains.",
+    )
+    max_off_policy_threshold: int | None = Field(
+        8,
+        ge=1,
+        description="Most policy versions a trajectory may span, from the step it was sampled in to the step that "
+        "trains on it, inclusive (verl: trainer.v1.sampler.max_off_policy_threshold); null: unbounded.",
+    )
+    max_off_policy_strategy: Literal["drop", "wait"] = Field(
+        "drop",
+        description="A batch that would span more versions: drop it and sample it again, or wait and never sample "
+        "so far ahead (verl: trainer.v1.sampler.max_off_policy_strategy).",
+    )
+    num_warmup_batches: int = Field(
+        1,
+        ge=1,
+        description="separate_async: batches the rollout samples ahead of the trainer "
+        "(verl: trainer.v1.separate_async.num_warmup_batches).",
     )
 
 
