@@ -78,7 +78,7 @@ class InProcessExecutor(Executor):
     def transfer_weights(self, stage: PlanStage, source: str, target: str, step: int) -> dict[str, float]:
         exported = self.workers_of[source].export_weights()
         self.trace([self.record(step, "export_weights", source, exported)])
-        loaded = self.workers_of[target].load_weights(exported.value)
+        loaded = self.workers_of[target].load_weights(exported.value, step)
         self.trace([self.record(step, stage.name, target, loaded)])
         return dict(loaded.value)
 

@@ -63,7 +63,8 @@ class RayExecutor(Executor):
         src, dst = self.pools[source], self.pools[target]
         exported = self.wait([src.workers[0].export_weights_ref.remote()], stage, src, src.workers[:1])[0]
         self.trace([self.record(step, "export_weights", src.name, exported)])
-        results = self.wait([w.load_weights_from.remote(exported.value) for w in dst.workers], stage, dst, dst.workers)
+        targets = dst.primary_workers()  # a remote backend takes the weights once, through one forwarder
+        results = self.wait([w.load_weights_from.remote(exported.value, step) for w in targets], stage, dst, targets)
         self.trace([self.record(step, stage.name, dst.name, r) for r in results])
         return Batch.concat([Batch(metrics=r.value) for r in results]).metrics
 

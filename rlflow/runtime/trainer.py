@@ -9,8 +9,8 @@ to every sink; each stage execution becomes a trace record.
 The loop knows stages by role, never by kind name. Three roles get more than a plain
 dispatch, for what one worker cannot do alone: ``checkpoint`` (a temporary directory renamed
 into place with the data position once every worker's part is written), ``weight_sync`` (a
-rollout on another local pool receives the weights; remote forwarders learn the policy
-version) and ``validation`` (the validation set goes through the rollout, with the
+rollout on another pool, local or remote, receives the weights; remote forwarders learn the
+policy version) and ``validation`` (the validation set goes through the rollout, with the
 validation stage's sampling, and the reward stages, then the validation stage turns the
 scores into metrics). The executor (Ray or in-process) decides where each call runs. Loading a
 checkpoint and validating before training are console phases (the console is also a sink).
@@ -199,8 +199,10 @@ class StepLoop:
         if stage.resource_type == "remote":  # every forwarder learns the policy version it now serves
             self.executor.set_global_steps(stage, step)
         rollout = self.plan.first_with_role("rollout")
-        if rollout is not None and rollout.resource != stage.resource and rollout.resource_type == "local":
+        if rollout is not None and rollout.resource != stage.resource and rollout.resource_type in ("local", "remote"):
             batch.metrics.update(self.executor.transfer_weights(stage, stage.resource, rollout.resource, step))
+            if rollout.resource_type == "remote":  # as after the backend's own sync: every forwarder learns it
+                self.executor.set_global_steps(rollout, step)
 
     def _save_checkpoint(self, step: int, stage: PlanStage) -> None:
         if stage.resource_type == DRIVER:

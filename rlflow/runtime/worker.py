@@ -163,9 +163,9 @@ class StageWorker:
         """Actor side of a cross-pool sync (in-process: the tensors themselves)."""
         return self._timed(self.engine.export_weights)
 
-    def load_weights(self, weights: Any) -> WorkerResult:
+    def load_weights(self, weights: Any, step: int | None = None) -> WorkerResult:
         """Rollout side of a cross-pool sync; the result holds ``sync/*`` metrics."""
-        return self._timed(self.engine.load_rollout_weights, weights)
+        return self._timed(self._load_rollout_weights, weights, step)
 
     def export_weights_ref(self) -> WorkerResult:
         """Actor side under Ray: the weights go into the object store once, not via the driver."""
@@ -173,11 +173,19 @@ class StageWorker:
 
         return self._timed(lambda: [ray.put(self.engine.export_weights())])
 
-    def load_weights_from(self, refs: list) -> WorkerResult:
+    def load_weights_from(self, refs: list, step: int | None = None) -> WorkerResult:
         """Rollout side under Ray; ``refs`` wraps the ObjectRef so Ray does not resolve it early."""
         import ray
 
-        return self._timed(lambda: self.engine.load_rollout_weights(ray.get(refs[0])))
+        return self._timed(lambda: self._load_rollout_weights(ray.get(refs[0]), step))
+
+    def _load_rollout_weights(self, weights: Any, step: int | None) -> dict[str, float]:
+        """A forwarder hands the weights to its backend with their policy version ``step`` (the version
+        travels with the weights, so the backend's generate reports the one it used); a local rollout
+        loads them."""
+        if self.pipeline.resources[self.resource].type == "remote":
+            return self.engine.load_rollout_weights(weights, step)
+        return self.engine.load_rollout_weights(weights)
 
     def shutdown(self) -> None:
         if self.engine is not None:
