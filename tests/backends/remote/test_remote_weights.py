@@ -100,7 +100,8 @@ def test_a_new_transfer_drops_an_unfinished_one():
 
 
 @pytest.mark.parametrize(
-    "args", [{"part": 0, "parts": 1}, {"transfer": "t", "part": 2, "parts": 2}, {"transfer": "t", "part": 0, "parts": True}]
+    "args",
+    [{"part": 0, "parts": 1}, {"transfer": "t", "part": 2, "parts": 2}, {"transfer": "t", "part": 0, "parts": True}],
 )
 def test_malformed_transfer_arguments_are_refused(args):
     with pytest.raises(Exception, match="load_rollout_weights"):
