@@ -103,3 +103,42 @@ def compute_rollout_metrics(batch: Batch) -> dict[str, Any]:
         response_mask=view.batch["response_mask"],
     )
     return {**metrics, **corr}
+
+
+def off_policy_metrics(step: int, versions: list[int], evicted_spans: list[int] = ()) -> dict[str, float]:
+    """verl's ``training/off_policy/*`` for a step trained on trajectories sampled by policy ``versions``.
+
+    verl's V1 trainer: the policy of step ``s`` is version ``s - 1``; a trajectory sampled by
+    versions ``[lo, hi]`` spans ``hi - lo + 1`` of them and lags ``(s - 1) - hi`` (worst ``(s - 1) - lo``).
+    rlflow's rollout never changes weights mid-trajectory, so ``lo == hi``. ``evicted_spans``: the spans
+    (step - version) of the trajectories dropped as too stale, as verl's replay buffer counts them.
+    """
+    import numpy as np
+
+    metrics: dict[str, float] = {}
+    if versions:
+        hi = lo = np.asarray(versions, dtype=float)
+        families = {
+            "trajectory_spans": hi - lo + 1,
+            "trajectory_staleness": (step - 1) - hi,
+            "trajectory_staleness_worst": (step - 1) - lo,
+        }
+        for name, values in families.items():
+            metrics.update(
+                {
+                    f"training/off_policy/{name}/mean": float(values.mean()),
+                    f"training/off_policy/{name}/max": float(values.max()),
+                    f"training/off_policy/{name}/min": float(values.min()),
+                }
+            )
+    if evicted_spans:
+        spans = np.asarray(evicted_spans, dtype=float)
+        metrics.update(
+            {
+                "training/off_policy/evicted_samples": float(len(spans)),
+                "training/off_policy/evicted_samples_staleness/mean": float(spans.mean()),
+                "training/off_policy/evicted_samples_staleness/max": float(spans.max()),
+                "training/off_policy/evicted_samples_staleness/min": float(spans.min()),
+            }
+        )
+    return metrics

@@ -163,9 +163,9 @@ class StageWorker:
         """Actor side of a cross-pool sync (in-process: the tensors themselves)."""
         return self._timed(self.engine.export_weights)
 
-    def load_weights(self, weights: Any, step: int | None = None) -> WorkerResult:
-        """Rollout side of a cross-pool sync; the result holds ``sync/*`` metrics."""
-        return self._timed(self._load_rollout_weights, weights, step)
+    def load_weights(self, weights: Any, step: int) -> WorkerResult:
+        """Rollout side of a cross-pool sync: the weights of policy version ``step``; ``sync/*`` metrics."""
+        return self._timed(self._load_version, weights, step)
 
     def export_weights_ref(self) -> WorkerResult:
         """Actor side under Ray: the weights go into the object store once, not via the driver."""
@@ -173,19 +173,20 @@ class StageWorker:
 
         return self._timed(lambda: [ray.put(self.engine.export_weights())])
 
-    def load_weights_from(self, refs: list, step: int | None = None) -> WorkerResult:
-        """Rollout side under Ray; ``refs`` wraps the ObjectRef so Ray does not resolve it early."""
+    def load_weights_from(self, exported: WorkerResult, step: int) -> WorkerResult:
+        """Rollout side under Ray: ``exported`` is the actor's ``export_weights_ref`` result, whose value
+        wraps the weights' ObjectRef (so Ray hands this call the small result, then the weights once)."""
         import ray
 
-        return self._timed(lambda: self._load_rollout_weights(ray.get(refs[0]), step))
+        return self._timed(lambda: self._load_version(ray.get(exported.value[0]), step))
 
-    def _load_rollout_weights(self, weights: Any, step: int | None) -> dict[str, float]:
-        """A forwarder hands the weights to its backend with their policy version ``step`` (the version
-        travels with the weights, so the backend's generate reports the one it used); a local rollout
-        loads them."""
+    def _load_version(self, weights: Any, step: int) -> dict[str, float]:
         if self.pipeline.resources[self.resource].type == "remote":
+            # a forwarder: the version travels with the weights, so the backend's generate reports the one it used
             return self.engine.load_rollout_weights(weights, step)
-        return self.engine.load_rollout_weights(weights)
+        metrics = self.engine.load_rollout_weights(weights)
+        self.engine.set_global_steps(step)  # the rollout now serves this policy version
+        return metrics
 
     def shutdown(self) -> None:
         if self.engine is not None:
