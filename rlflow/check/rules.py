@@ -10,9 +10,11 @@ config model; a kind runs only on resource types it allows; stage names are uniq
 step has a stage of every required role (any kind of the role counts: a plugin reward is a
 reward); a ``reference`` stage is present exactly when the algorithm needs a reference
 policy; batch sizes divide the way verl needs; new weights can reach the rollout; the engines
-chosen work together; remote backends are registered, take the forwarders given and their
-``config:`` fits the backend's ``config_model``; a ``clip_ratio`` that verl's loss would ignore
-(both bounds set) is a warning;
+chosen work together; an async trainer mode can overlap the rollout with the update
+(``colocate_async`` is refused, ``separate_async`` needs the rollout on a resource of its own);
+remote backends are registered, take the forwarders given and their ``config:`` fits the
+backend's ``config_model``; a ``clip_ratio`` that verl's loss would ignore (both bounds set) is
+a warning;
 resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); the data
 section sets only what its format reads (``data.databases`` and ``data.prompt_template`` are for
 the text-to-SQL formats); when asked, the data files, databases and model directory exist
@@ -57,6 +59,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
     check_clip_ratio(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
+    check_trainer_mode(subject, report)
     check_training_engines(subject, report)
     check_remote_backends(subject, report)
     if project is not None and project.inventory is not None:
@@ -291,6 +294,31 @@ def check_weight_path(subject: Subject, report: Reporter) -> None:
                 f"{stage.uses} runs on {_describe(stage.on, rtype)} but {update} trains on "
                 f"{_describe(actor, actor_type)}, so the new weights cannot reach this rollout: {why}",
                 f"run {stage.uses} on {actor!r}" + (", or both on local pools" if actor_type == "local" else ""),
+            )
+
+
+OVERLAP_NEEDS = "rlflow runs a resource's stages one at a time, so a rollout and an update sharing one cannot overlap"
+
+
+def check_trainer_mode(subject: Subject, report: Reporter) -> None:
+    """``colocate_async`` is refused; ``separate_async`` needs the rollout on another resource than the update."""
+    mode = subject.trainer.trainer_mode if subject.trainer is not None else "sync"
+    if mode == "colocate_async":
+        report(
+            ("trainer", "trainer_mode"),
+            f"trainer_mode colocate_async is not supported: {OVERLAP_NEEDS}",
+            "bind generate to a resource of its own and set trainer_mode: separate_async",
+        )
+    if mode != "separate_async":
+        return
+    actor = {stage.on for _, stage in with_role(subject, "update")}
+    for i, stage in with_role(subject, "rollout"):
+        if stage.on in actor:
+            report(
+                ("stages", i, "on"),
+                f"trainer_mode separate_async runs {stage.name} ahead of the update, but both run on {stage.on!r}: "
+                f"{OVERLAP_NEEDS}",
+                f"bind {stage.name} to a resource of its own, or set trainer_mode: sync",
             )
 
 
