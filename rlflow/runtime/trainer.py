@@ -10,9 +10,9 @@ The loop knows stages by role, never by kind name. Three roles get more than a p
 dispatch, for what one worker cannot do alone: ``checkpoint`` (a temporary directory renamed
 into place with the data position once every worker's part is written), ``weight_sync`` (a
 rollout on another pool, local or remote, receives the weights with their policy version;
-the forwarders of a backend that syncs inside itself learn the version) and ``validation`` (the validation set goes through the rollout, with the
-validation stage's sampling, and the reward stages, then the validation stage turns the
-scores into metrics). The executor (Ray or in-process) decides where each call runs. Loading a
+the forwarders of a backend that syncs inside itself learn the version) and ``validation``
+(the validation set goes through the rollout, with the validation stage's sampling, and the
+reward stages, then the validation stage turns the scores into metrics). The executor (Ray or in-process) decides where each call runs. Loading a
 checkpoint and validating before training are console phases (the console is also a sink).
 """
 
