@@ -54,7 +54,7 @@ from typing import Any
 
 from rlflow.backends.engine import Engine
 from rlflow.backends.remote import wire
-from rlflow.backends.remote.weights import WeightStaging
+from rlflow.backends.remote.weights import WeightStaging, staging_limit
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, RlflowError
 
@@ -164,7 +164,7 @@ class BackendServer:
         self.refused = 0
         self._engine_lock = threading.Lock()
         self._remembered: OrderedDict[str, list] = OrderedDict()
-        self._staging = WeightStaging()  # guarded by the engine lock
+        self._staging = WeightStaging(staging_limit(engine))  # guarded by the engine lock
         self._connections: dict[socket.socket, threading.Thread] = {}  # open client connections -> their handler
         self._connections_lock = threading.Lock()
         self._tcp = (_TCPServer6 if ":" in host else _TCPServer)((host, port), _Handler)

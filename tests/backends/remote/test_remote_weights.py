@@ -11,7 +11,7 @@ from rlflow.backends.remote import wire
 from rlflow.backends.remote.client import BackendClient
 from rlflow.backends.remote.reference import ReferenceBackend
 from rlflow.backends.remote.server import BackendServer
-from rlflow.backends.remote.weights import WeightStaging, split_weights
+from rlflow.backends.remote.weights import WeightStaging, split_weights, staging_limit
 from rlflow.errors import RemoteCallFailed
 
 CAP = 1 << 20
@@ -106,3 +106,19 @@ def test_a_new_transfer_drops_an_unfinished_one():
 def test_malformed_transfer_arguments_are_refused(args):
     with pytest.raises(Exception, match="load_rollout_weights"):
         WeightStaging().add(args, {})
+
+
+def test_a_transfer_larger_than_twice_the_served_model_is_refused_and_dropped():
+    staging = WeightStaging(max_bytes=100)
+    assert staging.add({"transfer": "a", "part": 0, "parts": 3}, {"w": torch.zeros(20)}) is None  # 80 bytes
+    with pytest.raises(Exception, match="exceeds 100 bytes, twice the served model's size"):
+        staging.add({"transfer": "a", "part": 1, "parts": 3}, {"v": torch.zeros(20)})
+    assert staging._state == {} and staging._bytes == 0  # nothing kept
+
+
+def test_the_limit_is_twice_the_engine_model_or_none_when_it_shows_none():
+    class WithModel:
+        model = torch.nn.Linear(4, 2)  # 8 + 2 floats
+
+    assert staging_limit(WithModel()) == 2 * 10 * 4
+    assert staging_limit(object()) is None
