@@ -147,7 +147,7 @@ def test_timeline_text_reports_resource_idle_shares_and_overlapping_steps(tmp_pa
     assert lines[start + 2].split() == ["actor", "1", "6.000", "75.0%", "25.0%"]
     assert (
         lines[-1]
-        == "steps in flight together: 3.000 s of 8.000 s wall (1 of 2 steps started before the one before ended)"
+        == "steps in flight together: 3.000 s of 8.000 s wall (1 of 2 steps started before an earlier one ended)"
     )
 
 
