@@ -31,6 +31,7 @@ import abc
 import os
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,7 @@ class Handle:
     pending: Any = None  # the executor's own (Ray object refs, futures)
     rows: list[int] = field(default_factory=list)  # rows sent to each worker, for the output check
     numpy: bool = False  # sent as numpy arrays (a kind that never imports torch)
+    on_driver: bool = False  # runs on the executor's driver thread: pending is its future
     done: Batch | None = None  # the merged result, once waited for (or at once, on the driver)
 
 
@@ -76,6 +78,7 @@ class Executor(abc.ABC):
         self.attempt = attempt  # which start of the workers this is (0, then 1.. after restarts)
         self._trace = trace
         self.driver_state: dict[str, Any] = {}
+        self._driver_lane: ThreadPoolExecutor | None = None  # stages bound to the driver, when submitted
 
     # ---- what each executor provides --------------------------------------------------------
     @abc.abstractmethod
@@ -113,8 +116,11 @@ class Executor(abc.ABC):
     def set_global_steps(self, stage: PlanStage, step: int) -> None:
         """Tell every worker of ``stage.resource`` which policy version its rollout now serves."""
 
-    def close(self) -> None:  # noqa: B027  (optional: the in-process executor has workers to stop)
-        """Release what the executor holds. Default: nothing."""
+    def close(self) -> None:
+        """Release what the executor holds (subclasses add their workers)."""
+        if self._driver_lane is not None:
+            self._driver_lane.shutdown(wait=True, cancel_futures=True)
+            self._driver_lane = None
 
     # ---- shared by every executor -----------------------------------------------------------
     def data_parallel_size(self, resource: str) -> int:
@@ -155,7 +161,7 @@ class Executor(abc.ABC):
 
         What the stage is sent is taken now, so ``batch`` may change before the wait. Calls on one
         resource run in the order they were submitted; calls on different resources run at once.
-        A stage bound to the driver runs here, before this returns.
+        A stage bound to the driver runs on a thread of this process (one at a time, in order).
         """
         call = StageCall(
             stage.name, stage.kind, dict(stage.config if config is None else config), step, stage.reads, checkpoint_dir
@@ -163,7 +169,11 @@ class Executor(abc.ABC):
         label = trace_as or stage.name
         handle = Handle(stage, batch, step, label)
         if stage.resource_type == DRIVER:
-            handle.done = merge(batch, self.run_here(stage, batch, step, call=call, label=label), stage.changes_rows)
+            if self._driver_lane is None:
+                self._driver_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlflow-driver")
+            sent = batch if stage.changes_rows else payload(stage, batch)  # what it reads, as it is now
+            handle.pending = self._driver_lane.submit(self.run_here, stage, sent, step, call=call, label=label)
+            handle.on_driver = True
             return handle
         if stage.dispatch == "all":  # an empty batch each, only metrics back: nothing to check
             handle.pending = self._submit_on(stage, "primary", call, None)
@@ -183,6 +193,9 @@ class Executor(abc.ABC):
         if handle.done is not None:
             return handle.done
         stage = handle.stage
+        if handle.on_driver:
+            handle.done = merge(handle.batch, handle.pending.result(), stage.changes_rows)
+            return handle.done
         results = self._collect(stage, handle.pending)
         if handle.numpy:
             for result in results:

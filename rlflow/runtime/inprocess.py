@@ -102,6 +102,7 @@ class InProcessExecutor(Executor):
     def close(self) -> None:
         from rlflow.backends.remote.base import destroy_backend
 
+        super().close()
         for lane in self.lanes.values():
             lane.shutdown(wait=True, cancel_futures=True)
         self.lanes.clear()

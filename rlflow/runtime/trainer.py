@@ -277,14 +277,12 @@ class StepLoop:
         )
         for reward in self.plan.with_role("reward"):
             batch = self.executor.run_stage(reward, batch, step, trace_as=stage.name)
-        return self.executor.run_here(stage, batch, step).metrics
+        metrics = self.executor.run_here(stage, batch, step).metrics
+        if "rollout/policy_version" in batch.metrics:  # which weights answered (async: the latest sent)
+            metrics["val-aux/policy_version"] = batch.metrics["rollout/policy_version"]
+        return metrics
 
 
 def _may_overlap(stage: PlanStage) -> bool:
-    """Whether a stage only adds fields on a pool's workers, so it can run beside other such stages."""
-    return (
-        stage.role not in ("rollout", "checkpoint", "weight_sync", "validation")
-        and stage.resource_type != DRIVER
-        and stage.dispatch == "shard"
-        and not stage.changes_rows
-    )
+    """Whether a stage only adds fields to the batch, so it can run beside other such stages."""
+    return stage.role not in ("rollout", "checkpoint", "weight_sync", "validation") and not stage.changes_rows

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlflow.batch import Batch
+from rlflow.metrics import off_policy_metrics
 from rlflow.runtime.modes.base import TrainerMode, register_trainer
 from rlflow.runtime.sinks import StepTimer
 
@@ -16,3 +18,7 @@ class SyncMode(TrainerMode):
         epoch = loop.data.sampler.epoch
         batch = loop.sample_batch(step)
         return loop.run_stages(step, batch, loop.plan.step, timer, epoch, self)
+
+    def on_sample_end(self, step: int, batch: Batch) -> Batch:
+        batch.metrics.update(off_policy_metrics(step, [step - 1] * len(batch)))  # on-policy: verl logs zeros
+        return batch
