@@ -63,11 +63,11 @@ def step_groups(step: Sequence[PlanStage], edges: Sequence[Edge]) -> tuple[tuple
 def cross_step_waits(
     step: Sequence[PlanStage], edges: Sequence[Edge], mode: str
 ) -> tuple[set[str], dict[str, set[str]]]:
-    """What a stage of step t+1 waits for in step t, directly: (the stages that wait for every stage of step t
-    on their resource, as a resource runs the steps in order; stage -> the other stages it waits for: loop
-    edges into it, the update before the actor's next passes). Each stage waits for its own step-t run too. In an async mode the rollout
-    reached by the weight edge waits only for its own previous run: it may sample with older weights, within
-    the staleness bound."""
+    """What a stage of step t+1 waits for in step t, directly, as (the stages that wait for every stage of
+    step t on their resource, since a resource runs the steps in order; stage -> the other stages it waits
+    for: loop edges into it, the update before the actor's next passes). Each stage waits for its own
+    step-t run too. In an async mode the rollout reached by the weight edge waits only for its own previous
+    run: it may sample with older weights, within the staleness bound."""
     relaxed = {e.dst for e in edges if mode in ASYNC_MODES and e.weights_only}
     updaters = {s.name for s in step if ACTOR_WEIGHTS in s.writes}
     extra = {s.name: set(updaters) if ACTOR_ENGINE in s.engine_roles and s.name not in relaxed else set() for s in step}

@@ -163,6 +163,8 @@ class Staleness:
         if self.max_off_policy_threshold is None:
             return "weights, any number of versions behind"
         behind = self.max_off_policy_threshold - 1  # a batch spanning N versions was sampled N - 1 behind
+        if behind == 0:
+            return "weights, never behind (a threshold of 1 leaves nothing to sample ahead)"
         return f"weights, up to {behind} version{'' if behind == 1 else 's'} behind"
 
 

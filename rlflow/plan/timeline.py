@@ -12,8 +12,9 @@ Choices:
   union of their windows: in an async trainer mode the rollout of step t+1 runs during step t,
   and that time counts once); init entries are reported on their own rows with no share.
 - Per resource, its busy time (the union of its workers' calls) over the wall time of the
-  training steps shown, and its idle share (the rest); and how much of that wall time two
-  steps were in flight together (records of different steps overlapping: the async modes).
+  training steps shown (first start to last end, as for the lanes), and its idle share (the
+  rest); and how much of that wall time two steps were in flight together (records of
+  different steps overlapping: the async modes).
 - The chart has a start-up lane (when the run recorded one), then one lane per worker (resource
   + pid) labelled with its idle share of the training steps' wall time, bars coloured by stage,
   a dotted line at each step's start and step names where they fit. When steps overlap, each bar
@@ -127,7 +128,7 @@ class ResourceUse:
     resource: str
     workers: int
     busy_s: float  # the union of its workers' calls in the training steps
-    wall_s: float  # the training steps' wall time (their windows' union)
+    wall_s: float  # the training steps' wall time: first start to last end
 
     @property
     def idle(self) -> float:
@@ -175,8 +176,10 @@ def render_summary(rows: list[StageTime]) -> str:
 
 
 def resource_use(spans: list[Span]) -> list[ResourceUse]:
-    """Per resource, in order of first use: workers, busy time and the training steps' wall time."""
-    wall = _covered(_step_windows(spans))
+    """Per resource, in order of first use: workers, busy time and the training steps' wall time (first start
+    to last end, as the lanes' idle shares count it: time between steps is time a resource idles)."""
+    training = [s for s in spans if s.step >= 1]
+    wall = max((s.end for s in training), default=0.0) - min((s.start for s in training), default=0.0)
     by_resource: dict[str, list[Span]] = {}
     for s in sorted(spans, key=lambda s: s.start):
         if s.step >= 1:
@@ -188,11 +191,20 @@ def resource_use(spans: list[Span]) -> list[ResourceUse]:
 
 
 def steps_in_flight(spans: list[Span]) -> tuple[float, int]:
-    """(seconds two or more training steps were in flight together, steps that started before the last
+    """(seconds two or more training steps were in flight together, steps that started before an earlier
     one ended): zero for a sync run, whose steps follow each other."""
     windows = sorted(_step_windows(spans))
-    together = sum(hi - lo for lo, hi in windows) - _covered(windows)
-    early = sum(1 for (_, prev_end), (start, _) in zip(windows, windows[1:]) if start < prev_end)
+    events = sorted([(lo, 1) for lo, _ in windows] + [(hi, -1) for _, hi in windows])
+    together, running, since = 0.0, 0, 0.0
+    for at, change in events:  # a sweep over starts and ends: time while two or more windows are open
+        if running >= 2:
+            together += at - since
+        running, since = running + change, at
+    latest_end = float("-inf")
+    early = 0
+    for start, end in windows:
+        early += start < latest_end
+        latest_end = max(latest_end, end)
     return together, early
 
 
@@ -214,7 +226,7 @@ def render_resources(spans: list[Span]) -> str:
     steps = len(_step_windows(spans))
     lines.append(
         f"steps in flight together: {together:.3f} s of {rows[0].wall_s:.3f} s wall "
-        f"({early} of {steps} steps started before the one before ended)"
+        f"({early} of {steps} steps started before an earlier one ended)"
     )
     return "\n".join(lines) + "\n"
 

@@ -39,6 +39,23 @@ def test_text_lists_the_step_in_order():
     assert "loop: sync_weights --rollout_weights--> generate of the next step" in result.output
 
 
+def test_the_shipped_async_pipeline_shows_its_lanes_and_staleness_edge():
+    text = graph("pipelines/bird_grpo_async.yaml").output
+    assert "  rollout_pool  rollout lane: generate, validate\n" in text
+    assert (
+        "  actor_pool    trainer lane: old_log_prob, ref_log_prob, update_actor, save_checkpoint, sync_weights\n"
+        in text
+    )
+    assert "staleness: sync_weights --weights, up to 1 version behind--> generate" in text
+    assert "generate (t+1) beside reward, old_log_prob, ref_log_prob, advantage, update_actor" in text
+    mermaid = graph("pipelines/bird_grpo_async.yaml", "--format", "mermaid").output
+    assert 'subgraph r_rollout_pool["rollout lane: rollout_pool' in mermaid and "weights, up to 1 version" in mermaid
+    dot = graph("pipelines/bird_grpo_async.yaml", "--format", "dot").output
+    assert 'label="rollout lane: rollout_pool' in dot and 'label="trainer lane: actor_pool' in dot
+    as_sync = graph("pipelines/bird_grpo_async.yaml", "--set", "trainer.trainer_mode=sync").output
+    assert "lane" not in as_sync and "staleness" not in as_sync and "beside" not in as_sync
+
+
 def test_json_and_set_override():
     result = graph(BIRD, "--format", "json", "--set", "trainer.save_freq=-1")
     assert result.exit_code == 0, result.output
@@ -130,7 +147,7 @@ def test_timeline_text_reports_resource_idle_shares_and_overlapping_steps(tmp_pa
     assert lines[start + 2].split() == ["actor", "1", "6.000", "75.0%", "25.0%"]
     assert (
         lines[-1]
-        == "steps in flight together: 3.000 s of 8.000 s wall (1 of 2 steps started before the one before ended)"
+        == "steps in flight together: 3.000 s of 8.000 s wall (1 of 2 steps started before an earlier one ended)"
     )
 
 

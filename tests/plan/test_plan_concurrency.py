@@ -55,6 +55,14 @@ def test_async_rollout_of_the_next_step_runs_beside_the_training_of_this_one():
     assert plan.lanes()["pool"] == ("old_log_prob", "update_actor", "sync_weights")
 
 
+@pytest.mark.parametrize(
+    ("threshold", "text"),
+    [(1, "weights, never behind"), (3, "weights, up to 2 versions behind"), (None, "any number of versions")],
+)
+def test_the_staleness_edge_says_how_far_behind_the_weights_may_be(threshold, text):
+    assert text in Staleness(threshold, "drop", 1).describe()
+
+
 def test_overlap_is_derived_from_the_data_not_listed():
     """A stage that reads what the update wrote, on the rollout's resource, waits for the update."""
     text = ASYNC.replace("data: {train: train.json}", "data: {train: train.json, val: dev.json}").replace(

@@ -201,6 +201,10 @@ def test_overlapping_steps_count_their_wall_time_once(tmp_path):
     assert rows[("update_actor", False)].share == pytest.approx(6.0 / 12.5)
     assert steps_in_flight(spans) == (pytest.approx(7.0), 2)
     assert steps_in_flight(read_trace(_trace_file(tmp_path, TRACE))) == (0.0, 0), "a sync run's steps follow each other"
+    three = [record(1, "a", "r", 1, 0.0, 6.0), record(2, "a", "s", 2, 1.0, 5.0), record(3, "a", "t", 3, 2.0, 3.0)]
+    assert steps_in_flight(read_trace(_trace_file(tmp_path, three))) == (pytest.approx(4.0), 2), (
+        "three at once count once"
+    )
 
 
 def test_resource_busy_and_idle_shares_of_an_overlapping_run(tmp_path):
@@ -216,7 +220,7 @@ def test_resource_busy_and_idle_shares_of_an_overlapping_run(tmp_path):
     assert text[3].split() == ["actor", "1", "10.500", "84.0%", "16.0%"]
     assert (
         text[-1]
-        == "steps in flight together: 7.000 s of 12.500 s wall (2 of 3 steps started before the one before ended)"
+        == "steps in flight together: 7.000 s of 12.500 s wall (2 of 3 steps started before an earlier one ended)"
     )
     assert render_resources(in_steps(spans, (0, 0))) == "", "no training step shown, nothing to share"
 
