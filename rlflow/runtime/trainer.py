@@ -27,6 +27,7 @@ from typing import Any
 
 from rlflow.batch import Batch
 from rlflow.errors import ResumeError, StageError
+from rlflow.plan.concurrency import step_dependencies
 from rlflow.plan.model import Plan, PlanStage
 from rlflow.runtime import checkpoints, interrupts
 from rlflow.runtime.console import QUIET, RunConsole
@@ -98,6 +99,7 @@ class StepLoop:
         self.total = total_steps(spec, data)
         update = plan.first_with_role("update")
         self.devices = executor.data_parallel_size(update.resource) if update is not None else 1  # verl: per GPU
+        self.dependencies = step_dependencies(plan.step, plan.edges)  # within a step, derived by the plan
         self.mode = get_trainer_mode(spec.trainer.trainer_mode)(self)
 
     # ---- init -------------------------------------------------------------------------
@@ -150,19 +152,20 @@ class StepLoop:
     ) -> dict[str, Any]:
         """Run ``stages`` of ``step`` on ``batch`` and return the step's metrics.
 
-        ``overlap``: a stage that only adds fields is submitted as soon as the fields it reads are
-        in, so stages on different resources run at once (the reward beside the log-prob passes);
-        any other stage waits for everything submitted before it. Without it, one after another.
+        ``overlap``: a stage that only adds fields is submitted as soon as the stages the plan says it
+        depends on are done, so stages on different resources run at once (the reward beside the
+        log-prob passes); any other stage waits for everything submitted before it. Without it, one
+        after another.
         """
         val_metrics: dict[str, Any] = {}
         timing_end: float | None = None  # timing_s/step covers verl's steps 1-10, not validation
         step_start = time.perf_counter() if step_start is None else step_start
         in_flight: list[tuple[Any, str, float]] = []  # (handle, timer name, submitted at)
 
-        def settle(reads=None) -> None:
+        def settle(needs=None) -> None:
             for entry in list(in_flight):
                 handle, name, submitted = entry
-                if reads is None or set(handle.stage.writes) & set(reads):
+                if needs is None or handle.stage.name in needs:
                     self.executor.wait(handle)
                     timer.timing[name] = timer.timing.get(name, 0.0) + time.perf_counter() - submitted
                     in_flight.remove(entry)
@@ -173,7 +176,7 @@ class StepLoop:
                 continue
             name = stage.verl_timer or stage.name
             if overlap and _may_overlap(stage):
-                settle(stage.reads)
+                settle(self.dependencies[stage.name])  # the plan's: what it reads, and the row barriers
                 in_flight.append((self.executor.submit(stage, batch, step), name, time.perf_counter()))
                 continue
             settle()
