@@ -18,6 +18,9 @@ Design decisions:
   ``prompt_length`` / ``response_length`` and ``global_token_num`` alongside. So the clip ratios
   are verl's: the share of rows as long as the step's longest prompt (response), not of rows
   at the configured ``max_prompt_length`` (``max_response_length``).
+- ``off_policy_metrics`` and ``eviction_metrics`` are verl's staleness formulas (its V1 trainer's
+  ``_compute_metrics`` and replay buffer's ``_evict_terminal_groups``) written out in plain Python:
+  verl computes them inline, over its replay buffer's tags, so there is no function to call.
 - verl's data metrics read the reward and advantage fields (``token_level_scores``,
   ``token_level_rewards``, ``advantages``, ``returns``), which every valid pipeline's reward and
   advantage stages write; a batch without them, or an empty one (every group filtered out),
@@ -26,6 +29,7 @@ Design decisions:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlflow.batch import Batch
@@ -103,3 +107,52 @@ def compute_rollout_metrics(batch: Batch) -> dict[str, Any]:
         response_mask=view.batch["response_mask"],
     )
     return {**metrics, **corr}
+
+
+Versions = Sequence[int | tuple[int, int]]
+
+
+def off_policy_metrics(step: int, versions: Versions) -> dict[str, float]:
+    """verl's ``training/off_policy/*`` for the trajectories step ``step`` trains on ({} for none).
+
+    ``versions``: per trajectory, the policy version it was sampled with (the number of actor
+    updates its weights had seen), or (first, last) versions for one sampled across weight updates.
+    As verl's V1 trainer: ``trajectory_spans`` = last - first + 1 (versions one trajectory was
+    generated with); ``trajectory_staleness`` = (step - 1) - last (updates the freshest weights it
+    used are behind those step ``step`` trains: 0 for a synchronous step); ``trajectory_staleness_worst``
+    = (step - 1) - first. Means are floats, maxima and minima integers.
+    """
+    if not versions:
+        return {}
+    pairs = [(v, v) if isinstance(v, int) else (int(v[0]), int(v[1])) for v in versions]
+    families = {
+        "trajectory_spans": [last - first + 1 for first, last in pairs],
+        "trajectory_staleness": [(step - 1) - last for _, last in pairs],
+        "trajectory_staleness_worst": [(step - 1) - first for first, _ in pairs],
+    }
+    return {
+        f"training/off_policy/{name}/{stat}": value
+        for name, values in families.items()
+        for stat, value in (("mean", sum(values) / len(values)), ("max", max(values)), ("min", min(values)))
+    }
+
+
+def eviction_metrics(step: int, versions: Sequence[int]) -> dict[str, float]:
+    """verl's replay-buffer metrics for prompt groups dropped as too stale at step ``step`` ({} for none).
+
+    ``versions``: per dropped prompt group, the policy version it was sampled with. verl counts
+    groups (``training/off_policy/evicted_samples``) and, despite the name,
+    ``evicted_samples_staleness/*`` are their spans: step - version (the versions from the one it
+    was sampled with to the one that would train on it, inclusive: verl's
+    ``global_steps - prompt_global_steps + 1`` with ``prompt_global_steps`` = version + 1).
+    """
+    if not versions:
+        return {}
+    spans = [float(step - v) for v in versions]
+    prefix = "training/off_policy"
+    return {
+        f"{prefix}/evicted_samples": len(spans),
+        f"{prefix}/evicted_samples_staleness/mean": sum(spans) / len(spans),
+        f"{prefix}/evicted_samples_staleness/max": max(spans),
+        f"{prefix}/evicted_samples_staleness/min": min(spans),
+    }

@@ -26,6 +26,7 @@ from rlflow.schemas.pipeline import (
     OptimSpec,
     Pipeline,
     RemotePool,
+    RolloutCorrectionSpec,
     TrainerSpec,
 )
 from rlflow.stages import STAGE_KINDS
@@ -65,6 +66,10 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
     "algorithm.kl_coef": "algorithm.kl_ctrl.kl_coef",
     "algorithm.kl_penalty": "algorithm.kl_penalty",
     "algorithm.norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std_in_grpo",
+    **{
+        f"algorithm.rollout_correction.{k}": f"algorithm.rollout_correction.{k}"
+        for k in RolloutCorrectionSpec.model_fields
+    },
     "trainer.train_batch_size": "data.train_batch_size",
     "trainer.ppo_mini_batch_size": f"{ACTOR}.ppo_mini_batch_size",
     "trainer.ppo_micro_batch_size_per_gpu": f"{ACTOR}.ppo_micro_batch_size_per_gpu",
@@ -156,6 +161,7 @@ def rlflow_defaults() -> dict:
         ("model.", ModelSpec),
         ("data.", DataSpec),
         ("algorithm.", AlgorithmSpec),
+        ("algorithm.rollout_correction.", RolloutCorrectionSpec),
         ("trainer.", TrainerSpec),
         ("trainer.optim.", OptimSpec),
         ("resources.<local>.", LocalPool),
