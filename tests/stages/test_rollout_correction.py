@@ -19,6 +19,7 @@ from rlflow.stages.base import StageContext
 from rlflow.stages.grpo_advantage import GrpoAdvantage
 
 REPO = Path(__file__).resolve().parents[2]
+RC = "algorithm.rollout_correction"
 CORRECTIONS = [  # (rollout_correction section) as verl's presets and variants set it
     {"rollout_is": "token", "rollout_is_threshold": 2.0},
     {"rollout_is": "sequence", "rollout_is_threshold": 1.5, "rollout_is_batch_normalize": True},
@@ -122,7 +123,7 @@ def test_the_plan_shows_where_the_old_policy_comes_from():
     default = steps()
     assert "rollout_log_probs" not in default["generate"][1] and "old_log_prob" in default
 
-    rc = "algorithm.rollout_correction"
+    rc = RC
     decoupled = steps(f"{rc}.rollout_is=sequence", f"{rc}.rollout_rs=seq_mean_k3", f"{rc}.rollout_rs_threshold=0.01")
     assert "rollout_log_probs" in decoupled["generate"][1]
     assert {"old_log_probs", "rollout_log_probs"} <= set(decoupled["advantage"][0])
@@ -157,3 +158,46 @@ def test_only_a_correction_needs_the_rollouts_log_probs():
         {"rollout_rs": "token_k2", "rollout_rs_threshold": 1},
     ):
         assert rollout_correction.keeps_rollout_log_probs(make_pipeline(algorithm={"rollout_correction": section}))
+
+
+@pytest.mark.parametrize(
+    "sets, timers",
+    [
+        ([f"{RC}.bypass_mode=true", f"{RC}.rollout_rs=seq_mean_k3", f"{RC}.rollout_rs_threshold=0.01"], False),
+        ([f"{RC}.rollout_is=token", f"{RC}.rollout_rs=token_k1", f"{RC}.rollout_rs_threshold=0.999_1.001"], True),
+    ],
+)
+def test_two_steps_in_process_train_under_the_correction(tmp_path, sets, timers):
+    """The real stages, engine and step loop: the rollout's log-probs reach the update, and verl's metrics come out."""
+    import json
+
+    from rlflow.runtime.inprocess import InProcessExecutor
+    from rlflow.runtime.run_dir import RunDir
+    from rlflow.runtime.trainer import StepLoop, load_data
+
+    small = [
+        "trainer.train_batch_size=2",
+        "algorithm.n=2",
+        "trainer.ppo_mini_batch_size=1",
+        "trainer.ppo_micro_batch_size_per_gpu=2",
+        "data.max_response_length=8",
+    ]
+    once = ["trainer.total_steps=2", "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false"]
+    loaded = load_pipeline(REPO / "pipelines" / "ranking_grpo.yaml", [*small, *once, *sets])
+    plan = compile_plan(loaded.spec)
+    run_dir = RunDir(tmp_path / "run")
+    executor = InProcessExecutor(plan, loaded.spec, str(REPO), run_dir.append_trace, str(run_dir.path))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        loop = StepLoop(loaded.spec, plan, executor, run_dir, load_data(loaded.spec, REPO), loaded.resolved_yaml(), [])
+        loop.train(loop.init(None))
+    finally:
+        executor.close()
+        torch.set_num_threads(threads)
+    last = json.loads((run_dir.path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert ("timing_s/old_log_prob" in last) == timers, "bypass mode runs no old_log_prob pass"
+    assert last["rollout_corr/rollout_rs_masked_fraction"] >= 0 and "rollout_corr/kl" in last
+    assert ("rollout_corr/rollout_is_mean" in last) == timers and all(
+        v == v for k, v in last.items() if k.startswith(("actor/", "rollout_corr/"))
+    ), "no NaN"
