@@ -94,3 +94,16 @@ def test_bypass_mode_needs_no_old_log_prob_stage(project_dir):
     assert any("no log_prob stage" in p for p in problems)  # and update_actor's old_log_probs have no producer
     loaded = load_text(project_dir, without, [f"{RC}.bypass_mode=true"])
     assert loaded.spec.algorithm.rollout_correction.bypass_mode
+
+
+def test_the_verl_order_check_knows_bypass_mode_skips_the_old_log_prob_pass(project_dir):
+    from rlflow.check.verl_order import compare_with_verl
+    from rlflow.plan.compile import compile_plan
+
+    for sets in ([], [f"{RC}.bypass_mode=true"]):
+        spec = load_text(project_dir, MINIMAL, sets).spec
+        assert compare_with_verl(spec, compile_plan(spec)).differences == (), sets
+    spec = load_text(project_dir, MINIMAL, [f"{RC}.bypass_mode=true"]).spec
+    with_pass = compile_plan(load_text(project_dir, MINIMAL).spec)
+    (difference,) = compare_with_verl(spec, with_pass).differences  # a plan that kept the pass is not verl's
+    assert "old_log_prob" in difference
