@@ -2,6 +2,8 @@
 
     python -m benchmarks.bench_learning                       # BIRD text-to-SQL, seeds 1 2 3 (minutes per seed)
     python -m benchmarks.bench_learning --task ranking        # the ranking task, seeds 1 2 3
+    python -m benchmarks.bench_learning --task bird_async     # BIRD with the rollout running ahead (separate_async)
+    python -m benchmarks.bench_learning --plot results/learning.json results/learning_async.json -o docs/learning_async.png
     python -m benchmarks.bench_learning --quick               # a 2-step smoke of the same path, seed 1
     python -m benchmarks.bench_learning --seeds 2 --set trainer.total_steps=10
 
@@ -52,6 +54,7 @@ class Task:
 TASKS = {
     "bird": Task("pipelines/bird_grpo.yaml", 0.15, "learning.json"),
     "ranking": Task("pipelines/ranking_grpo.yaml", 0.10, "learning_ranking.json"),
+    "bird_async": Task("pipelines/bird_grpo_async.yaml", 0.15, "learning_async.json"),
 }
 QUICK_SETS = ("trainer.total_steps=2", "trainer.test_freq=2", "data.max_val_samples=8")
 
@@ -66,6 +69,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=None, help="JSON output (default: the task's file under benchmarks/results)")
     p.add_argument("--min-delta", type=float, default=None, help="required rise of acc (default: the task's goal)")
     p.add_argument("--max-minutes", type=float, default=15.0, help="required wall time per run")
+    p.add_argument(
+        "--plot",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="no run: draw validation accuracy against wall time from these result files (-o PNG)",
+    )
+    p.add_argument("-o", dest="picture", type=Path, default=ROOT / "docs" / "learning_async.png")
     return p.parse_args(argv)
 
 
@@ -96,7 +107,7 @@ def run_seed(pipeline: str, seed: int, sets: list[str], runs_root: Path) -> dict
         cmd += ["--set", setting]
     print("$", " ".join(cmd), flush=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     # CPU seconds of the run's whole process tree beside its wall time
     with subprocess.Popen(cmd, cwd=ROOT, env=env) as proc, common.TreeSampler(proc.pid, interval=1.0) as meter:
         returncode = proc.wait()
@@ -121,9 +132,53 @@ def run_seed(pipeline: str, seed: int, sets: list[str], runs_root: Path) -> dict
         "cpu_minutes": meter.cpu_s / 60,
         "last_step": last,
         "val_acc_by_step": {str(k): v for k, v in sorted(acc.items())},
+        "val_minutes_by_step": validation_minutes(run_dir, started_at, acc),
         "train_score_by_step": scores,
         "run_dir": str(run_dir),
     }
+
+
+def validation_minutes(run_dir: Path, started_at: float, acc: dict[int, float]) -> dict[str, float]:
+    """Step -> minutes from the command's start until that step's validation ended (from trace.jsonl)."""
+    ends: dict[int, float] = {}
+    for record in common.read_jsonl(run_dir / "trace.jsonl"):
+        if record["stage"] == "validate" and record["step"] in acc:
+            ends[record["step"]] = max(ends.get(record["step"], 0.0), record["end"])
+    return {str(step): (end - started_at) / 60 for step, end in sorted(ends.items())}
+
+
+def plot_against_wall_time(results: list[Path], picture: Path) -> None:
+    """Each result file's seeds as validation accuracy against wall minutes, in one picture."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for index, path in enumerate(results):
+        result = json.loads(path.read_text())
+        for run in result["runs"]:
+            minutes = run.get("val_minutes_by_step")
+            if not minutes:
+                raise SystemExit(f"{path}: seed {run['seed']} has no val_minutes_by_step (measured before it was kept)")
+            steps = sorted(minutes, key=int)
+            ax.plot(
+                [minutes[s] for s in steps],
+                [run["val_acc_by_step"][s] for s in steps],
+                color=f"C{index}",
+                marker="o",
+                markersize=3,
+                alpha=0.8,
+                label=f"{result['task']} ({result['pipeline']})" if run is result["runs"][0] else None,
+            )
+    ax.set_xlabel("wall time (minutes from `rlflow run`)")
+    ax.set_ylabel("validation accuracy (greedy)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    picture.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(picture, dpi=110)
+    print(f"wrote {picture}")
 
 
 def table(runs: list[dict]) -> str:
@@ -151,6 +206,9 @@ def machine() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.plot:
+        plot_against_wall_time(args.plot, args.picture)
+        return 0
     task = TASKS[args.task]
     min_delta = task.min_delta if args.min_delta is None else args.min_delta
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])

@@ -56,12 +56,18 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "forwarder": ("benchmarks.bench_forwarder", [], ["--quick"]),
     "startup": ("benchmarks.bench_startup", [], ["--quick"]),
     "load": ("benchmarks.bench_load", [], ["--quick"]),
+    "async": ("benchmarks.bench_async", [], ["--quick"]),
     "gpu": ("benchmarks.bench_gpu", [], ["--quick"]),
     "learning": ("benchmarks.bench_learning", [], ["--quick"]),
     "learning_ranking": (
         "benchmarks.bench_learning",
         ["--task", "ranking"],
         ["--task", "ranking", "--quick"],
+    ),
+    "learning_async": (
+        "benchmarks.bench_learning",
+        ["--task", "bird_async"],
+        ["--task", "bird_async", "--quick"],
     ),
 }
 NEEDS_TRL = ("step", "startup")

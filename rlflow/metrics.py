@@ -18,7 +18,7 @@ Design decisions:
   ``prompt_length`` / ``response_length`` and ``global_token_num`` alongside. So the clip ratios
   are verl's: the share of rows as long as the step's longest prompt (response), not of rows
   at the configured ``max_prompt_length`` (``max_response_length``).
-- ``off_policy_metrics`` and ``eviction_metrics`` are verl's staleness formulas (its V1 trainer's
+- ``off_policy_metrics`` is verl's staleness formulas (its V1 trainer's
   ``_compute_metrics`` and replay buffer's ``_evict_terminal_groups``) written out in plain Python:
   verl computes them inline, over its replay buffer's tags, so there is no function to call.
 - verl's data metrics read the reward and advantage fields (``token_level_scores``,
@@ -112,47 +112,41 @@ def compute_rollout_metrics(batch: Batch) -> dict[str, Any]:
 Versions = Sequence[int | tuple[int, int]]
 
 
-def off_policy_metrics(step: int, versions: Versions) -> dict[str, float]:
+def off_policy_metrics(step: int, versions: Versions, evicted_spans: Sequence[int] = ()) -> dict[str, float]:
     """verl's ``training/off_policy/*`` for the trajectories step ``step`` trains on ({} for none).
 
     ``versions``: per trajectory, the policy version it was sampled with (the number of actor
-    updates its weights had seen), or (first, last) versions for one sampled across weight updates.
-    As verl's V1 trainer: ``trajectory_spans`` = last - first + 1 (versions one trajectory was
-    generated with); ``trajectory_staleness`` = (step - 1) - last (updates the freshest weights it
-    used are behind those step ``step`` trains: 0 for a synchronous step); ``trajectory_staleness_worst``
-    = (step - 1) - first. Means are floats, maxima and minima integers.
+    updates its weights had seen), or (first, last) versions for one sampled across weight updates
+    (rlflow's rollout never changes weights mid-trajectory). As verl's V1 trainer:
+    ``trajectory_spans`` = last - first + 1 (versions one trajectory was generated with);
+    ``trajectory_staleness`` = (step - 1) - last (updates the freshest weights it used are behind
+    those step ``step`` trains: 0 for a synchronous step); ``trajectory_staleness_worst`` =
+    (step - 1) - first. Means are floats, maxima and minima integers, as verl's numpy gives them.
+
+    ``evicted_spans``: per prompt group dropped as too stale before this step, its span (step -
+    version: verl's ``global_steps - prompt_global_steps + 1``, its prompt tagged with the step it
+    was sent in, version + 1). verl's replay buffer counts the groups as ``evicted_samples`` and,
+    despite the name, reports their spans as ``evicted_samples_staleness/*``.
     """
-    if not versions:
-        return {}
-    pairs = [(v, v) if isinstance(v, int) else (int(v[0]), int(v[1])) for v in versions]
-    families = {
-        "trajectory_spans": [last - first + 1 for first, last in pairs],
-        "trajectory_staleness": [(step - 1) - last for _, last in pairs],
-        "trajectory_staleness_worst": [(step - 1) - first for first, _ in pairs],
-    }
-    return {
-        f"training/off_policy/{name}/{stat}": value
-        for name, values in families.items()
-        for stat, value in (("mean", sum(values) / len(values)), ("max", max(values)), ("min", min(values)))
-    }
+    metrics: dict[str, float] = {}
+    if versions:
+        pairs = [(v, v) if isinstance(v, int) else (int(v[0]), int(v[1])) for v in versions]
+        families = {
+            "trajectory_spans": [last - first + 1 for first, last in pairs],
+            "trajectory_staleness": [(step - 1) - last for _, last in pairs],
+            "trajectory_staleness_worst": [(step - 1) - first for first, _ in pairs],
+        }
+        metrics.update(
+            (f"training/off_policy/{name}/{stat}", value)
+            for name, values in families.items()
+            for stat, value in _mean_max_min(values)
+        )
+    if evicted_spans:
+        metrics["training/off_policy/evicted_samples"] = len(evicted_spans)
+        spans = [float(s) for s in evicted_spans]
+        metrics.update((f"training/off_policy/evicted_samples_staleness/{stat}", v) for stat, v in _mean_max_min(spans))
+    return metrics
 
 
-def eviction_metrics(step: int, versions: Sequence[int]) -> dict[str, float]:
-    """verl's replay-buffer metrics for prompt groups dropped as too stale at step ``step`` ({} for none).
-
-    ``versions``: per dropped prompt group, the policy version it was sampled with. verl counts
-    groups (``training/off_policy/evicted_samples``) and, despite the name,
-    ``evicted_samples_staleness/*`` are their spans: step - version (the versions from the one it
-    was sampled with to the one that would train on it, inclusive: verl's
-    ``global_steps - prompt_global_steps + 1`` with ``prompt_global_steps`` = version + 1).
-    """
-    if not versions:
-        return {}
-    spans = [float(step - v) for v in versions]
-    prefix = "training/off_policy"
-    return {
-        f"{prefix}/evicted_samples": len(spans),
-        f"{prefix}/evicted_samples_staleness/mean": sum(spans) / len(spans),
-        f"{prefix}/evicted_samples_staleness/max": max(spans),
-        f"{prefix}/evicted_samples_staleness/min": min(spans),
-    }
+def _mean_max_min(values: list) -> tuple[tuple[str, float], ...]:
+    return ("mean", sum(values) / len(values)), ("max", max(values)), ("min", min(values))

@@ -1,4 +1,4 @@
-"""``off_policy_metrics`` and ``eviction_metrics`` against the formulas in the installed verl's source.
+"""``off_policy_metrics`` against the formulas in the installed verl's source.
 
 verl computes its staleness metrics inline (``PPOTrainer._compute_metrics`` in
 ``trainer/ppo/v1/trainer_base.py``, ``ReplayBuffer._evict_terminal_groups`` in ``replay_buffer.py``),
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from rlflow.check.verl_source import verl_root
-from rlflow.metrics import eviction_metrics, off_policy_metrics
+from rlflow.metrics import off_policy_metrics
 
 V1 = Path("verl") / "trainer" / "ppo" / "v1"
 
@@ -82,7 +82,7 @@ def test_a_synchronous_step_is_zero_stale_and_spans_one_version():
     assert off_policy_metrics(7, []) == {}
 
 
-def test_eviction_metrics_are_verls_replay_buffer_formula():
+def test_evicted_groups_are_verls_replay_buffer_formula():
     func = method(V1 / "replay_buffer.py", "_evict_terminal_groups")
     step, versions = 12, [3, 9, 7, 3]
     # verl tags a prompt with the step it was dispatched in: version + 1 for weights of `version` updates
@@ -95,8 +95,12 @@ def test_eviction_metrics_are_verls_replay_buffer_formula():
     }
     env["spans"] = evaluate(assignment(func, "spans"), env)
     theirs = evaluate(metrics_dict(func, "evicted_samples_staleness"), env)
-    ours = eviction_metrics(step, versions)
+    ours = off_policy_metrics(step, [], [step - v for v in versions])
     assert set(ours) == set(theirs)
     for name, value in theirs.items():
         assert ours[name] == pytest.approx(float(value)), name
-    assert ours["training/off_policy/evicted_samples"] == 4 and eviction_metrics(step, []) == {}
+    assert ours["training/off_policy/evicted_samples"] == 4 and off_policy_metrics(step, []) == {}
+    both = off_policy_metrics(step, [11, 11], [9])
+    assert (
+        both["training/off_policy/evicted_samples"] == 1 and both["training/off_policy/trajectory_staleness/max"] == 0
+    )

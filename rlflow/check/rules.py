@@ -11,9 +11,11 @@ step has a stage of every required role (any kind of the role counts: a plugin r
 reward; a ``log_prob`` stage may go under ``rollout_correction.bypass_mode``); a ``reference``
 stage is present exactly when the algorithm needs a reference policy; a rollout correction has
 a rollout that keeps its log-probs; batch sizes divide the way verl needs; new weights can
-reach the rollout; the engines chosen work together; remote backends are registered, take the forwarders given and their
-``config:`` fits the backend's ``config_model``; a ``clip_ratio`` that verl's loss would ignore
-(both bounds set) is a warning;
+reach the rollout; the engines chosen work together; an async trainer mode can overlap the rollout with the update
+(``colocate_async`` is refused, ``separate_async`` needs the rollout on a resource of its own);
+remote backends are registered, take the forwarders given and their ``config:`` fits the
+backend's ``config_model``; a ``clip_ratio`` that verl's loss would ignore (both bounds set) is
+a warning;
 resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); the data
 section sets only what its format reads (``data.databases`` and ``data.prompt_template`` are for
 the text-to-SQL formats); when asked, the data files, databases and model directory exist
@@ -60,6 +62,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
     check_rollout_log_probs(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
+    check_trainer_mode(subject, report)
     check_training_engines(subject, report)
     check_remote_backends(subject, report)
     if project is not None and project.inventory is not None:
@@ -321,6 +324,31 @@ def check_weight_path(subject: Subject, report: Reporter) -> None:
                 f"{_describe(actor, actor_type)}, so the new weights cannot reach this rollout: "
                 "a remote backend syncs weights only within itself",
                 f"run {stage.uses} on {actor!r}" + (", or both on local pools" if actor_type == "local" else ""),
+            )
+
+
+OVERLAP_NEEDS = "rlflow runs a resource's stages one at a time, so a rollout and an update sharing one cannot overlap"
+
+
+def check_trainer_mode(subject: Subject, report: Reporter) -> None:
+    """``colocate_async`` is refused; ``separate_async`` needs the rollout on another resource than the update."""
+    mode = subject.trainer.trainer_mode if subject.trainer is not None else "sync"
+    if mode == "colocate_async":
+        report(
+            ("trainer", "trainer_mode"),
+            f"trainer_mode colocate_async is not supported: {OVERLAP_NEEDS}",
+            "bind generate to a resource of its own and set trainer_mode: separate_async",
+        )
+    if mode != "separate_async":
+        return
+    actor = {stage.on for _, stage in with_role(subject, "update")}
+    for i, stage in with_role(subject, "rollout"):
+        if stage.on in actor:
+            report(
+                ("stages", i, "on"),
+                f"trainer_mode separate_async runs {stage.name} ahead of the update, but both run on {stage.on!r}: "
+                f"{OVERLAP_NEEDS}",
+                f"bind {stage.name} to a resource of its own, or set trainer_mode: sync",
             )
 
 

@@ -2,7 +2,12 @@
 
 ``compare_with_verl(spec, plan)`` reads verl's start-up and step from its source
 (``rlflow.check.verl_source``; ``$RLFLOW_VERL_SOURCE`` points it at another source tree, which
-the tests use for edited copies of verl) and compares them with the plan compiled for ``spec``:
+the tests use for edited copies of verl) and compares them with the plan compiled for ``spec``.
+A ``separate_async`` plan is compared with ``PPOTrainerSeparateAsync`` instead: the same step
+order (verl's V1 ``_step_once``, which both trainers share) and its start-up, with the weights
+pushed to the standalone rollout; its hybrid GPU switching (``switch_*`` timers) is left out,
+since rlflow keeps each resource to its stages. That the rollout runs ahead is the mode itself,
+not an order to compare (docs/verl_order.md). The comparisons:
 
 - what verl does, matched to rlflow stages through one table (``STEP_STAGES``, ``STARTUP_STAGES``):
   a timed stage by its timer, an untimed one (``_balance_batch``) by its call. Plan entries stand
@@ -30,18 +35,20 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import SimpleNamespace
 
 from rlflow.check.verl_cadence import Unreadable, mentions_cadence, steps_where
 from rlflow.check.verl_source import (
+    SEPARATE_ASYNC_TRAINER,
     SOURCE_ENV,
     STEP_TIMER,
+    SYNC_TRAINER,
     Site,
     VerlSourceError,
-    read_sync_trainer,
+    read_trainer,
     verl_root,
 )
 from rlflow.plan.model import RESUME, Plan, PlanStage
@@ -182,7 +189,15 @@ STARTUP_STAGES = (
         applies=_has_val_data,
     ),
 )
-LEAVES = frozenset(row.call for row in (*STEP_STAGES, *STARTUP_STAGES) if row.kind is not None)
+# separate_async: the trainer pushes its weights to the standalone rollout (its own resources) ...
+STANDALONE_SYNC = "standalone_checkpoint_manager.update_weights"
+ASYNC_STARTUP_STAGES = tuple(
+    replace(row, call=STANDALONE_SYNC) if row.role == "weight_sync" else row for row in STARTUP_STAGES
+)
+# ... and may lend the trainer's GPUs to the rollout between steps (verl's hybrid rollout,
+# hybrid_rollout_config.enable_switch), timed by these; rlflow keeps each resource to its own stages.
+HYBRID_SWITCH_TIMERS = frozenset({"switch_to_trainer", "switch_wait", "switch_to_rollout"})
+LEAVES = frozenset(row.call for row in (*STEP_STAGES, *STARTUP_STAGES, *ASYNC_STARTUP_STAGES) if row.kind is not None)
 # Settings the cadences are compared under: (save_freq, test_freq) over CADENCE_STEPS steps.
 CADENCE_SETTINGS = ((3, 2), (2, 3), (1, 1), (-1, -1))
 CADENCE_STEPS = 7
@@ -195,6 +210,7 @@ class VerlOrderReport:
     source: str
     differences: tuple[str, ...] = ()
     skipped: str | None = None
+    trainer: str = SYNC_TRAINER[1]  # the verl trainer compared with
 
     def warnings(self) -> list[str]:
         """The lines a user sees as warnings (none when the plan runs as verl does)."""
@@ -205,30 +221,36 @@ class VerlOrderReport:
     def summary(self) -> str:
         if self.skipped:
             return self.skipped
+        lane = "" if self.trainer == SYNC_TRAINER[1] else " (trainer lane; the rollout runs ahead, as in verl)"
         if self.differences:
-            return f"verl order: {len(self.differences)} difference(s) from PPOTrainerSync in {self.source}"
-        return f"verl order: the plan runs as PPOTrainerSync in {self.source} does"
+            return f"verl order: {len(self.differences)} difference(s) from {self.trainer} in {self.source}{lane}"
+        return f"verl order: the plan runs as {self.trainer} in {self.source} does{lane}"
 
 
 def compare_with_verl(spec: Pipeline, plan: Plan, root: Path | None = None) -> VerlOrderReport:
-    """Compare ``plan`` (compiled from ``spec``) with verl's sync trainer read from ``root``
-    (default: ``$RLFLOW_VERL_SOURCE``, else the installed verl)."""
+    """Compare ``plan`` (compiled from ``spec``) with verl's trainer of the plan's mode, read from ``root``
+    (default: ``$RLFLOW_VERL_SOURCE``, else the installed verl): ``PPOTrainerSync`` for ``sync``; for
+    ``separate_async`` the trainer side of ``PPOTrainerSeparateAsync`` (its step order and start-up; the
+    rollout running ahead is the mode itself, and its hybrid GPU switching is left out)."""
+    trainer, startup_rows = (SEPARATE_ASYNC_TRAINER, ASYNC_STARTUP_STAGES) if plan.is_async else (
+        SYNC_TRAINER, STARTUP_STAGES)  # fmt: skip
     source = f"the verl source in {root}" if root is not None else None
     root = root or verl_root()
     if root is None:
-        return VerlOrderReport("verl", skipped=NOT_INSTALLED)
+        return VerlOrderReport("verl", skipped=NOT_INSTALLED, trainer=trainer[1])
     source = source or _installed_source()
     try:
-        trainer = read_sync_trainer(root, LEAVES)
+        sites = read_trainer(root, LEAVES, trainer)
     except VerlSourceError as exc:
-        return VerlOrderReport(source, (f"cannot read verl's PPOTrainerSync: {exc}",))
+        return VerlOrderReport(source, (f"cannot read verl's {trainer[1]}: {exc}",), trainer=trainer[1])
+    step = [s for s in sites.step if not HYBRID_SWITCH_TIMERS & {s.name, *s.timers}]
     differences = [
-        *_phase_differences(STEP_STAGES, trainer.step, plan.step, spec, plan, step=True),
-        *_unknown_timers(trainer.step),
-        *_timer_names(plan, trainer.step),
-        *_phase_differences(STARTUP_STAGES, trainer.startup, plan.init, spec, plan, step=False),
+        *_phase_differences(STEP_STAGES, step, plan.step, spec, plan, step=True),
+        *_unknown_timers(step),
+        *_timer_names(plan, step),
+        *_phase_differences(startup_rows, sites.startup, plan.init, spec, plan, step=False),
     ]
-    return VerlOrderReport(source, tuple(differences))
+    return VerlOrderReport(source, tuple(differences), trainer=trainer[1])
 
 
 def _installed_source() -> str:

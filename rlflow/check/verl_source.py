@@ -1,8 +1,9 @@
-"""verl's synchronous trainer as its source has it: every timer and trainer call of start-up and of one step.
+"""verl's V1 trainers as their source has them: every timer and trainer call of start-up and of one step.
 
-rlflow promises to run a step in the order of verl's ``PPOTrainerSync``. This module reads that
-order from the verl that is installed, so that ``rlflow.check.verl_order`` can compare it with a
-compiled plan. Design decisions:
+rlflow promises to run a step in the order of verl's ``PPOTrainerSync`` (and, for a
+``separate_async`` pipeline, the trainer side of ``PPOTrainerSeparateAsync``). This module reads
+that order from the verl that is installed, so that ``rlflow.check.verl_order`` can compare it
+with a compiled plan. Design decisions:
 
 - verl is never imported (``rlflow validate`` must not import torch, Ray or verl, and verl's V1
   trainer cannot even be imported without its transfer-queue service). The package is located
@@ -16,8 +17,10 @@ compiled plan. Design decisions:
   of that loop (its first ``while``). Statements are visited in execution order; a call of one
   of the trainer's own methods, resolved on the class hierarchy nearest class first (so the
   sync trainer's ``on_step_end`` hook, which times ``update_weights``, is found), is walked
-  into where it is called, except the methods named as ``leaves`` (the calls that do a stage's
-  work: what happens inside them is the stage's business, not the step's order).
+  into where it is called, and so is ``super().m()`` inside ``m`` (the next definition up: the
+  separate-async trainer's ``_setup`` loads the checkpoint there), except the methods named as
+  ``leaves`` (the calls that do a stage's work: what happens inside them is the stage's
+  business, not the step's order).
 - Each timer (``with marked_timer("<name>", ...)`` or ``_timer``) and each ``self.<...>(...)``
   call becomes a ``Site`` that remembers its context: the timers around it, the ``if`` tests it
   sits under (``not (...)`` in an ``else``, and after an ``if`` that leaves the block with
@@ -37,6 +40,7 @@ from typing import Literal
 
 SOURCE_ENV = "RLFLOW_VERL_SOURCE"  # a folder holding a verl/ source tree to read instead of the installed verl
 SYNC_TRAINER = ("verl.trainer.ppo.v1.trainer_sync", "PPOTrainerSync")
+SEPARATE_ASYNC_TRAINER = ("verl.trainer.ppo.v1.trainer_separate_async", "PPOTrainerSeparateAsync")
 TIMER_FUNCTIONS = ("marked_timer", "_timer")
 STEP_TIMER = "step"  # verl's timing_s/step
 _TRY_NODES = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))  # try/except* is Python 3.11+
@@ -69,8 +73,8 @@ class Site:
 
 
 @dataclass(frozen=True)
-class SyncTrainer:
-    """The sites of ``PPOTrainerSync``'s start-up and of one training step, in execution order."""
+class TrainerSites:
+    """The sites of a trainer's start-up and of one training step, in execution order."""
 
     root: Path
     startup: tuple[Site, ...]
@@ -90,25 +94,28 @@ def verl_root() -> Path | None:
 
 
 @lru_cache(maxsize=8)
-def read_sync_trainer(root: Path, leaves: frozenset[str] = frozenset()) -> SyncTrainer:
-    """Walk ``PPOTrainerSync`` under ``root``; ``VerlSourceError`` when its layout is not the expected one.
+def read_trainer(
+    root: Path, leaves: frozenset[str] = frozenset(), trainer: tuple[str, str] = SYNC_TRAINER
+) -> TrainerSites:
+    """Walk ``trainer`` (module, class; ``PPOTrainerSync`` by default) under ``root``; ``VerlSourceError``
+    when its layout is not the expected one.
 
-    Read once per process and folder (``rlflow validate --verl`` checks several files against it)."""
-    methods = _methods(_class_chain(root, *SYNC_TRAINER))
+    Read once per process, folder and trainer (``rlflow validate --verl`` checks several files against it)."""
+    methods = _methods(_class_chain(root, *trainer))
     for name in ("init", "fit"):
         if name not in methods:
-            raise VerlSourceError(f"{SYNC_TRAINER[1]} has no method {name}() (verl's trainer layout changed)")
-    fit, fit_file = methods["fit"]
+            raise VerlSourceError(f"{trainer[1]} has no method {name}() (verl's trainer layout changed)")
+    fit, fit_file = methods["fit"][0]
     loop_at = next((i for i, stmt in enumerate(fit.body) if isinstance(stmt, ast.While)), None)
     if loop_at is None:
         raise VerlSourceError(f"{fit_file}: fit() has no training loop (while ...) any more")
     walk = _Walk(methods, leaves)
-    init, init_file = methods["init"]
+    init, init_file = methods["init"][0]
     walk.block(init.body, _Context(init_file))
     walk.block(fit.body[:loop_at], _Context(fit_file))
     startup = tuple(walk.take())
     walk.block(fit.body[loop_at].body, _Context(fit_file))
-    return SyncTrainer(root, startup, tuple(walk.take()))
+    return TrainerSites(root, startup, tuple(walk.take()))
 
 
 # ---- the class hierarchy --------------------------------------------------------------------
@@ -141,10 +148,16 @@ def _class_chain(root: Path, module: str, name: str) -> list[tuple[ast.ClassDef,
     return chain
 
 
-def _methods(chain: list[tuple[ast.ClassDef, str]]) -> dict[str, tuple[ast.FunctionDef, str]]:
-    methods: dict[str, tuple[ast.FunctionDef, str]] = {}
-    for cls, file in reversed(chain):  # nearer classes override farther ones
-        methods.update({f.name: (f, file) for f in cls.body if isinstance(f, ast.FunctionDef)})
+Definition = tuple[ast.FunctionDef, str]
+
+
+def _methods(chain: list[tuple[ast.ClassDef, str]]) -> dict[str, list[Definition]]:
+    """Method name -> its definitions along the chain, nearest first (``super()`` reaches the next one)."""
+    methods: dict[str, list[Definition]] = {}
+    for cls, file in chain:
+        for f in cls.body:
+            if isinstance(f, ast.FunctionDef):
+                methods.setdefault(f.name, []).append((f, file))
     return methods
 
 
@@ -157,13 +170,13 @@ class _Context:
     timers: tuple[str, ...] = ()
     conditions: tuple[str, ...] = ()
     loops: tuple[str, ...] = ()
-    stack: tuple[str, ...] = field(default=())  # methods being walked into (no recursion)
+    stack: tuple[tuple[str, int], ...] = field(default=())  # (method, definition) walked into (no recursion)
 
 
 class _Walk:
     """Sites in execution order; ``take`` hands over those found since the last ``take``."""
 
-    def __init__(self, methods: dict[str, tuple[ast.FunctionDef, str]], leaves: frozenset[str]) -> None:
+    def __init__(self, methods: dict[str, list[Definition]], leaves: frozenset[str]) -> None:
         self.methods = methods
         self.leaves = leaves
         self.sites: list[Site] = []
@@ -219,13 +232,17 @@ class _Walk:
                 self.expr(child, ctx)
         if not isinstance(node, ast.Call):
             return
-        target = _below_self(node.func)
+        target, level = _below_self(node.func), 0
+        if target is None and _is_super_call(node.func):  # super().m() in m: m's next definition up the chain
+            target = node.func.attr
+            level = next((lv + 1 for name, lv in reversed(ctx.stack) if name == target), None)
         if target is None:
             return
         self.emit("call", target, node, ctx)
-        if target in self.methods and target not in self.leaves and target not in ctx.stack:
-            method, file = self.methods[target]
-            self.block(method.body, replace(ctx, file=file, stack=(*ctx.stack, target)))
+        found = self.methods.get(target, [])
+        if level is not None and level < len(found) and target not in self.leaves and (target, level) not in ctx.stack:
+            method, file = found[level]
+            self.block(method.body, replace(ctx, file=file, stack=(*ctx.stack, (target, level))))
 
 
 def _timer_name(node: ast.expr) -> str | None:
@@ -247,6 +264,16 @@ def _below_self(node: ast.expr) -> str | None:
     if isinstance(node, ast.Name) and node.id == "self" and parts:
         return ".".join(reversed(parts))
     return None
+
+
+def _is_super_call(node: ast.expr) -> bool:
+    """``super().m``."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "super"
+    )
 
 
 def _negated(test: ast.expr) -> str:

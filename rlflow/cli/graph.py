@@ -2,7 +2,7 @@
 
     rlflow graph PIPELINE [--set k=v]... [--drop STAGE]... [--format text|mermaid|dot|json] [-o FILE]
     rlflow graph PIPELINE --render [-o step.svg]           # draws with Graphviz's dot
-    rlflow graph --timeline RUN_DIR [--format text]        # where the time went, per stage
+    rlflow graph --timeline RUN_DIR [--format text]        # where the time went, per stage and resource
     rlflow graph --timeline RUN_DIR --render -o run.svg    # a Gantt chart (matplotlib)
     rlflow graph --timeline RUN_DIR --render --steps 0-3   # start-up, init and steps 1-3 only
 
@@ -130,7 +130,9 @@ def _timeline(run_dir: Path, fmt: str, render: bool, output: Path | None, steps:
         target = tl.render_timeline(spans, output or DEFAULT_TIMELINE_PICTURE, title, tl.read_startup(run_dir), steps)
         typer.echo(f"wrote {target}")
         return
-    _emit(tl.render_summary(tl.summarize(tl.in_steps(spans, steps))), output)
+    shown = tl.in_steps(spans, steps)
+    resources = tl.render_resources(shown)
+    _emit(tl.render_summary(tl.summarize(shown)) + (f"\n{resources}" if resources else ""), output)
 
 
 def _emit(text: str, output: Path | None) -> None:

@@ -9,7 +9,8 @@ layers (pydantic, PyYAML, Jinja2) and never torch, Ray, verl or transformers (a 
 in a subprocess and inspects sys.modules); a plain command line reaches it without typer.
 ``--no-check-paths`` skips the check that the data files, databases and model directory exist.
 ``--verl`` compares each valid file's plan with the installed verl's ``PPOTrainerSync`` step
-(order, conditions, cadence, the step timer); differences are warnings and leave the exit code alone.
+(``PPOTrainerSeparateAsync``'s for a separate_async pipeline: its trainer lane) (order,
+conditions, cadence, the step timer); differences are warnings and leave the exit code alone.
 ``--print`` prints each valid file fully resolved (templates rendered, ``base:`` merged,
 ``--set`` and ``--drop`` applied, every default spelled out) as YAML on stdout: what a run
 would save as pipeline.resolved.yaml. ``--drop NAME`` removes a stage (as
@@ -47,8 +48,9 @@ def validate(
     verl: bool = typer.Option(
         False,
         "--verl",
-        help="Also compare each plan with the installed verl's PPOTrainerSync step (order, conditions, cadence, "
-        "step timer); differences are warnings, the exit code stays 0. Skipped when verl is not installed.",
+        help="Also compare each plan with the installed verl's PPOTrainerSync step (PPOTrainerSeparateAsync's "
+        "trainer lane for trainer_mode separate_async) (order, conditions, cadence, step timer); differences are "
+        "warnings, the exit code stays 0. Skipped when verl is not installed.",
     ),
 ) -> None:
     """Check pipeline files: YAML, templates, schema, the rules of a GRPO step and that the data and model exist."""

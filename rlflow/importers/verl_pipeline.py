@@ -43,7 +43,7 @@ from rlflow.schemas.verl_names import BY_VERL, VERL_NAMES, VerlName, why_not
 from rlflow.stages import STAGE_KINDS
 
 VERL_DEFAULT_REWARD = "verl.utils.reward_score:default_compute_score"
-ACTOR_POOL, REWARD_POOL = "actor_pool", "reward_pool"
+ACTOR_POOL, REWARD_POOL, ROLLOUT_POOL = "actor_pool", "reward_pool", "rollout_pool"
 POOLS = {"local": ACTOR_POOL, "cpu": REWARD_POOL}  # pool type -> its name in the pipeline
 SINKS = {"console", "wandb", "tensorboard", "mlflow"}  # verl logger names rlflow.yaml logging.sinks takes
 # the step, in verl's order: (stage name, kind, resource)
@@ -166,7 +166,10 @@ class _Converter:
         )
         self.withs["reward_function"] = self._reward()
         stages = []
+        separate = self.fields.get("trainer.trainer_mode") == "separate_async"
         for name, kind, resource in STEP:
+            if separate and kind == "generate":  # verl's separate_async: the rollout on GPUs of its own
+                resource = ROLLOUT_POOL
             if (kind == "ref_log_prob" and not uses_kl) or (kind == "validate" and not validates):
                 self.consumed.difference_update(n.verl for n in VERL_NAMES if n.owner == kind)
                 continue
@@ -218,8 +221,24 @@ class _Converter:
             POOLS["local"]: {"type": "local", "device": "gpu", **self.pools["local"]},
             POOLS["cpu"]: {"type": "cpu", **self.pools["cpu"]},
         }
+        if any(stage["on"] == ROLLOUT_POOL for stage in stages):
+            pipeline["resources"][ROLLOUT_POOL] = {"type": "local", "device": "gpu", **self._rollout_pool()}
+            self.changed(
+                "trainer.v1.trainer_mode=separate_async: generate runs on a pool of its own, rollout_pool "
+                "(actor_rollout_ref.rollout.n_gpus_per_node x nnodes)"
+            )
         pipeline["stages"] = stages
         return pipeline
+
+    def _rollout_pool(self) -> dict[str, int]:
+        """verl's standalone rollout: ``actor_rollout_ref.rollout.n_gpus_per_node`` x ``nnodes``."""
+        pool = {}
+        for key, name in (("n_gpus_per_node", "gpus_per_node"), ("nnodes", "nnodes")):
+            value = self.cfg.get(f"actor_rollout_ref.rollout.{key}")
+            if isinstance(value, int) and value > 0:
+                pool[name] = value
+                self.consumed.add(f"actor_rollout_ref.rollout.{key}")
+        return pool
 
     def _name(self) -> str:
         raw = str(self.fields.get("name") or "verl-import")

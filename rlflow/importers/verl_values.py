@@ -185,6 +185,21 @@ def _project_name(value: Any, conv: Context) -> Any:
     return SKIP if not value else str(value)
 
 
+def _trainer_mode(value: Any, conv: Context) -> Any:
+    if value == "colocate_async":
+        raise Unsupported(
+            "rlflow runs a pool's stages one at a time, so a rollout sharing the trainer's devices cannot overlap it",
+            "set trainer.v1.trainer_mode=separate_async (the rollout gets a pool of its own) or sync",
+        )
+    return value
+
+
+def _warmup_batches(value: Any, conv: Context) -> Any:
+    if float(value) != int(float(value)) or float(value) < 1:
+        raise Unsupported("rlflow samples whole batches ahead, at least one", "set num_warmup_batches to 1, 2, ...")
+    return int(float(value))
+
+
 CONVERTERS: dict[str, Converter] = {
     "data.train_files": _one_file("data.train_files"),
     "data.val_files": _one_file("data.val_files"),
@@ -231,5 +246,7 @@ CONVERTERS: dict[str, Converter] = {
     "actor_rollout_ref.rollout.name": _rollout,
     "algorithm.adv_estimator": _estimator,
     "trainer.device": _device,
+    "trainer.v1.trainer_mode": _trainer_mode,
+    "trainer.v1.separate_async.num_warmup_batches": _warmup_batches,
     "trainer.project_name": _project_name,
 }

@@ -18,7 +18,9 @@ What runs, mirroring verl's ``PPOTrainerSync``:
   data-parallel worker (verl balances across its actor's data-parallel ranks; with one there is
   nothing to balance). They are marked ``implicit``.
 
-Stages are found by the role their kind declares, never by kind name.
+Stages are found by the role their kind declares, never by kind name. The trainer mode, what
+may run at once within a step and across two steps (rlflow.plan.concurrency) and, in an async
+mode, the staleness bound ride on the plan.
 
 ``dataflow_problems`` is the validator's entry: every data-flow problem as (path, message).
 ``compile_plan`` raises ``ConfigError`` with those problems (and with any unknown stage kind
@@ -32,8 +34,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlflow.errors import ConfigError, Diagnostic
+from rlflow.plan.concurrency import cross_step_overlap, step_groups
 from rlflow.plan.dataflow import Flow, FlowNode, Problem, analyse, data_edges
-from rlflow.plan.model import DRIVER, RESUME, Plan, PlanStage, frozen_mapping
+from rlflow.plan.model import ASYNC_MODES, DRIVER, RESUME, Plan, PlanStage, Staleness, frozen_mapping
 from rlflow.plan.placement import build_placements
 from rlflow.schemas.pipeline import Pipeline, StageSpec
 from rlflow.stages.base import StageKind
@@ -76,13 +79,24 @@ def compile_plan(spec: Pipeline) -> Plan:
     ordered = [stages[i] for i in flow.order]
     step = tuple(_entry(spec, s, s.kind.cadence) for s in ordered)
     init = tuple(_init_phase(spec, ordered, candidates))
+    edges = data_edges([s.node for s in stages], flow.order, flow.producer)
+    mode = spec.trainer.trainer_mode
     return Plan(
         pipeline_name=spec.name,
         init=init,
         step=step,
         resources=build_placements(spec, (*step, *init)),
-        edges=data_edges([s.node for s in stages], flow.order, flow.producer),
+        edges=edges,
+        trainer_mode=mode,
+        groups=step_groups(step, edges),
+        overlap=cross_step_overlap(step, edges, mode),
+        staleness=_staleness(spec) if mode in ASYNC_MODES else None,
     )
+
+
+def _staleness(spec: Pipeline) -> Staleness:
+    t = spec.trainer
+    return Staleness(t.max_off_policy_threshold, t.max_off_policy_strategy, t.num_warmup_batches)
 
 
 def _analyse(spec: Pipeline) -> tuple[list[_Stage], list[_Stage], Flow]:

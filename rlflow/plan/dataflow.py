@@ -1,10 +1,10 @@
 """Order a step's stages from the fields they read and write, and find what cannot be ordered.
 
 The order is computed, never listed: a stage runs after the producers of every field it reads
-(Kahn's topological sort), and among the stages ready at one moment verl's order decides
-(``VERL_ORDER`` by each kind's timer). A stage whose kind has no verl timer takes the key of
-the last of its producers plus one, so it runs right after them (a filter reading ``scores``
-lands right after the reward). A heap keeps the whole sort O(n log n) in stages.
+(``graphlib.TopologicalSorter`` says which stages are ready), and among the stages ready at one
+moment verl's order decides (``VERL_ORDER`` by each kind's timer, through a heap). A stage whose
+kind has no verl timer takes the key of the last of its producers plus one, so it runs right
+after them (a filter reading ``scores`` lands right after the reward).
 
 State fields (``actor_weights``, ``rollout_weights``) are loop-carried: they do not order
 stages within a step (generate reads the weights the previous step synced), but a producer
@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from graphlib import CycleError, TopologicalSorter
 
 from rlflow.plan.model import DATA_SOURCE, Edge
 from rlflow.stages.base import SOURCE_FIELDS, STATE_FIELDS, VERL_ORDER
@@ -72,7 +73,7 @@ def analyse(
                 preds[i].add(p)
     order = _sort(nodes, preds, producer)
     if len(order) < len(nodes):
-        problems.extend(_cycles(nodes, preds, set(order)))
+        problems.extend(_cycles(nodes, preds, _placeable(preds)))
     return Flow(order, problems, producer)
 
 
@@ -100,31 +101,24 @@ def _missing_message(node: FlowNode, name: str, kinds: list[str]) -> str:
 
 
 def _sort(nodes: Sequence[FlowNode], preds: list[set[int]], producer: dict[str, int]) -> list[int]:
-    succs: list[list[int]] = [[] for _ in nodes]
-    for i, ps in enumerate(preds):
-        for p in ps:
-            succs[p].append(i)
+    """The step order; empty when the stages form a cycle (``_cycles`` reports it)."""
+    sorter = TopologicalSorter({i: ps for i, ps in enumerate(preds)})
+    try:
+        sorter.prepare()
+    except CycleError:
+        return []
     static = [(VERL_INDEX[n.verl_timer], 0, i) if n.verl_timer in VERL_INDEX else None for i, n in enumerate(nodes)]
     keys: list[tuple[int, int, int] | None] = list(static)
-    indegree = [len(ps) for ps in preds]
     heap: list[tuple[tuple[int, int, int], int]] = []
-
-    def ready(i: int) -> None:
-        if keys[i] is None:
-            keys[i] = _after_producers(nodes[i], i, keys, static, producer)
-        heapq.heappush(heap, (keys[i], i))
-
-    for i, degree in enumerate(indegree):
-        if degree == 0:
-            ready(i)
     order: list[int] = []
-    while heap:
+    while sorter.is_active():
+        for i in sorter.get_ready():
+            if keys[i] is None:
+                keys[i] = _after_producers(nodes[i], i, keys, static, producer)
+            heapq.heappush(heap, (keys[i], i))
         _, i = heapq.heappop(heap)
         order.append(i)
-        for s in succs[i]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                ready(s)
+        sorter.done(i)
     return order
 
 
@@ -145,6 +139,14 @@ def _after_producers(
         if key is not None and key > last:
             last = key
     return (last[0], last[1] + 1, i)
+
+
+def _placeable(preds: list[set[int]]) -> set[int]:
+    """The stages no cycle holds back: those whose predecessors are all placeable."""
+    done: set[int] = set()
+    while grown := {i for i, ps in enumerate(preds) if i not in done and ps <= done}:
+        done |= grown
+    return done
 
 
 def _cycles(nodes: Sequence[FlowNode], preds: list[set[int]], done: set[int]) -> list[Problem]:

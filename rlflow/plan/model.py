@@ -14,6 +14,9 @@ Design decisions:
   The resume entry (``RESUME``, role ``resume``) is not a stage kind but the runtime's own
   phase, listed in the plan so that the init phase reads as verl's does (load, sync, validate).
 - Data-loader fields come from a pseudo-stage named ``DATA_SOURCE`` in ``edges``.
+- What may run at once (``groups`` within a step, ``overlap`` across two steps in an async
+  trainer mode) is derived by rlflow.plan.concurrency; ``staleness`` holds the bound the
+  relaxed weight edge (sync_weights back to the next generate) runs under.
 - A local pool with ``device: auto`` stays ``auto`` here; the runtime resolves the device and
   calls ``Placement.with_device`` to get the bundles it will reserve. Placement choices
   (bundles, PACK / SPREAD) are explained in rlflow.plan.placement.
@@ -32,6 +35,8 @@ EntryCadence = Literal[Cadence, "init", "resume"]
 ResourceType = Literal["local", "cpu", "remote", "driver"]
 Strategy = Literal["PACK", "SPREAD", "STRICT_SPREAD"]
 
+ASYNC_MODES = ("separate_async",)  # trainer modes whose rollout runs ahead of the trainer
+ROLLOUT_WEIGHTS = "rollout_weights"  # the field the weight edge carries back to the rollout
 RESUME = "load_checkpoint"  # the runtime's resume phase in the init phase (role "resume")
 DATA_SOURCE = "<data>"  # the data loader in edges; "<" keeps it apart from any stage name
 
@@ -138,6 +143,28 @@ class Edge:
     fields: tuple[str, ...]
     loop: bool = False
 
+    @property
+    def weights_only(self) -> bool:
+        """The weight edge: the rollout's weights carried into the next step (relaxed in an async mode)."""
+        return self.loop and set(self.fields) <= {ROLLOUT_WEIGHTS}
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """How far the rollout may run ahead of the trainer (verl's ``trainer.v1.sampler.*`` and
+    ``trainer.v1.separate_async.num_warmup_batches``)."""
+
+    max_off_policy_threshold: int | None  # most policy versions a batch may span, inclusive; None: unbounded
+    max_off_policy_strategy: str  # "drop" or "wait"
+    num_warmup_batches: int  # batches sampled ahead of the trainer
+
+    def describe(self) -> str:
+        """``weights, up to 1 version behind``: how the rollout's weights may lag the actor's."""
+        if self.max_off_policy_threshold is None:
+            return "weights, any number of versions behind"
+        behind = self.max_off_policy_threshold - 1  # a batch spanning N versions was sampled N - 1 behind
+        return f"weights, up to {behind} version{'' if behind == 1 else 's'} behind"
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -148,6 +175,10 @@ class Plan:
     step: tuple[PlanStage, ...]
     resources: Mapping[str, Placement]
     edges: tuple[Edge, ...]
+    trainer_mode: str = "sync"  # verl's trainer.v1.trainer_mode
+    groups: tuple[tuple[str, ...], ...] = ()  # the step in levels: a group's stages read nothing from each other
+    overlap: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage of step t+1, stages of step t it may run beside)
+    staleness: Staleness | None = None  # the bound of an async mode; None in sync mode
 
     def stage(self, name: str) -> PlanStage:
         """The step entry named ``name`` (else the init entry)."""
@@ -177,3 +208,24 @@ class Plan:
 
     def loop_edges(self) -> tuple[Edge, ...]:
         return tuple(e for e in self.edges if e.loop)
+
+    @property
+    def is_async(self) -> bool:
+        return self.trainer_mode in ASYNC_MODES
+
+    def staleness_edges(self) -> tuple[Edge, ...]:
+        """The weight edges the rollout may run ahead of (async modes; none in sync mode)."""
+        return tuple(e for e in self.edges if e.weights_only) if self.is_async else ()
+
+    def lanes(self) -> dict[str, tuple[str, ...]]:
+        """Async modes: resource -> its step stages, the rollout's resource first (the rollout lane), then the
+        trainer lane (the update's resource), then the others; empty in sync mode."""
+        if not self.is_async:
+            return {}
+        first = [s.resource for s in (self.first_with_role("rollout"), self.first_with_role("update")) if s]
+        order = dict.fromkeys([*first, *(s.resource for s in self.step)])
+        return {r: tuple(s.name for s in self.step if s.resource == r) for r in order}
+
+    def beside(self, name: str) -> tuple[str, ...]:
+        """The stages of step t that stage ``name`` of step t+1 may run beside (none in sync mode)."""
+        return dict(self.overlap).get(name, ())

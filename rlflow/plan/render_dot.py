@@ -8,7 +8,9 @@ Layout choices:
 - data edges are labelled with their fields; the loop edge (sync_weights back to the next
   step's generate) is dashed and does not constrain the layout (``constraint=false``), so the
   step still reads left to right;
-- the init phase is a dashed cluster of its own, chained and leading to the first stage.
+- the init phase is a dashed cluster of its own, chained and leading to the first stage;
+- in an async trainer mode the rollout's and the trainer's clusters are labelled as lanes, and
+  the weight edge is the staleness edge: bold, orange, labelled with its bound.
 Every id and label is quoted and escaped, since stage and resource names may hold dots or
 dashes.
 """
@@ -16,7 +18,7 @@ dashes.
 from __future__ import annotations
 
 from rlflow.plan.model import DATA_SOURCE, Placement, Plan, PlanStage
-from rlflow.plan.render_text import placement_summary
+from rlflow.plan.render_text import lane_name, placement_summary, staleness_text
 
 STAGE_STYLE = 'shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica"'
 CLUSTER_FILL = {"local": "#e8f0fe", "cpu": "#e6f4ea", "remote": "#fef7e0", "driver": "#f1f3f4"}
@@ -34,9 +36,10 @@ def _stage_label(number: str, stage: PlanStage) -> str:
 
 
 def _cluster(plan: Plan, name: str, placement: Placement, numbers: dict[str, int]) -> list[str]:
+    lane = f"{lane}: " if (lane := lane_name(plan, name)) else ""
     lines = [
         f"  subgraph {quote('cluster_' + name)} {{",
-        f"    label={quote(name + chr(10) + placement_summary(placement))};",
+        f"    label={quote(lane + name + chr(10) + placement_summary(placement))};",
         f'    style="rounded,filled"; fillcolor="{CLUSTER_FILL[placement.type]}";',
     ]
     if placement.type == "remote":
@@ -68,9 +71,13 @@ def _init_cluster(plan: Plan) -> list[str]:
 
 def _edges(plan: Plan) -> list[str]:
     lines = []
+    stale = plan.staleness_edges()
     for edge in plan.edges:
         fields = list(edge.fields) + (["(next step)"] if edge.loop else [])
-        if edge.loop:
+        if edge in stale:
+            fields = [plan.staleness.describe(), f"({staleness_text(plan)})"]
+            style = 'style="dashed,bold", color="#e37400", fontcolor="#e37400", constraint=false'
+        elif edge.loop:
             style = 'style=dashed, color="#c5221f", fontcolor="#c5221f", constraint=false'
         elif edge.src == DATA_SOURCE:
             style = 'color="#9aa0a6", fontcolor="#5f6368"'

@@ -4,7 +4,10 @@ Shape: ``{"pipeline", "init": [...], "stages": [...], "resources": {...}, "edges
 ``stages`` is an ordered list (the step order), each entry carrying at least ``name``, ``kind``,
 ``resource``, ``reads``, ``writes``, ``cadence`` and ``verl_timer``; the rest of each PlanStage
 and Placement rides along so that nothing the plan knows is lost. Keys keep the dataclass
-field names, so the JSON and the Python API read alike.
+field names, so the JSON and the Python API read alike. An async plan adds ``trainer_mode``,
+``lanes``, ``groups`` (what may run at once within a step), ``overlap`` (stage of step t+1 ->
+the stages of step t it may run beside) and ``staleness`` (the bound); a sync plan's JSON is
+as it always was.
 """
 
 from __future__ import annotations
@@ -31,13 +34,22 @@ def _plain(value: Any) -> Any:
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    return {
+    data = {
         "pipeline": plan.pipeline_name,
         "init": _plain(plan.init),
         "stages": _plain(plan.step),
         "resources": _plain(plan.resources),
         "edges": _plain(plan.edges),
     }
+    if plan.is_async:
+        data |= {
+            "trainer_mode": plan.trainer_mode,
+            "lanes": _plain(plan.lanes()),
+            "groups": _plain(plan.groups),
+            "overlap": {name: list(beside) for name, beside in plan.overlap},
+            "staleness": _plain(plan.staleness),
+        }
+    return data
 
 
 def render_json(plan: Plan) -> str:

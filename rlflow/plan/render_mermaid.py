@@ -2,7 +2,9 @@
 
 One subgraph per resource around its stages, the data loader as a database node, data edges
 labelled with their fields, the loop edge (sync_weights back to the next generate) dashed,
-and the init phase as a chain of its own. Node ids are prefixed and sanitised (``s_``,
+and the init phase as a chain of its own. In an async trainer mode the rollout's and the
+trainer's resources are named as lanes and the weight edge is the staleness edge, labelled with
+its bound. Node ids are prefixed and sanitised (``s_``,
 ``i_``, ``r_``) because stage names may contain dots and dashes and may collide with Mermaid
 keywords such as ``end``; labels are quoted.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import re
 
 from rlflow.plan.model import DATA_SOURCE, Plan
-from rlflow.plan.render_text import placement_summary
+from rlflow.plan.render_text import lane_name, placement_summary, staleness_text
 
 
 def _id(prefix: str, name: str) -> str:
@@ -36,16 +38,22 @@ def render_mermaid(plan: Plan) -> str:
         lines.append("  end")
     numbers = {s.name: n for n, s in enumerate(plan.step, 1)}
     for name, placement in plan.resources.items():
-        lines.append(f"  subgraph {_id('r_', name)}[{_label(f'{name}: {placement_summary(placement)}')}]")
+        lane = f"{lane}: " if (lane := lane_name(plan, name)) else ""
+        lines.append(f"  subgraph {_id('r_', name)}[{_label(f'{lane}{name}: {placement_summary(placement)}')}]")
         lines += [f"    {_stage_node('s_', str(numbers[s.name]), s)}" for s in plan.step if s.resource == name]
         lines.append("  end")
     init_ids = [_id("i_", s.name) for s in plan.init]
     lines += [f"  {a} --> {b}" for a, b in zip(init_ids, init_ids[1:])]
     if init_ids and plan.step:
         lines.append(f"  {init_ids[-1]} -.->|{_label('step 1')}| {_id('s_', plan.step[0].name)}")
+    links = sum(1 for line in lines if "-->" in line or "-.->" in line)  # Mermaid numbers links from 0
+    stale = plan.staleness_edges()
     for edge in plan.edges:
         src = _id("d_", edge.src) if edge.src == DATA_SOURCE else _id("s_", edge.src)
         fields = ", ".join(edge.fields) + (" (next step)" if edge.loop else "")
+        if edge in stale:
+            fields = f"{plan.staleness.describe()} ({staleness_text(plan)})"
         arrow = "-.->" if edge.loop else "-->"
         lines.append(f"  {src} {arrow}|{_label(fields)}| {_id('s_', edge.dst)}")
+    lines += [f"  linkStyle {links + plan.edges.index(e)} stroke:#e37400,stroke-width:2px" for e in stale]
     return "\n".join(lines) + "\n"

@@ -75,6 +75,47 @@ def _stage_lines(label: str, stages: Sequence[PlanStage]) -> list[str]:
     return lines
 
 
+def lane_name(plan: Plan, resource: str) -> str:
+    """``rollout lane`` or ``trainer lane`` for those resources of an async plan; empty otherwise."""
+    if not plan.is_async:
+        return ""
+    roles = {s.role for s in plan.step if s.resource == resource}
+    return "rollout lane" if "rollout" in roles else "trainer lane" if "update" in roles else ""
+
+
+def staleness_text(plan: Plan) -> str:
+    """``max_off_policy_threshold 2 (wait), 1 warmup batch``: the bound of an async plan."""
+    bound = plan.staleness
+    if bound is None:
+        return ""
+    warmup = _plural(bound.num_warmup_batches, "warmup batch").replace("batchs", "batches")
+    return f"max_off_policy_threshold {bound.max_off_policy_threshold} ({bound.max_off_policy_strategy}), {warmup}"
+
+
+def _async_lines(plan: Plan) -> list[str]:
+    """The staleness edge, the lanes, and what may run at once within a step and across two steps."""
+    lines = [
+        f"  staleness: {e.src} --{plan.staleness.describe()}--> {e.dst} ({staleness_text(plan)})"
+        for e in plan.staleness_edges()
+    ]
+    lanes = plan.lanes()
+    width = max(len(name) for name in lanes)
+    lines += ["", f"lanes ({plan.trainer_mode}: the rollout of step t+1 runs while step t trains)"]
+    for name, names in lanes.items():
+        lane = lane_name(plan, name)
+        lines.append(f"  {name.ljust(width)}  {lane + ': ' if lane else ''}{', '.join(names)}")
+    lines += ["", "at once within a step (| between resources; stages on one resource run one at a time)"]
+    resource = {s.name: s.resource for s in plan.step}
+    for group in plan.groups:
+        if len({resource[n] for n in group}) > 1:
+            by_resource = dict.fromkeys(resource[n] for n in group)
+            parts = [", ".join(n for n in group if resource[n] == r) for r in by_resource]
+            lines.append(f"  {' | '.join(parts)}")
+    lines += ["", "step t+1 beside step t"]
+    lines += [f"  {name} (t+1) beside {', '.join(beside)} (t)" for name, beside in plan.overlap]
+    return lines
+
+
 def render_text(plan: Plan) -> str:
     lines = [f"pipeline {plan.pipeline_name}", "", "init (once, before step 1; load_checkpoint only on resume)"]
     lines += _stage_lines("i", plan.init)
@@ -82,6 +123,8 @@ def render_text(plan: Plan) -> str:
     lines += _stage_lines("", plan.step)
     for edge in plan.loop_edges():
         lines.append(f"  loop: {edge.src} --{', '.join(edge.fields)}--> {edge.dst} of the next step")
+    if plan.is_async:
+        lines += _async_lines(plan)
     lines += ["", "resources"]
     width = max((len(name) for name in plan.resources), default=0)
     for name, placement in plan.resources.items():

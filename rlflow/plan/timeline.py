@@ -8,11 +8,17 @@
 Choices:
 - A stage's time in a step is its wall span over all workers (first start to last end), not
   the sum over workers: sharded stages run in parallel.
-- A stage's share is its span over the summed wall time of the training steps (step >= 1);
-  init entries are reported on their own rows with no share.
+- A stage's share is its span over the wall time the training steps (step >= 1) cover (the
+  union of their windows: in an async trainer mode the rollout of step t+1 runs during step t,
+  and that time counts once); init entries are reported on their own rows with no share.
+- Per resource, its busy time (the union of its workers' calls) over the wall time of the
+  training steps shown, and its idle share (the rest); and how much of that wall time two
+  steps were in flight together (records of different steps overlapping: the async modes).
 - The chart has a start-up lane (when the run recorded one), then one lane per worker (resource
   + pid) labelled with its idle share of the training steps' wall time, bars coloured by stage,
-  a dotted line at each step's start and step names where they fit. No bar is drawn narrower
+  a dotted line at each step's start and step names where they fit. When steps overlap, each bar
+  carries its step number and every other step is hatched, so step t+1's rollout beside step
+  t's update reads at a glance; the title says each resource's idle share. No bar is drawn narrower
   than ``MIN_BAR_PX`` (a 10 ms reward among 10-minute runs still shows) and bars wide enough
   carry their stage's name; sizes are in pixels, measured after a first layout.
 - ``--steps FIRST-LAST`` narrows the chart (and the summary) to some steps, start-up with step 0.
@@ -116,9 +122,25 @@ def _windows(spans: Iterable[Span], key) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class ResourceUse:
+    resource: str
+    workers: int
+    busy_s: float  # the union of its workers' calls in the training steps
+    wall_s: float  # the training steps' wall time (their windows' union)
+
+    @property
+    def idle(self) -> float:
+        return 1.0 - self.busy_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _step_windows(spans: Iterable[Span]) -> list[tuple[float, float]]:
+    return [window for step, window in _windows(spans, lambda s: s.step).items() if step >= 1]
+
+
 def summarize(spans: list[Span]) -> list[StageTime]:
     """Per-stage totals: training stages by total time (largest first), then init stages."""
-    step_time = sum(hi - lo for step, (lo, hi) in _windows(spans, lambda s: s.step).items() if step >= 1)
+    step_time = _covered(_step_windows(spans))
     per_call = _windows(spans, lambda s: (s.step >= 1, s.stage, s.step))
     totals: dict[tuple[bool, str], list[float]] = {}
     for (training, stage, _), (lo, hi) in per_call.items():
@@ -149,6 +171,51 @@ def render_summary(rows: list[StageTime]) -> str:
         "  ".join(cell.ljust(widths[0]) if c == 0 else cell.rjust(widths[c]) for c, cell in enumerate(row)).rstrip()
         for row in table
     ]
+    return "\n".join(lines) + "\n"
+
+
+def resource_use(spans: list[Span]) -> list[ResourceUse]:
+    """Per resource, in order of first use: workers, busy time and the training steps' wall time."""
+    wall = _covered(_step_windows(spans))
+    by_resource: dict[str, list[Span]] = {}
+    for s in sorted(spans, key=lambda s: s.start):
+        if s.step >= 1:
+            by_resource.setdefault(s.resource, []).append(s)
+    return [
+        ResourceUse(name, len({s.pid for s in calls}), _covered([(s.start, s.end) for s in calls]), wall)
+        for name, calls in by_resource.items()
+    ]
+
+
+def steps_in_flight(spans: list[Span]) -> tuple[float, int]:
+    """(seconds two or more training steps were in flight together, steps that started before the last
+    one ended): zero for a sync run, whose steps follow each other."""
+    windows = sorted(_step_windows(spans))
+    together = sum(hi - lo for lo, hi in windows) - _covered(windows)
+    early = sum(1 for (_, prev_end), (start, _) in zip(windows, windows[1:]) if start < prev_end)
+    return together, early
+
+
+def render_resources(spans: list[Span]) -> str:
+    """Per resource busy and idle shares of the training steps' wall time, and the steps' overlap."""
+    rows = resource_use(spans)
+    if not rows:
+        return ""
+    table = [["resource", "workers", "busy_s", "busy", "idle"]]
+    for r in rows:
+        busy = 1.0 - r.idle
+        table.append([r.resource, str(r.workers), f"{r.busy_s:.3f}", f"{100 * busy:.1f}%", f"{100 * r.idle:.1f}%"])
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+    lines = [
+        "  ".join(cell.ljust(widths[0]) if c == 0 else cell.rjust(widths[c]) for c, cell in enumerate(row)).rstrip()
+        for row in table
+    ]
+    together, early = steps_in_flight(spans)
+    steps = len(_step_windows(spans))
+    lines.append(
+        f"steps in flight together: {together:.3f} s of {rows[0].wall_s:.3f} s wall "
+        f"({early} of {steps} steps started before the one before ended)"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -226,6 +293,14 @@ def render_timeline(
     lane_of = {lane: i for i, lane in enumerate(lanes)}
     colours = {stage: f"C{i % 10}" for i, stage in enumerate(dict.fromkeys(s.stage for s in shown if s.step >= 0))}
     idle = idle_shares(shown)
+    overlapping = steps_in_flight(shown)[1] > 0
+    use = resource_use(shown)
+    if use:
+        title = (
+            (title or "stage timeline")
+            + "\nidle share of training by resource: "
+            + ", ".join(f"{r.resource} {100 * r.idle:.0f}%" for r in use)
+        )
 
     fig = Figure(figsize=(13, 1.5 + 0.5 * len(lanes)), layout="constrained")
     ax = fig.add_subplot()
@@ -236,6 +311,8 @@ def render_timeline(
     ax.spines[["top", "right"]].set_visible(False)
     ax.set_title(title or "stage timeline", loc="left", pad=16)
     handles = [Patch(color=colour, label=stage) for stage, colour in colours.items()]
+    if overlapping:
+        handles.append(Patch(facecolor="0.6", edgecolor="white", hatch="//", label="even steps"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.draw_without_rendering()  # lay out first: bar widths and labels are sized in pixels
     px_per_s = ax.get_window_extent().width / span_s
@@ -245,9 +322,20 @@ def render_timeline(
         colour = STARTUP_COLOURS[n % 2] if startup_phase else colours[s.stage]
         width = max(s.end - s.start, MIN_BAR_PX / px_per_s)
         middle = s.start - origin + width / 2
-        ax.barh(lane, width, left=s.start - origin, height=BAR_HEIGHT, color=colour, linewidth=0)
-        if width * px_per_s > LABEL_PX_PER_CHAR * len(s.stage) + 6:
-            ax.text(middle, lane, s.stage, ha="center", va="center", fontsize=7,
+        hatch = "//" if overlapping and s.step > 0 and s.step % 2 == 0 else None  # tell step t+1 from step t
+        ax.barh(
+            lane,
+            width,
+            left=s.start - origin,
+            height=BAR_HEIGHT,
+            color=colour,
+            linewidth=0,
+            hatch=hatch,
+            edgecolor="white",
+        )  # the hatch takes the edge colour; no edge is drawn (linewidth 0)
+        name = f"{s.stage} {s.step}" if overlapping and s.step > 0 else s.stage
+        if width * px_per_s > LABEL_PX_PER_CHAR * len(name) + 6:
+            ax.text(middle, lane, name, ha="center", va="center", fontsize=7,
                     color="black" if startup_phase or colour in LIGHT else "white")  # fmt: skip
         elif startup_phase:
             below = outside % 2

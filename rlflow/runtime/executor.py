@@ -1,7 +1,9 @@
 """The step loop's executor interface: where plan stages run, and the rules every executor shares.
 
 The step loop (``rlflow.runtime.trainer``) only ever asks an executor to run a plan stage on a
-batch, to restore or move weights, or how many data-parallel workers a resource has. Two
+batch (``submit`` returns a handle at once, ``wait`` finishes it: calls on one resource run in
+submission order, on different resources at once), to restore or move weights, or how many
+data-parallel workers a resource has. Two
 executors implement it: ``RayExecutor`` (pools of Ray actors, under a watchdog) and
 ``InProcessExecutor`` (one worker per resource in this process, no Ray: tests and
 benchmarks). Both run the same stage code through the same ``StageWorker``.
@@ -29,6 +31,8 @@ import abc
 import os
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlflow.batch import Batch
@@ -40,6 +44,21 @@ from rlflow.stages import STATE_FIELDS, StageContext, get_stage_kind
 from rlflow.stages.fields import output_problems
 
 TraceFn = Callable[[list[dict[str, Any]]], None]
+
+
+@dataclass(eq=False)
+class Handle:
+    """A submitted stage call: what ``Executor.wait`` needs to finish it."""
+
+    stage: PlanStage
+    batch: Batch  # the batch the output merges into
+    step: int
+    label: str  # the trace records' stage name
+    pending: Any = None  # the executor's own (Ray object refs, futures)
+    rows: list[int] = field(default_factory=list)  # rows sent to each worker, for the output check
+    numpy: bool = False  # sent as numpy arrays (a kind that never imports torch)
+    on_driver: bool = False  # runs on the executor's driver thread: pending is its future
+    done: Batch | None = None  # the merged result, once waited for (or at once, on the driver)
 
 
 class Executor(abc.ABC):
@@ -59,13 +78,18 @@ class Executor(abc.ABC):
         self.attempt = attempt  # which start of the workers this is (0, then 1.. after restarts)
         self._trace = trace
         self.driver_state: dict[str, Any] = {}
+        self._driver_lane: ThreadPoolExecutor | None = None  # stages bound to the driver, when submitted
 
     # ---- what each executor provides --------------------------------------------------------
     @abc.abstractmethod
-    def _run_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> list[WorkerResult]:
-        """Run ``call`` on the workers of ``stage.resource`` picked by ``which`` (``primary``: every
+    def _submit_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> Any:
+        """Start ``call`` on the workers of ``stage.resource`` picked by ``which`` (``primary``: every
         worker that holds state, ``first``, ``every``); ``shards`` holds one batch per worker, or None
-        for an empty batch each. Results in worker order."""
+        for an empty batch each. Returns what ``_collect`` waits on."""
+
+    @abc.abstractmethod
+    def _collect(self, stage: PlanStage, pending: Any) -> list[WorkerResult]:
+        """The results of a ``_submit_on``, in worker order, once all are in."""
 
     @abc.abstractmethod
     def workers(self, resource: str, which: str = "every") -> int:
@@ -76,15 +100,27 @@ class Executor(abc.ABC):
         """Restore the model state of ``stage.resource`` from ``path`` (the resume phase)."""
 
     @abc.abstractmethod
+    def submit_transfer(self, stage: PlanStage, source: str, target: str, step: int) -> Any:
+        """Start carrying the actor's weights from ``source`` to the rollout workers of ``target``, which then
+        serve policy version ``step``; the load runs after the calls already submitted to ``target``."""
+
+    @abc.abstractmethod
+    def wait_transfer(self, pending: Any) -> dict[str, float]:
+        """Wait for a ``submit_transfer``; its ``sync/*`` metrics (traced as export and load)."""
+
     def transfer_weights(self, stage: PlanStage, source: str, target: str, step: int) -> dict[str, float]:
-        """Carry the actor's weights from ``source`` to the rollout workers of ``target``; ``sync/*`` metrics."""
+        """Carry the actor's weights to another pool's rollout and wait; ``sync/*`` metrics."""
+        return self.wait_transfer(self.submit_transfer(stage, source, target, step))
 
     @abc.abstractmethod
     def set_global_steps(self, stage: PlanStage, step: int) -> None:
         """Tell every worker of ``stage.resource`` which policy version its rollout now serves."""
 
-    def close(self) -> None:  # noqa: B027  (optional: the in-process executor has workers to stop)
-        """Release what the executor holds. Default: nothing."""
+    def close(self) -> None:
+        """Release what the executor holds (subclasses add their workers)."""
+        if self._driver_lane is not None:
+            self._driver_lane.shutdown(wait=True, cancel_futures=True)
+            self._driver_lane = None
 
     # ---- shared by every executor -----------------------------------------------------------
     def data_parallel_size(self, resource: str) -> int:
@@ -101,39 +137,79 @@ class Executor(abc.ABC):
         trace_as: str | None = None,
         checkpoint_dir: str | None = None,
     ) -> Batch:
-        """Run ``stage`` on ``batch``; returns the updated batch (metrics included).
+        """Run ``stage`` on ``batch`` and wait for it; returns the updated batch (metrics included).
 
         ``config`` overrides the stage's own (validation reuses the rollout with its sampling);
         ``trace_as`` names the trace records (validation's rollout and reward are traced as
         ``validate``); ``checkpoint_dir`` is where a checkpoint stage writes.
         """
+        return self.wait(
+            self.submit(stage, batch, step, config=config, trace_as=trace_as, checkpoint_dir=checkpoint_dir)
+        )
+
+    def submit(
+        self,
+        stage: PlanStage,
+        batch: Batch,
+        step: int,
+        *,
+        config: Mapping[str, Any] | None = None,
+        trace_as: str | None = None,
+        checkpoint_dir: str | None = None,
+    ) -> Handle:
+        """Start ``stage`` on ``batch`` and return at once; ``wait(handle)`` gives what ``run_stage`` would.
+
+        What the stage is sent is taken now, so ``batch`` may change before the wait. Calls on one
+        resource run in the order they were submitted; calls on different resources run at once.
+        A stage bound to the driver runs on a thread of this process (one at a time, in order).
+        """
         call = StageCall(
             stage.name, stage.kind, dict(stage.config if config is None else config), step, stage.reads, checkpoint_dir
         )
         label = trace_as or stage.name
+        handle = Handle(stage, batch, step, label)
         if stage.resource_type == DRIVER:
-            return merge(batch, self.run_here(stage, batch, step, call=call, label=label), stage.changes_rows)
-        shards: list[Batch] = []  # "all" stages get an empty batch and return only metrics: nothing to check
-        if stage.dispatch == "all":
-            results = self._run_on(stage, "primary", call, None)
-        else:
-            # a whole-batch kind (GRPO groups, filters) bound to a pool runs on its first worker
-            which = "first" if stage.dispatch == "driver" else "every"
-            shards = payload(stage, batch).split(self.workers(stage.resource, which))
-            if get_stage_kind(stage.kind).uses_torch:
-                results = self._run_on(stage, which, call, shards)
-            else:  # numpy both ways: the worker never unpickles a tensor, so it never imports torch
-                results = self._run_on(stage, which, call, [s.to_numpy() for s in shards])
-                for result in results:
-                    result.batch = result.batch.to_torch()
-        self.trace([self.record(step, label, stage.resource, r) for r in results])
-        for rank, (shard, result) in enumerate(zip(shards, results)):
-            self.check_output(stage, result.batch, len(shard), step, rank if len(shards) > 1 else None)
+            if self._driver_lane is None:
+                self._driver_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlflow-driver")
+            sent = batch if stage.changes_rows else payload(stage, batch)  # what it reads, as it is now
+            handle.pending = self._driver_lane.submit(self.run_here, stage, sent, step, call=call, label=label)
+            handle.on_driver = True
+            return handle
+        if stage.dispatch == "all":  # an empty batch each, only metrics back: nothing to check
+            handle.pending = self._submit_on(stage, "primary", call, None)
+            return handle
+        # a whole-batch kind (GRPO groups, filters) bound to a pool runs on its first worker
+        which = "first" if stage.dispatch == "driver" else "every"
+        shards = payload(stage, batch).split(self.workers(stage.resource, which))
+        handle.rows = [len(s) for s in shards]
+        handle.numpy = not get_stage_kind(stage.kind).uses_torch
+        if handle.numpy:  # numpy both ways: the worker never unpickles a tensor, so it never imports torch
+            shards = [s.to_numpy() for s in shards]
+        handle.pending = self._submit_on(stage, which, call, shards)
+        return handle
+
+    def wait(self, handle: Handle) -> Batch:
+        """The batch of a submitted stage, once every worker has answered (under the stage's watchdog)."""
+        if handle.done is not None:
+            return handle.done
+        stage = handle.stage
+        if handle.on_driver:
+            handle.done = merge(handle.batch, handle.pending.result(), stage.changes_rows)
+            return handle.done
+        results = self._collect(stage, handle.pending)
+        if handle.numpy:
+            for result in results:
+                result.batch = result.batch.to_torch()
+        self.trace([self.record(handle.step, handle.label, stage.resource, r) for r in results])
+        for rank, (rows, result) in enumerate(zip(handle.rows, results)):
+            self.check_output(stage, result.batch, rows, handle.step, rank if len(handle.rows) > 1 else None)
         merged = Batch.concat([r.batch for r in results])
         if stage.dispatch == "all":
-            batch.metrics.update(merged.metrics)
-            return batch
-        return merge(batch, merged, stage.changes_rows)
+            handle.batch.metrics.update(merged.metrics)
+            handle.done = handle.batch
+        else:
+            handle.done = merge(handle.batch, merged, stage.changes_rows)
+        return handle.done
 
     def run_here(
         self, stage: PlanStage, batch: Batch, step: int, *, call: StageCall | None = None, label: str | None = None

@@ -1,7 +1,8 @@
 """``InProcessExecutor``: every resource as one ``StageWorker`` in this process, no Ray.
 
 The same stage code and the same dispatch, merge and trace rules as under Ray
-(``rlflow.runtime.executor``), with each resource reduced to a single worker (rank 0 of 1):
+(``rlflow.runtime.executor``), with each resource reduced to a single worker (rank 0 of 1) and a
+thread of its own, so that stages submitted to different resources overlap as under Ray:
 a local pool's worker builds its fused engine on the pool's device, a CPU pool's worker holds
 no engine, a remote resource starts its backend and connects one forwarder to it. It is what
 tests of the step loop and ``benchmarks/bench_step.py`` run on: the measured time is the
@@ -10,6 +11,7 @@ stages' own, without Ray's scheduling and serialisation.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from rlflow.batch import Batch
@@ -20,7 +22,7 @@ from rlflow.schemas.pipeline import Pipeline
 
 
 class InProcessExecutor(Executor):
-    """Runs a plan's stages sequentially in this process."""
+    """Runs a plan's stages in this process: one thread per resource."""
 
     def __init__(
         self,
@@ -34,6 +36,7 @@ class InProcessExecutor(Executor):
     ) -> None:
         super().__init__(pipeline, trace, run_dir, project_root=project_root)
         self.backends: list[Any] = []
+        self.lanes: dict[str, ThreadPoolExecutor] = {}
         self.workers_of: dict[str, StageWorker] = {}
         pipeline_dict = pipeline.model_dump(by_alias=True, mode="json")
         try:
@@ -66,8 +69,18 @@ class InProcessExecutor(Executor):
     def workers(self, resource: str, which: str = "every") -> int:
         return 1
 
-    def _run_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> list[WorkerResult]:
-        return [self.workers_of[stage.resource].run_stage(call, shards[0] if shards else None)]
+    def _lane(self, resource: str) -> ThreadPoolExecutor:
+        """One thread per resource: its calls run in submission order, other resources' at the same time."""
+        if resource not in self.lanes:
+            self.lanes[resource] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"rlflow-{resource}")
+        return self.lanes[resource]
+
+    def _submit_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> Future:
+        worker = self.workers_of[stage.resource]
+        return self._lane(stage.resource).submit(worker.run_stage, call, shards[0] if shards else None)
+
+    def _collect(self, stage: PlanStage, pending: Future) -> list[WorkerResult]:
+        return [pending.result()]
 
     def load_checkpoint(self, stage: PlanStage, path: str) -> None:
         self.trace([self.record(0, stage.name, stage.resource, self.workers_of[stage.resource].load_checkpoint(path))])
@@ -75,16 +88,24 @@ class InProcessExecutor(Executor):
     def set_global_steps(self, stage: PlanStage, step: int) -> None:
         self.workers_of[stage.resource].set_global_steps(step)
 
-    def transfer_weights(self, stage: PlanStage, source: str, target: str, step: int) -> dict[str, float]:
-        exported = self.workers_of[source].export_weights()
-        self.trace([self.record(step, "export_weights", source, exported)])
-        loaded = self.workers_of[target].load_weights(exported.value)
-        self.trace([self.record(step, stage.name, target, loaded)])
-        return dict(loaded.value)
+    def submit_transfer(self, stage: PlanStage, source: str, target: str, step: int) -> tuple:
+        exported = self._lane(source).submit(self.workers_of[source].export_weights)
+        loaded = self._lane(target).submit(lambda: self.workers_of[target].load_weights(exported.result().value, step))
+        return stage, step, source, target, exported, loaded
+
+    def wait_transfer(self, pending: tuple) -> dict[str, float]:
+        stage, step, source, target, exported, loaded = pending
+        self.trace([self.record(step, "export_weights", source, exported.result())])
+        self.trace([self.record(step, stage.name, target, loaded.result())])
+        return dict(loaded.result().value)
 
     def close(self) -> None:
         from rlflow.backends.remote.base import destroy_backend
 
+        super().close()
+        for lane in self.lanes.values():
+            lane.shutdown(wait=True, cancel_futures=True)
+        self.lanes.clear()
         for worker in self.workers_of.values():
             worker.shutdown()
         for backend in self.backends:

@@ -242,8 +242,8 @@ def _train_with_restarts(
                 meanwhile=import_torch,
             )
             rd.write_workers({name: pool.describe() for name, pool in pools.items()})
+            executor = RayExecutor(pools, spec, rd.append_trace, str(rd.path), restarts, str(project.root))
             try:
-                executor = RayExecutor(pools, spec, rd.append_trace, str(rd.path), restarts, str(project.root))
                 loop = StepLoop(spec, plan, executor, rd, data, resolved, sinks, console)
                 first = loop.init(ckpt)
                 console.start_training(loop.total, first)
@@ -261,6 +261,7 @@ def _train_with_restarts(
                     data.sampler = fresh_sampler(spec, data)
                 rd.truncate_metrics_after(int(checkpoints.read_state(ckpt)["global_step"]) if ckpt else -1)
             finally:
+                executor.close()
                 stop_pools(pools)
     finally:
         if started:

@@ -43,32 +43,43 @@ class RayExecutor(Executor):
     def workers(self, resource: str, which: str = "every") -> int:
         return len(self._pick(resource, which))
 
-    def _run_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> list[WorkerResult]:
+    def _submit_on(self, stage: PlanStage, which: str, call: StageCall, shards: list[Batch] | None) -> tuple:
         workers = self._pick(stage.resource, which)
         shards = shards if shards is not None else [None] * len(workers)
-        refs = [w.run_stage.remote(call, shard) for w, shard in zip(workers, shards)]
-        return self.wait(refs, stage, self.pools[stage.resource], workers)
+        return [w.run_stage.remote(call, shard) for w, shard in zip(workers, shards)], workers
+
+    def _collect(self, stage: PlanStage, pending: tuple) -> list[WorkerResult]:
+        refs, workers = pending
+        return self.wait_refs(refs, stage, self.pools[stage.resource], workers)
 
     def load_checkpoint(self, stage: PlanStage, path: str) -> None:
         pool = self.pools[stage.resource]
         workers = pool.primary_workers()
-        results = self.wait([w.load_checkpoint.remote(path) for w in workers], stage, pool, workers)
+        results = self.wait_refs([w.load_checkpoint.remote(path) for w in workers], stage, pool, workers)
         self.trace([self.record(0, stage.name, pool.name, r) for r in results])
 
     def set_global_steps(self, stage: PlanStage, step: int) -> None:
         pool = self.pools[stage.resource]
-        self.wait([w.set_global_steps.remote(step) for w in pool.workers], stage, pool, pool.workers)
+        self.wait_refs([w.set_global_steps.remote(step) for w in pool.workers], stage, pool, pool.workers)
 
-    def transfer_weights(self, stage: PlanStage, source: str, target: str, step: int) -> dict[str, float]:
+    def submit_transfer(self, stage: PlanStage, source: str, target: str, step: int) -> tuple:
         src, dst = self.pools[source], self.pools[target]
-        exported = self.wait([src.workers[0].export_weights_ref.remote()], stage, src, src.workers[:1])[0]
-        self.trace([self.record(step, "export_weights", src.name, exported)])
-        results = self.wait([w.load_weights_from.remote(exported.value) for w in dst.workers], stage, dst, dst.workers)
+        # the export's result goes to the loads as an object ref: the weights never pass through the driver,
+        # and each load waits for the export without the driver waiting for either
+        exported = src.workers[0].export_weights_ref.remote()
+        loads = [w.load_weights_from.remote(exported, step) for w in dst.workers]
+        return stage, step, src, dst, exported, loads
+
+    def wait_transfer(self, pending: tuple) -> dict[str, float]:
+        stage, step, src, dst, exported, loads = pending
+        export = self.wait_refs([exported], stage, src, src.workers[:1])[0]
+        self.trace([self.record(step, "export_weights", src.name, export)])
+        results = self.wait_refs(loads, stage, dst, dst.workers)
         self.trace([self.record(step, stage.name, dst.name, r) for r in results])
         return Batch.concat([Batch(metrics=r.value) for r in results]).metrics
 
     # ---- watchdog -------------------------------------------------------------------------
-    def wait(self, refs: list, stage: PlanStage, pool: Pool, workers: list) -> list[WorkerResult]:
+    def wait_refs(self, refs: list, stage: PlanStage, pool: Pool, workers: list) -> list[WorkerResult]:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 

@@ -31,6 +31,7 @@ from rlflow.plan.model import Plan, PlanStage
 from rlflow.runtime import checkpoints, interrupts
 from rlflow.runtime.console import QUIET, RunConsole
 from rlflow.runtime.executor import Executor
+from rlflow.runtime.modes import get_trainer_mode
 from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.sinks import StepTimer
 from rlflow.schemas.pipeline import DRIVER, Pipeline
@@ -97,6 +98,7 @@ class StepLoop:
         self.total = total_steps(spec, data)
         update = plan.first_with_role("update")
         self.devices = executor.data_parallel_size(update.resource) if update is not None else 1  # verl: per GPU
+        self.mode = get_trainer_mode(spec.trainer.trainer_mode)(self)
 
     # ---- init -------------------------------------------------------------------------
     def init(self, resume_from: Path | None) -> int:
@@ -108,7 +110,7 @@ class StepLoop:
                     with self.console.phase(f"load checkpoint {resume_from.name}", record=False):
                         start = self._load_checkpoint(resume_from, stage) + 1
             elif stage.role == "weight_sync":
-                self._sync_weights(stage, Batch(), 0 if start == 1 else start - 1)
+                self.sync_weights(stage, Batch(), 0 if start == 1 else start - 1)
             elif stage.role == "validation" and resume_from is None and self.spec.trainer.val_before_train:
                 with self.console.phase("validate before training", record=False):  # traced as step 0
                     metrics = self._validate(stage, 0)
@@ -122,44 +124,79 @@ class StepLoop:
         step = int(state["global_step"])
         self.data.sampler.load_state_dict(state["sampler"])
         self.executor.load_checkpoint(stage, str(path))
+        self.mode.load_state(state, path)
         return step
 
     # ---- steps ------------------------------------------------------------------------
     def train(self, start: int) -> dict[str, Any]:
-        last: dict[str, Any] = {}
-        for step in range(start, self.total + 1):
-            last = self.run_step(step)
-            self.log_metrics(step, last)
-        return last
+        """Train from ``start`` to the last step in the pipeline's trainer mode; the last step's metrics."""
+        return self.mode.train(start)
 
-    def run_step(self, step: int) -> dict[str, Any]:
-        timer = StepTimer()
-        epoch = self.data.sampler.epoch
-        batch = self.data.train.to_batch(self.data.sampler.next_indices(), self.data.tokenizer.pad_token_id, step=step)
+    def sample_batch(self, step: int) -> Batch:
+        """The next prompts from the sampler, as step ``step``'s batch."""
+        return self.data.train.to_batch(self.data.sampler.next_indices(), self.data.tokenizer.pad_token_id, step=step)
+
+    def run_stages(
+        self,
+        step: int,
+        batch: Batch,
+        stages,
+        timer: StepTimer,
+        epoch: int,
+        mode,
+        *,
+        overlap: bool = False,
+        step_start: float | None = None,
+    ) -> dict[str, Any]:
+        """Run ``stages`` of ``step`` on ``batch`` and return the step's metrics.
+
+        ``overlap``: a stage that only adds fields is submitted as soon as the fields it reads are
+        in, so stages on different resources run at once (the reward beside the log-prob passes);
+        any other stage waits for everything submitted before it. Without it, one after another.
+        """
         val_metrics: dict[str, Any] = {}
         timing_end: float | None = None  # timing_s/step covers verl's steps 1-10, not validation
-        step_start = time.perf_counter()
-        for stage in self.plan.step:
+        step_start = time.perf_counter() if step_start is None else step_start
+        in_flight: list[tuple[Any, str, float]] = []  # (handle, timer name, submitted at)
+
+        def settle(reads=None) -> None:
+            for entry in list(in_flight):
+                handle, name, submitted = entry
+                if reads is None or set(handle.stage.writes) & set(reads):
+                    self.executor.wait(handle)
+                    timer.timing[name] = timer.timing.get(name, 0.0) + time.perf_counter() - submitted
+                    in_flight.remove(entry)
+
+        for stage in stages:
             interrupts.raise_if_requested()
-            if not self._due(stage, step):
+            if not self.due(stage, step):
                 continue
+            name = stage.verl_timer or stage.name
+            if overlap and _may_overlap(stage):
+                settle(stage.reads)
+                in_flight.append((self.executor.submit(stage, batch, step), name, time.perf_counter()))
+                continue
+            settle()
             if stage.role == "validation":
                 timing_end = time.perf_counter()
-                with timer.time(stage.verl_timer or stage.name):
+                with timer.time(name):
                     val_metrics = self._validate(stage, step)
                 continue
-            with timer.time(stage.verl_timer or stage.name):
+            with timer.time(name):
                 if stage.role == "checkpoint":
                     self._save_checkpoint(step, stage)
                 elif stage.role == "weight_sync":
-                    self._sync_weights(stage, batch, step)
+                    mode.sync_weights(stage, batch, step)
                 else:
                     batch = self.executor.run_stage(stage, batch, step)
+            if stage.role == "rollout":
+                batch = mode.on_sample_end(step, batch)
+        settle()
         timing = dict(timer.timing)
         timing["step"] = (timing_end or time.perf_counter()) - step_start
         return self._step_metrics(step, epoch, batch, timing, val_metrics)
 
-    def _due(self, stage: PlanStage, step: int) -> bool:
+    def due(self, stage: PlanStage, step: int) -> bool:
         return due(stage.cadence, self.spec.trainer, step, self.total)
 
     def _step_metrics(self, step: int, epoch: int, batch: Batch, timing: dict, val_metrics: dict) -> dict[str, Any]:
@@ -194,13 +231,20 @@ class StepLoop:
                     sink.close()
 
     # ---- weight sync, checkpoints, validation -------------------------------------------
-    def _sync_weights(self, stage: PlanStage, batch: Batch, step: int) -> None:
+    def sync_weights(self, stage: PlanStage, batch: Batch, step: int, *, wait: bool = True) -> Any:
+        """The weight-sync stage of ``step`` (policy version ``step``). A rollout on another local pool
+        is sent the weights: waited for, or (``wait=False``) its pending transfer returned."""
         batch = self.executor.run_stage(stage, batch, step)  # "all" dispatch: metrics land in batch.metrics
         if stage.resource_type == "remote":  # every forwarder learns the policy version it now serves
             self.executor.set_global_steps(stage, step)
         rollout = self.plan.first_with_role("rollout")
-        if rollout is not None and rollout.resource != stage.resource and rollout.resource_type == "local":
-            batch.metrics.update(self.executor.transfer_weights(stage, stage.resource, rollout.resource, step))
+        if rollout is None or rollout.resource == stage.resource or rollout.resource_type != "local":
+            return None
+        pending = self.executor.submit_transfer(stage, stage.resource, rollout.resource, step)
+        if not wait:
+            return pending
+        batch.metrics.update(self.executor.wait_transfer(pending))
+        return None
 
     def _save_checkpoint(self, step: int, stage: PlanStage) -> None:
         if stage.resource_type == DRIVER:
@@ -210,6 +254,7 @@ class StepLoop:
             self.executor.run_stage(stage, Batch(), step, checkpoint_dir=str(tmp))
             (tmp / "pipeline.resolved.yaml").write_text(self.resolved_yaml)
             state = {"global_step": step, "sampler": self.data.sampler.state_dict(), "pipeline": self.spec.name}
+            state.update(self.mode.save_state(step, tmp))
             checkpoints.commit(self.run_dir.checkpoints, tmp, step, state, self.spec.trainer.keep_checkpoints)
         except (StageError, OSError) as exc:
             checkpoints.abort(tmp)
@@ -232,4 +277,12 @@ class StepLoop:
         )
         for reward in self.plan.with_role("reward"):
             batch = self.executor.run_stage(reward, batch, step, trace_as=stage.name)
-        return self.executor.run_here(stage, batch, step).metrics
+        metrics = self.executor.run_here(stage, batch, step).metrics
+        if "rollout/policy_version" in batch.metrics:  # which weights answered (async: the latest sent)
+            metrics["val-aux/policy_version"] = batch.metrics["rollout/policy_version"]
+        return metrics
+
+
+def _may_overlap(stage: PlanStage) -> bool:
+    """Whether a stage only adds fields to the batch, so it can run beside other such stages."""
+    return stage.role not in ("rollout", "checkpoint", "weight_sync", "validation") and not stage.changes_rows

@@ -163,9 +163,9 @@ class StageWorker:
         """Actor side of a cross-pool sync (in-process: the tensors themselves)."""
         return self._timed(self.engine.export_weights)
 
-    def load_weights(self, weights: Any) -> WorkerResult:
-        """Rollout side of a cross-pool sync; the result holds ``sync/*`` metrics."""
-        return self._timed(self.engine.load_rollout_weights, weights)
+    def load_weights(self, weights: Any, step: int) -> WorkerResult:
+        """Rollout side of a cross-pool sync: the weights of policy version ``step``; ``sync/*`` metrics."""
+        return self._timed(self._load_version, weights, step)
 
     def export_weights_ref(self) -> WorkerResult:
         """Actor side under Ray: the weights go into the object store once, not via the driver."""
@@ -173,11 +173,17 @@ class StageWorker:
 
         return self._timed(lambda: [ray.put(self.engine.export_weights())])
 
-    def load_weights_from(self, refs: list) -> WorkerResult:
-        """Rollout side under Ray; ``refs`` wraps the ObjectRef so Ray does not resolve it early."""
+    def load_weights_from(self, exported: WorkerResult, step: int) -> WorkerResult:
+        """Rollout side under Ray: ``exported`` is the actor's ``export_weights_ref`` result, whose value
+        wraps the weights' ObjectRef (so Ray hands this call the small result, then the weights once)."""
         import ray
 
-        return self._timed(lambda: self.engine.load_rollout_weights(ray.get(refs[0])))
+        return self._timed(lambda: self._load_version(ray.get(exported.value[0]), step))
+
+    def _load_version(self, weights: Any, step: int) -> dict[str, float]:
+        metrics = self.engine.load_rollout_weights(weights)
+        self.engine.set_global_steps(step)  # the rollout now serves this policy version
+        return metrics
 
     def shutdown(self) -> None:
         if self.engine is not None:

@@ -172,6 +172,11 @@ VERL_NAMES: tuple[VerlName, ...] = (
     VerlName("trainer.n_gpus_per_node", "gpus_per_node", "pool", "local"),
     VerlName("trainer.nnodes", "nnodes", "pool", "local"),
     VerlName("trainer.device", "device", "pool", "local", note="cuda is gpu"),
+    # the V1 trainer's modes and sampler
+    VerlName("trainer.v1.trainer_mode", "trainer.trainer_mode", note="colocate_async has no counterpart"),
+    VerlName("trainer.v1.sampler.max_off_policy_threshold", "trainer.max_off_policy_threshold"),
+    VerlName("trainer.v1.sampler.max_off_policy_strategy", "trainer.max_off_policy_strategy"),
+    VerlName("trainer.v1.separate_async.num_warmup_batches", "trainer.num_warmup_batches", note="whole batches"),
     # outside the pipeline
     VerlName("trainer.logger", "logging.sinks", "project"),
     VerlName("trainer.default_local_dir", "runs_dir", "project", note="runs go to <runs_dir>/<name>/<run id>"),
@@ -197,6 +202,13 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     (f"{ACTOR}.checkpoint.", "a checkpoint always holds the model, optimizer, data position and RNG"),
     (f"{ACTOR}.policy_loss.", "rlflow's loss is verl's vanilla PPO clip (with dual clip)"),
     ("actor_rollout_ref.model.lora", "rlflow fine-tunes all weights (no LoRA)"),
+    (
+        "trainer.v1.separate_async.parameter_sync_step",
+        "rlflow sends the rollout the weights of every step once its update is done; verl's sync every "
+        "parameter_sync_step mini-batches within a step has no counterpart",
+    ),
+    ("trainer.v1.separate_async.hybrid_rollout.", "rlflow's trainer pool does not lend its devices to the rollout"),
+    ("trainer.v1.colocate_async.", "rlflow has no colocate_async mode"),
     ("actor_rollout_ref.model.use_liger", "the model runs transformers' own kernels"),
     ("actor_rollout_ref.model.use_fused_kernels", "the model runs transformers' own kernels"),
     (f"{ROLLOUT}.tensor_model_parallel_size", "rlflow's vLLM runs one engine per worker, without tensor parallelism"),

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rlflow.check import load_pipeline
-from rlflow.check.verl_order import LEAVES, NOT_INSTALLED, STEP_STAGES, compare_with_verl
-from rlflow.check.verl_source import read_sync_trainer, verl_root
+from rlflow.check.verl_order import HYBRID_SWITCH_TIMERS, LEAVES, NOT_INSTALLED, STEP_STAGES, compare_with_verl
+from rlflow.check.verl_source import SEPARATE_ASYNC_TRAINER, read_trainer, verl_root
 from rlflow.plan.compile import compile_plan
 from rlflow.schemas.project import load_project_config
 from rlflow.stages import STAGE_KINDS
@@ -23,7 +23,7 @@ from rlflow.stages import STAGE_KINDS
 pytestmark = pytest.mark.skipif(verl_root() is None, reason="verl is not installed")
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("bird_grpo", "ranking_grpo", "bird_grpo_remote")
+SHIPPED = ("bird_grpo", "ranking_grpo", "bird_grpo_remote", "bird_grpo_async")
 
 
 def compiled(name: str = "bird_grpo", *sets: str, path: Path | None = None):
@@ -80,7 +80,7 @@ def test_a_pipeline_without_a_reference_stage_runs_as_verl(tmp_path):
 
 def test_step_timers_match_verl_one_to_one_and_in_order(bird):
     _, plan = bird
-    step = read_sync_trainer(verl_root(), LEAVES).step
+    step = read_trainer(verl_root(), LEAVES).step
     verl_timers = [s.name for s in step if s.kind == "timer"]
     plan_timers = [s.verl_timer for s in plan.step if s.verl_timer]
     assert len(plan_timers) == len(plan.step), "every step stage of the GRPO pipeline maps to a verl timer"
@@ -301,7 +301,7 @@ def test_balancing_over_several_workers(bird):
 
 
 def test_the_table_maps_every_verl_timer_of_the_step():
-    step = read_sync_trainer(verl_root(), LEAVES).step
+    step = read_trainer(verl_root(), LEAVES).step
     known = {row.timer for row in STEP_STAGES} | {"step"}
     assert {s.name for s in step if s.kind == "timer"} <= known
 
@@ -327,3 +327,46 @@ def test_the_environment_points_the_check_at_another_source(bird, verl_copy, mon
     monkeypatch.setenv("RLFLOW_VERL_SOURCE", str(verl_copy.root))
     report = compare_with_verl(*bird)
     assert len(report.differences) == 1 and "RLFLOW_VERL_SOURCE" in report.summary()
+
+
+# ---- separate_async: the trainer lane against verl's PPOTrainerSeparateAsync -----------------
+
+
+@pytest.fixture(scope="module")
+def bird_async():
+    return compiled("bird_grpo_async")
+
+
+def test_an_async_pipeline_is_compared_with_verls_separate_async_trainer(bird_async):
+    report = compare_with_verl(*bird_async)
+    assert report.trainer == "PPOTrainerSeparateAsync" and report.differences == ()
+    assert report.summary().endswith("does (trainer lane; the rollout runs ahead, as in verl)")
+    sites = read_trainer(verl_root(), LEAVES, SEPARATE_ASYNC_TRAINER)
+    # verl's hybrid GPU switching is timed in its step; rlflow has no such stage and the check leaves it out
+    assert HYBRID_SWITCH_TIMERS <= {s.name for s in sites.step if s.kind == "timer"}
+    assert any(s.name == "_load_checkpoint" for s in sites.startup), "found through super()._setup()"
+    # the trainer-side order of verl's v1 _step_once is the plan's, and so the same as the sync trainer's
+    plan_timers = [s.verl_timer for s in bird_async[1].step]
+    assert plan_timers == [s.name for s in sites.step if s.kind == "timer" and s.name in plan_timers]
+
+
+def test_async_trainer_renaming_its_weight_push_is_caught(bird_async, verl_copy):
+    verl_copy.replace(
+        "trainer_separate_async.py",
+        'with marked_timer("update_weights", self.timing_raw, color="red"):',
+        'with marked_timer("push_weights", self.timing_raw, color="red"):',
+    )
+    found = differences(bird_async, verl_copy.root)
+    assert any("verl's step has no `update_weights` any more; rlflow's 'sync_weights'" in d for d in found), found
+    assert any(d.startswith("verl `push_weights` (trainer_separate_async.py:") for d in found), found
+    assert differences(compiled("bird_grpo"), verl_copy.root) == [], "the sync trainer is not the one edited"
+
+
+def test_async_trainer_without_the_first_weight_push_is_caught(bird_async, verl_copy):
+    verl_copy.replace(
+        "trainer_separate_async.py",
+        "        self.standalone_checkpoint_manager.update_weights(self.global_steps)\n        if self._enable",
+        "        if self._enable",
+    )
+    [found] = differences(bird_async, verl_copy.root)
+    assert found.startswith("verl's start-up has no `standalone_checkpoint_manager.update_weights()` any more")

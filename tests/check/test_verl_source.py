@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rlflow.check.verl_order import LEAVES
-from rlflow.check.verl_source import SOURCE_ENV, VerlSourceError, read_sync_trainer, verl_root
+from rlflow.check.verl_source import SOURCE_ENV, VerlSourceError, read_trainer, verl_root
 
 pytestmark = pytest.mark.skipif(verl_root() is None, reason="verl is not installed")
 
@@ -14,7 +14,7 @@ INIT_CALLS = ("_load_checkpoint", "checkpoint_manager.update_weights", "_validat
 
 @pytest.fixture(scope="module")
 def trainer():
-    return read_sync_trainer(verl_root(), LEAVES)
+    return read_trainer(verl_root(), LEAVES)
 
 
 def timers(sites) -> list[str]:
@@ -62,9 +62,9 @@ def test_each_site_knows_its_timers_conditions_and_loops(trainer):
 
 
 def test_stage_calls_are_leaves_and_other_methods_are_walked_into():
-    walked = {s.name for s in read_sync_trainer(verl_root(), frozenset()).step}
+    walked = {s.name for s in read_trainer(verl_root(), frozenset()).step}
     assert "_val_metrics_update" in walked, "without leaves the walk enters _validate"
-    assert "_val_metrics_update" not in {s.name for s in read_sync_trainer(verl_root(), frozenset({"_validate"})).step}
+    assert "_val_metrics_update" not in {s.name for s in read_trainer(verl_root(), frozenset({"_validate"})).step}
 
 
 def test_an_early_exit_guards_everything_after_it(verl_copy):
@@ -73,7 +73,7 @@ def test_an_early_exit_guards_everything_after_it(verl_copy):
         "            # 1. perform rollout and actor/critic training\n",
         "            if self.skip_this_step():\n                continue\n",
     )
-    step = read_sync_trainer(verl_copy.root, LEAVES).step
+    step = read_trainer(verl_copy.root, LEAVES).step
     after = step[next(i for i, s in enumerate(step) if s.name == "skip_this_step") + 1 :]
     assert after and all("not self.skip_this_step()" in s.conditions for s in after)
 
@@ -99,9 +99,9 @@ def test_the_source_folder_comes_from_the_environment_or_the_installed_package(m
 def test_a_changed_layout_is_an_error_naming_what_is_missing(verl_copy, module, old, new, message):
     verl_copy.replace(module, old, new)
     with pytest.raises(VerlSourceError, match=message):
-        read_sync_trainer(verl_copy.root, LEAVES)
+        read_trainer(verl_copy.root, LEAVES)
 
 
 def test_a_missing_module_is_an_error_naming_the_file(tmp_path):
     with pytest.raises(VerlSourceError, match="trainer_sync.py is missing"):
-        read_sync_trainer(tmp_path, LEAVES)
+        read_trainer(tmp_path, LEAVES)

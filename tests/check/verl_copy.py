@@ -1,5 +1,5 @@
-"""An editable copy of the installed verl's sync trainer: the verl order tests change verl's source
-(text edits, or an ``if`` unwrapped through ``ast``) and check that each change is caught.
+"""An editable copy of the installed verl's V1 trainers (sync and separate_async): the verl order tests
+change verl's source (text edits, or an ``if`` unwrapped through ``ast``) and check that each change is caught.
 
 Shared by tests/check, tests/cli and tests/runtime (each puts this folder on sys.path).
 """
@@ -19,7 +19,7 @@ class VerlCopy:
     test that edits it instead of passing without the edit.
     """
 
-    MODULES = ("trainer_sync.py", "trainer_base.py")
+    MODULES = ("trainer_sync.py", "trainer_base.py", "trainer_separate_async.py")
 
     def __init__(self, root: Path) -> None:
         from rlflow.check.verl_source import verl_root

@@ -113,6 +113,27 @@ def test_timeline_summary_and_chart(tmp_path):
     assert "generate" in "".join(ET.parse(out).getroot().itertext())
 
 
+def test_timeline_text_reports_resource_idle_shares_and_overlapping_steps(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rows = [(1, "generate", "rollout", 0.0, 2.0), (2, "generate", "rollout", 2.0, 4.0),
+            (1, "update_actor", "actor", 2.0, 5.0), (2, "update_actor", "actor", 5.0, 8.0)]  # fmt: skip
+    run_dir.joinpath("trace.jsonl").write_text("".join(
+        json.dumps({"step": s, "stage": n, "resource": r, "pid": 7, "start": a, "end": b}) + "\n"
+        for s, n, r, a, b in rows))  # fmt: skip
+    result = graph("--timeline", str(run_dir))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].split() == ["update_actor", "2", "6.000", "3.000", "75.0%"]  # of 8 s wall, counted once
+    start = lines.index(next(line for line in lines if line.startswith("resource")))
+    assert lines[start + 1].split() == ["rollout", "1", "4.000", "50.0%", "50.0%"]
+    assert lines[start + 2].split() == ["actor", "1", "6.000", "75.0%", "25.0%"]
+    assert (
+        lines[-1]
+        == "steps in flight together: 3.000 s of 8.000 s wall (1 of 2 steps started before the one before ended)"
+    )
+
+
 def test_timeline_of_a_real_run_has_its_start_up_and_every_worker(short_run, tmp_path):
     run_dir, _ = short_run
     out = tmp_path / "timeline.svg"

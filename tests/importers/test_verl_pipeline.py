@@ -212,3 +212,38 @@ def test_rollout_correction_carries_over_with_verls_keys():
     with pytest.raises(ConfigError) as refused:
         converted(f"{rc}.rollout_rs=token_k9", f"{rc}.rollout_rs_threshold=2.0")
     assert "algorithm.rollout_correction" in str(refused.value) and "token_k9" in str(refused.value)
+
+
+def test_verls_separate_async_trainer_gets_a_rollout_pool_and_its_sampler_knobs():
+    conversion = converted(
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+        "trainer.v1.sampler.max_off_policy_strategy=wait",
+        "trainer.v1.separate_async.num_warmup_batches=1",
+        "trainer.v1.separate_async.parameter_sync_step=2",
+        "actor_rollout_ref.rollout.n_gpus_per_node=2",
+    )
+    p = conversion.pipeline
+    assert {k: p["trainer"][k] for k in ("trainer_mode", "max_off_policy_threshold", "max_off_policy_strategy")} == {
+        "trainer_mode": "separate_async",
+        "max_off_policy_threshold": 2,
+        "max_off_policy_strategy": "wait",
+    }
+    assert stages_of(p)["generate"]["on"] == "rollout_pool" and stages_of(p)["update_actor"]["on"] == "actor_pool"
+    assert p["resources"]["rollout_pool"] == {"type": "local", "device": "gpu", "gpus_per_node": 2}
+    assert any("parameter_sync_step" in line and "no counterpart" in line for line in conversion.dropped)
+    assert any("rollout_pool" in line for line in conversion.changed)
+    Pipeline.model_validate(p)
+
+
+@pytest.mark.parametrize(
+    ("override", "says"),
+    [
+        ("trainer.v1.trainer_mode=colocate_async", "separate_async"),
+        ("trainer.v1.separate_async.num_warmup_batches=1.5", "whole batches"),
+    ],
+)
+def test_what_rlflows_async_mode_cannot_carry_is_refused_with_the_fix(override, says):
+    with pytest.raises(ConfigError) as err:
+        converted(override)
+    assert says in str(err.value)

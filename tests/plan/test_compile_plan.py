@@ -280,6 +280,12 @@ def test_a_thousand_stage_pipeline_compiles_fast(register_kinds):
     names = plan.stage_names()
     assert names[names.index("reward") + 1 : names.index("reward") + 1001] == tuple(f"link{i}" for i in range(1000))
     assert elapsed < 1.0, f"compiling 1006 stages took {elapsed:.2f} s"
+    start = time.perf_counter()
+    overlapping = compile_plan(spec.model_copy(update={"trainer": spec.trainer.model_copy(
+        update={"trainer_mode": "separate_async"})}))  # fmt: skip
+    elapsed = time.perf_counter() - start
+    assert overlapping.stage_names() == names and len(overlapping.groups) > 1000
+    assert elapsed < 3.0, f"compiling 1006 stages for separate_async took {elapsed:.2f} s"
 
 
 def test_compiling_an_unknown_kind_is_an_error_not_a_silent_drop():

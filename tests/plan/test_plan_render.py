@@ -33,7 +33,7 @@ def golden_plan(name: str):
 
 
 @pytest.mark.parametrize("suffix", sorted(RENDERERS))
-@pytest.mark.parametrize("name", ["local", "remote"])
+@pytest.mark.parametrize("name", ["local", "remote", "async"])
 def test_golden(name, suffix):
     rendered = RENDERERS[suffix](golden_plan(name))
     path = GOLDEN / f"{name}.{suffix}"
@@ -85,7 +85,7 @@ def svg_texts(path: Path) -> str:
 
 
 @needs_dot
-@pytest.mark.parametrize("name", ["local", "remote"])
+@pytest.mark.parametrize("name", ["local", "remote", "async"])
 def test_dot_draws_an_svg_naming_every_stage(tmp_path, name):
     plan = golden_plan(name)
     out = render_graphviz(render_dot(plan), tmp_path / "step.svg")

@@ -13,8 +13,11 @@ from rlflow.plan.timeline import (
     in_steps,
     read_startup,
     read_trace,
+    render_resources,
     render_summary,
     render_timeline,
+    resource_use,
+    steps_in_flight,
     summarize,
     trace_path,
 )
@@ -167,3 +170,60 @@ def test_missing_or_empty_trace(tmp_path):
 def test_unknown_picture_suffix(run_dir, tmp_path):
     with pytest.raises(TraceError, match="svg or .png"):
         render_timeline(read_trace(trace_path(run_dir)), tmp_path / "timeline.jpg")
+
+
+# separate_async: the rollout (its own pool, pid 31) samples step t+1 while the actor (pid 11) trains step t;
+# the reward runs on the driver. Step windows 1.0-6.5, 3.0-10.0, 6.5-13.5: 12.5 s of wall, 7 s with two in flight.
+ASYNC_TRACE = [
+    record(0, "sync_weights", "actor", 11, 0.0, 0.5),
+    record(1, "generate", "rollout", 31, 1.0, 3.0),
+    record(2, "generate", "rollout", 31, 3.0, 5.0),  # beside step 1's log-probs and update
+    record(1, "reward", "driver", 1, 3.0, 3.2),
+    record(1, "old_log_prob", "actor", 11, 3.0, 4.0),
+    record(1, "update_actor", "actor", 11, 4.0, 6.0),
+    record(1, "sync_weights", "actor", 11, 6.0, 6.5),
+    record(3, "generate", "rollout", 31, 6.5, 8.5),
+    record(2, "reward", "driver", 1, 6.5, 6.7),
+    record(2, "old_log_prob", "actor", 11, 6.5, 7.5),
+    record(2, "update_actor", "actor", 11, 7.5, 9.5),
+    record(2, "sync_weights", "actor", 11, 9.5, 10.0),
+    record(3, "reward", "driver", 1, 10.0, 10.2),
+    record(3, "old_log_prob", "actor", 11, 10.0, 11.0),
+    record(3, "update_actor", "actor", 11, 11.0, 13.0),
+    record(3, "sync_weights", "actor", 11, 13.0, 13.5),
+]
+
+
+def test_overlapping_steps_count_their_wall_time_once(tmp_path):
+    spans = read_trace(_trace_file(tmp_path, ASYNC_TRACE))
+    rows = {(r.stage, r.init): r for r in summarize(spans)}
+    assert rows[("generate", False)].share == pytest.approx(6.0 / 12.5)
+    assert rows[("update_actor", False)].share == pytest.approx(6.0 / 12.5)
+    assert steps_in_flight(spans) == (pytest.approx(7.0), 2)
+    assert steps_in_flight(read_trace(_trace_file(tmp_path, TRACE))) == (0.0, 0), "a sync run's steps follow each other"
+
+
+def test_resource_busy_and_idle_shares_of_an_overlapping_run(tmp_path):
+    spans = read_trace(_trace_file(tmp_path, ASYNC_TRACE))
+    use = {r.resource: r for r in resource_use(spans)}
+    assert list(use) == ["rollout", "driver", "actor"]  # in order of first use in training
+    assert (use["rollout"].workers, use["rollout"].busy_s, use["rollout"].wall_s) == (1, 6.0, 12.5)
+    assert use["rollout"].idle == pytest.approx(1 - 6.0 / 12.5)
+    assert use["actor"].busy_s == pytest.approx(10.5) and use["actor"].idle == pytest.approx(2.0 / 12.5)
+    text = render_resources(spans).splitlines()
+    assert text[0].split() == ["resource", "workers", "busy_s", "busy", "idle"]
+    assert text[1].split() == ["rollout", "1", "6.000", "48.0%", "52.0%"]
+    assert text[3].split() == ["actor", "1", "10.500", "84.0%", "16.0%"]
+    assert (
+        text[-1]
+        == "steps in flight together: 7.000 s of 12.500 s wall (2 of 3 steps started before the one before ended)"
+    )
+    assert render_resources(in_steps(spans, (0, 0))) == "", "no training step shown, nothing to share"
+
+
+def test_svg_timeline_of_overlapping_steps_names_steps_and_resource_idle_shares(tmp_path):
+    out = render_timeline(read_trace(_trace_file(tmp_path, ASYNC_TRACE)), tmp_path / "t.svg", title="async run")
+    texts = "".join(ET.parse(out).getroot().itertext())
+    for label in ("rollout (pid 31)", "actor (pid 11)", "idle share of training by resource: rollout 52%, driver 95%, "
+                  "actor 16%", "generate 2", "update_actor 1"):  # fmt: skip
+        assert label in texts, label

@@ -1,0 +1,179 @@
+"""``separate_async``: the rollout samples the next steps' batches on its own resource while a step trains.
+
+When step t starts, generate is submitted for the steps ahead (up to ``trainer.num_warmup_batches``)
+with the weights the rollout has; meanwhile the trainer lane runs step t (the reward beside the
+log-prob passes, the advantage, the update). The update's weights then go to the rollout, queued
+behind its generate in flight, so with one batch ahead the batch of step t+1 is sampled by policy
+version t-1. A batch of step s sampled by version v spans s - v versions (verl's count, inclusive), at
+most ``trainer.max_off_policy_threshold``: ``wait`` never samples further ahead than that allows,
+``drop`` samples ahead regardless and samples a batch again (the same prompts, the newest weights)
+when it would span more. At a checkpoint the batches in flight are waited for and saved with it, so
+a resumed run trains on exactly the batches a straight run would.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlflow.batch import Batch
+from rlflow.errors import ResumeError
+from rlflow.metrics import off_policy_metrics
+from rlflow.runtime.modes.base import TrainerMode, register_trainer
+from rlflow.runtime.sinks import StepTimer
+
+IN_FLIGHT_DIR = "in_flight"  # in a checkpoint: the batches sampled ahead of it
+
+
+@dataclass
+class Sampled:
+    """A batch sampled (or being sampled) ahead for ``step`` by policy ``version``."""
+
+    step: int
+    version: int
+    epoch: int
+    seq: int  # submission order on the rollout's resource
+    prompts: Batch  # what was sent, to sample again if it is dropped
+    handle: Any = None
+    batch: Batch | None = None
+
+
+@register_trainer("separate_async")
+class SeparateAsyncMode(TrainerMode):
+    def __init__(self, loop) -> None:
+        super().__init__(loop)
+        plan, trainer = loop.plan, loop.spec.trainer
+        self.rollout = plan.first_with_role("rollout")
+        at = plan.step.index(self.rollout)
+        self.before, self.after = plan.step[:at], plan.step[at + 1 :]
+        self.depth = trainer.num_warmup_batches
+        self.threshold = trainer.max_off_policy_threshold
+        self.strategy = trainer.max_off_policy_strategy
+        self.queue: deque[Sampled] = deque()
+        self.transfers: list[tuple[int, Any]] = []  # (seq, pending weight transfer), oldest first
+        self.seq = itertools.count()
+        self.version = 0  # the policy version the next generate submitted will sample with
+        self.next_step = 1  # the next step whose batch is to be sampled
+
+    # ---- hooks ----------------------------------------------------------------------------------
+    def on_init_end(self, start: int) -> None:
+        self.version = start - 1  # the init phase synced the weights of the last step done
+        self.next_step = self.queue[-1].step + 1 if self.queue else start  # after the batches a checkpoint held
+
+    def step(self, step: int) -> dict[str, Any]:
+        timer = StepTimer()
+        step_start = time.perf_counter()
+        self._fill(step)
+        with timer.time(self.rollout.verl_timer or self.rollout.name):  # the time the trainer waited for it
+            sampled, evicted = self._take(step)
+        batch = self.on_sample_end(step, sampled.batch)
+        batch.metrics.update(off_policy_metrics(step, [sampled.version] * len(batch), evicted))
+        metrics = self.loop.run_stages(
+            step, batch, self.after, timer, sampled.epoch, self, overlap=True, step_start=step_start
+        )
+        if step == self.loop.total:
+            metrics.update(self._collect_transfers())
+        return metrics
+
+    def sync_weights(self, stage, batch: Batch, step: int) -> None:
+        pending = self.loop.sync_weights(stage, batch, step, wait=False)
+        if pending is not None:
+            self.transfers.append((next(self.seq), pending))
+        self.version = step
+        self._fill(step)  # fresher weights may allow sampling further ahead
+
+    # ---- sampling ahead -------------------------------------------------------------------------
+    def _fill(self, current: int) -> None:
+        """Submit generate for the steps after the last one sampled, up to ``depth`` ahead of ``current``."""
+        while self.next_step <= min(self.loop.total, current + self.depth):
+            if self.strategy == "wait" and not self._within(self.next_step, self.version):
+                return
+            epoch = self.loop.data.sampler.epoch  # as the sync loop reports it: read before drawing
+            prompts = self.loop.sample_batch(self.next_step)
+            self.queue.append(self._submit(Sampled(self.next_step, self.version, epoch, 0, prompts)))
+            self.next_step += 1
+
+    def _submit(self, sampled: Sampled) -> Sampled:
+        batch = sampled.prompts
+        for stage in self.before:  # stages ahead of the rollout (rare) run as the batch is sampled
+            if self.loop.due(stage, sampled.step):
+                batch = self.loop.executor.run_stage(stage, batch, sampled.step)
+        sampled.version, sampled.seq = self.version, next(self.seq)
+        sampled.handle = self.loop.executor.submit(self.rollout, batch, sampled.step)
+        return sampled
+
+    def _within(self, step: int, version: int) -> bool:
+        return self.threshold is None or step - version <= self.threshold
+
+    def _take(self, step: int) -> tuple[Sampled, list[int]]:
+        """The batch of ``step``, sampled again while it would span too many versions; the dropped spans."""
+        if not self.queue:  # nothing ahead (the bound allowed none): sample it now
+            self._fill(step)
+        sampled, evicted = self.queue.popleft(), []
+        if sampled.step != step:  # pragma: no cover - the queue is filled in step order
+            raise RuntimeError(f"separate_async: the batch of step {sampled.step} came up at step {step}")
+        while True:
+            if sampled.batch is None:
+                sampled.batch = self.loop.executor.wait(sampled.handle)
+            if self._within(step, sampled.version):
+                break
+            evicted.extend([step - sampled.version] * len(sampled.prompts))  # verl counts prompt groups
+            sampled.batch = None
+            self._submit(sampled)
+        self._collect_transfers(before=sampled.seq, into=sampled.batch.metrics)
+        return sampled, evicted
+
+    def _collect_transfers(self, before: int | None = None, into: dict | None = None) -> dict[str, float]:
+        """Wait for the weight transfers submitted before ``before`` (all by default): they ran ahead of it."""
+        metrics = {} if into is None else into
+        for entry in list(self.transfers):
+            seq, pending = entry
+            if before is None or seq < before:
+                metrics.update(self.loop.executor.wait_transfer(pending))
+                self.transfers.remove(entry)
+        return metrics
+
+    # ---- checkpoints ------------------------------------------------------------------------------
+    def save_state(self, step: int, directory: Path) -> dict[str, Any]:
+        import torch
+
+        folder = directory / IN_FLIGHT_DIR
+        folder.mkdir()
+        saved = []
+        for sampled in self.queue:
+            if sampled.batch is None:
+                sampled.batch = self.loop.executor.wait(sampled.handle)
+            name = f"step_{sampled.step}"
+            torch.save(sampled.batch.tensors, folder / f"{name}.pt")
+            try:
+                text = json.dumps({"non_tensors": sampled.batch.non_tensors, "metrics": sampled.batch.metrics})
+            except TypeError as exc:
+                raise ResumeError(
+                    f"the batch sampled ahead for step {sampled.step} holds a field that is not JSON ({exc}); "
+                    "a stage kind that writes such a field cannot checkpoint in separate_async mode"
+                ) from exc
+            (folder / f"{name}.json").write_text(text)
+            saved.append({"step": sampled.step, "version": sampled.version, "epoch": sampled.epoch})
+        return {"in_flight": saved}
+
+    def load_state(self, state: dict[str, Any], directory: Path) -> None:
+        import torch
+
+        self.queue.clear()
+        for entry in state.get("in_flight", []):
+            name = f"step_{int(entry['step'])}"
+            tensors = torch.load(directory / IN_FLIGHT_DIR / f"{name}.pt", weights_only=True)
+            rest = json.loads((directory / IN_FLIGHT_DIR / f"{name}.json").read_text())
+            batch = Batch(tensors, rest["non_tensors"], rest["metrics"])
+            self.queue.append(
+                Sampled(int(entry["step"]), int(entry["version"]), int(entry["epoch"]), -1, Batch(), batch=batch)
+            )
+
+    def close(self) -> None:
+        self.queue.clear()  # what is still in flight ends with the workers (the launcher stops the pools)
+        self.transfers.clear()
