@@ -89,30 +89,34 @@ class RolloutCorrectionSpec(StrictModel):
     """
 
     rollout_is: Literal["token", "sequence"] | None = Field(
-        None, description="Truncated importance weights pi_old / pi_rollout multiplied into the policy loss: per "
-        "token or per sequence; null: none."
-    )  # fmt: skip
+        None,
+        description="Truncated importance weights pi_old / pi_rollout multiplied into the policy loss: per "
+        "token or per sequence; null: none.",
+    )
     rollout_is_threshold: float | str = Field(
-        2.0, description="Upper bound the weights are truncated to, or 'lower_upper' (IcePop: weights outside "
-        "are zeroed)."
-    )  # fmt: skip
+        2.0,
+        description="Upper bound the weights are truncated to, or 'lower_upper' (IcePop: weights outside are zeroed).",
+    )
     rollout_is_batch_normalize: bool = Field(False, description="Scale the weights to mean 1 over the batch.")
     rollout_rs: str | None = Field(
-        None, description="Rejection sampling: tokens or sequences whose divergence passes the threshold leave the "
-        f"loss; one or more (comma-separated) of {', '.join(ROLLOUT_RS_OPTIONS)}."
-    )  # fmt: skip
+        None,
+        description="Rejection sampling: tokens or sequences whose divergence passes the threshold leave the "
+        f"loss; one or more (comma-separated) of {', '.join(ROLLOUT_RS_OPTIONS)}.",
+    )
     rollout_rs_threshold: float | str | None = Field(
-        None, description="One threshold, or one per rollout_rs option (comma-separated); *_k1 take 'lower_upper' "
-        "ratio bounds."
-    )  # fmt: skip
+        None,
+        description="One threshold, or one per rollout_rs option (comma-separated); *_k1 take 'lower_upper' "
+        "ratio bounds.",
+    )
     bypass_mode: bool = Field(
-        False, description="Take the rollout's log-probs as the old policy and skip the old_log_prob pass "
-        "(two policies instead of three)."
-    )  # fmt: skip
+        False,
+        description="Take the rollout's log-probs as the old policy and skip the old_log_prob pass "
+        "(two policies instead of three).",
+    )
     loss_type: Literal["ppo_clip", "reinforce"] = Field(
-        "ppo_clip", description="bypass_mode's loss: PPO clip against the rollout, or REINFORCE with the importance "
-        "weights."
-    )  # fmt: skip
+        "ppo_clip",
+        description="bypass_mode's loss: PPO clip against the rollout, or REINFORCE with the importance weights.",
+    )
 
     @field_validator("rollout_is_threshold", "rollout_rs_threshold", mode="before")
     @classmethod

@@ -7,7 +7,7 @@ import pytest
 import torch
 from schema_helpers import MINIMAL, load_text, problems_of
 
-from rlflow.schemas.pipeline import RolloutCorrectionSpec
+from rlflow.schemas.pipeline import ROLLOUT_RS_OPTIONS, RolloutCorrectionSpec
 
 RC = "algorithm.rollout_correction"
 SECTIONS = [  # (section, whether verl takes it)
@@ -57,6 +57,12 @@ def test_the_schema_takes_what_verl_takes(section, takes):
         assert not takes
     else:
         assert takes
+
+
+def test_the_schema_knows_verls_rejection_options():
+    from verl.trainer.ppo.rollout_corr_helper import SUPPORTED_ROLLOUT_RS_OPTIONS
+
+    assert set(ROLLOUT_RS_OPTIONS) == SUPPORTED_ROLLOUT_RS_OPTIONS
 
 
 def test_a_bad_threshold_is_one_positioned_line(project_dir):
