@@ -318,11 +318,17 @@ def check_weight_path(subject: Subject, report: Reporter) -> None:
             rtype = subject.resource_type(stage.on)
             if rtype is None or (rtype == "local" and actor_type == "local"):
                 continue  # two local pools: the runtime syncs across pools
+            if rtype == "remote" and actor_type == "local":
+                backend = subject.resources[stage.on].backend
+                if backend not in REMOTE_BACKENDS or REMOTE_BACKENDS.get(backend).accepts_rollout_weights:
+                    continue  # the runtime pushes the weights to it (an unknown backend is reported already)
+                why = f"remote backend {backend!r} cannot take weights from a local actor (no accepts_rollout_weights)"
+            else:
+                why = "a remote backend syncs weights only within itself"
             report(
                 ("stages", i, "on"),
                 f"{stage.uses} runs on {_describe(stage.on, rtype)} but {update} trains on "
-                f"{_describe(actor, actor_type)}, so the new weights cannot reach this rollout: "
-                "a remote backend syncs weights only within itself",
+                f"{_describe(actor, actor_type)}, so the new weights cannot reach this rollout: {why}",
                 f"run {stage.uses} on {actor!r}" + (", or both on local pools" if actor_type == "local" else ""),
             )
 

@@ -67,14 +67,14 @@ class RayExecutor(Executor):
         # the export's result goes to the loads as an object ref: the weights never pass through the driver,
         # and each load waits for the export without the driver waiting for either
         exported = src.workers[0].export_weights_ref.remote()
-        loads = [w.load_weights_from.remote(exported, step) for w in dst.workers]
+        loads = [w.load_weights_from.remote(exported, step) for w in dst.primary_workers()]  # remote: one forwarder
         return stage, step, src, dst, exported, loads
 
     def wait_transfer(self, pending: tuple) -> dict[str, float]:
         stage, step, src, dst, exported, loads = pending
         export = self.wait_refs([exported], stage, src, src.workers[:1])[0]
         self.trace([self.record(step, "export_weights", src.name, export)])
-        results = self.wait_refs(loads, stage, dst, dst.workers)
+        results = self.wait_refs(loads, stage, dst, dst.primary_workers())
         self.trace([self.record(step, stage.name, dst.name, r) for r in results])
         return Batch.concat([Batch(metrics=r.value) for r in results]).metrics
 

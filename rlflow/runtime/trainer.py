@@ -9,10 +9,10 @@ to every sink; each stage execution becomes a trace record.
 The loop knows stages by role, never by kind name. Three roles get more than a plain
 dispatch, for what one worker cannot do alone: ``checkpoint`` (a temporary directory renamed
 into place with the data position once every worker's part is written), ``weight_sync`` (a
-rollout on another local pool receives the weights; remote forwarders learn the policy
-version) and ``validation`` (the validation set goes through the rollout, with the
-validation stage's sampling, and the reward stages, then the validation stage turns the
-scores into metrics). The executor (Ray or in-process) decides where each call runs. Loading a
+rollout on another pool, local or remote, receives the weights with their policy version;
+the forwarders of a backend that syncs inside itself learn the version) and ``validation``
+(the validation set goes through the rollout, with the validation stage's sampling, and the
+reward stages, then the validation stage turns the scores into metrics). The executor (Ray or in-process) decides where each call runs. Loading a
 checkpoint and validating before training are console phases (the console is also a sink).
 """
 
@@ -232,13 +232,14 @@ class StepLoop:
 
     # ---- weight sync, checkpoints, validation -------------------------------------------
     def sync_weights(self, stage: PlanStage, batch: Batch, step: int, *, wait: bool = True) -> Any:
-        """The weight-sync stage of ``step`` (policy version ``step``). A rollout on another local pool
-        is sent the weights: waited for, or (``wait=False``) its pending transfer returned."""
+        """The weight-sync stage of ``step`` (policy version ``step``). A rollout on another pool (local, or a
+        remote backend that takes weights) is sent the weights: waited for, or (``wait=False``) its pending
+        transfer returned."""
         batch = self.executor.run_stage(stage, batch, step)  # "all" dispatch: metrics land in batch.metrics
         if stage.resource_type == "remote":  # every forwarder learns the policy version it now serves
             self.executor.set_global_steps(stage, step)
         rollout = self.plan.first_with_role("rollout")
-        if rollout is None or rollout.resource == stage.resource or rollout.resource_type != "local":
+        if rollout is None or rollout.resource == stage.resource or rollout.resource_type not in ("local", "remote"):
             return None
         pending = self.executor.submit_transfer(stage, stage.resource, rollout.resource, step)
         if not wait:

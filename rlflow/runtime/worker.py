@@ -181,6 +181,9 @@ class StageWorker:
         return self._timed(lambda: self._load_version(ray.get(exported.value[0]), step))
 
     def _load_version(self, weights: Any, step: int) -> dict[str, float]:
+        if self.pipeline.resources[self.resource].type == "remote":
+            # a forwarder: the version travels with the weights, so the backend's generate reports the one it used
+            return self.engine.load_rollout_weights(weights, step)
         metrics = self.engine.load_rollout_weights(weights)
         self.engine.set_global_steps(step)  # the rollout now serves this policy version
         return metrics

@@ -22,12 +22,18 @@ update_actor -> checkpoint -> sync. A checkpoint is saved into an existing empty
 then renamed, as the runtime does, and loaded from its new name. They use the built-in tiny
 model unless given another, tiny batches and a learning rate large enough that one update
 visibly moves the policy, so a backend that ignores an update (or a checkpoint load) fails.
+
+The async case drives the backend as an overlapped run does: ``generate`` on one connection
+while ``update_actor`` runs on another must be accepted (no refusal, no hang); and a backend that
+sets ``accepts_rollout_weights`` gets weights pushed on one connection while another generates,
+and every batch must report as ``rollout/policy_version`` the version whose weights made it whole.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -259,6 +265,103 @@ def check_checkpoint(engine: RemoteBackend, batch: Batch, directory: Path) -> No
     assert torch.allclose(restored, at_save, atol=1e-5), "load_checkpoint must restore the policy saved"
 
 
+ASYNC_TIMEOUT_S = 300.0  # a call of the async case still running after this is a hang
+
+
+def _in_thread(fn, *args: Any) -> tuple[threading.Thread, list]:
+    """Run ``fn`` on a thread; the list receives its result, or the exception it raised."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(fn(*args))
+        except BaseException as exc:  # re-raised by _joined in the checking thread
+            out.append(exc)
+
+    thread = threading.Thread(target=run, name="rlflow-conformance-async", daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _joined(thread: threading.Thread, out: list, what: str) -> Any:
+    thread.join(ASYNC_TIMEOUT_S)
+    assert not thread.is_alive(), f"{what} on another connection did not finish within {ASYNC_TIMEOUT_S:g} s"
+    if isinstance(out[0], BaseException):
+        raise AssertionError(f"{what} on another connection failed: {type(out[0]).__name__}: {out[0]}") from out[0]
+    return out[0]
+
+
+def check_generate_beside_update(engine: RemoteBackend, other: RemoteBackend, batch: Batch) -> None:
+    """``generate`` is accepted while ``update_actor`` runs on another connection (another forwarder)."""
+    batch = batch.update(Batch({"advantages": _advantages(batch)}))
+    thread, out = _in_thread(other.update_actor, batch, {"global_steps": 1})
+    generated = engine.generate(prompt_batch(), GEN)
+    metrics = _joined(thread, out, "update_actor")
+    assert tuple(generated["responses"].shape) == (4, RESPONSE_LENGTH), "generate beside an update must still work"
+    assert all(math.isfinite(float(metrics[k])) for k in REQUIRED_ACTOR_METRICS), f"non-finite actor metrics {metrics}"
+
+
+def weight_states(main_config: dict) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Two weight sets of the backend's model as a local actor sends them (``export_weights``): the
+    initial policy, and the same with seeded noise as large as each weight's spread."""
+    from rlflow.backends.local.local_engine import LocalEngine
+    from rlflow.schemas.pipeline import Pipeline
+
+    pipeline = Pipeline.model_validate(main_config["pipeline"])
+    local = LocalEngine(
+        pipeline, device="cpu", roles=frozenset({"actor"}), project_root=Path(main_config["project_root"])
+    )
+    first = local.export_weights()
+    local.close()
+    g = torch.Generator().manual_seed(0)
+    second = {}
+    for key, tensor in first.items():
+        if not tensor.is_floating_point():
+            second[key] = tensor.clone()
+            continue
+        scale = float(tensor.float().std()) if tensor.numel() > 1 else 0.02
+        noise = torch.randn(tensor.shape, generator=g) * (scale or 0.02)
+        second[key] = (tensor.float() + noise).to(tensor.dtype)
+    return first, second
+
+
+def check_rollout_weights(engine: RemoteBackend, other: RemoteBackend, main_config: dict, pushes: int = 6) -> None:
+    """Weights pushed with their version change what the rollout serves; pushed on another connection
+    while this one generates, each batch comes whole from one version and reports that version."""
+    states = weight_states(main_config)
+    greedy, prompts = dict(GEN, do_sample=False), prompt_batch()
+    expected = []
+    for version, state in enumerate(states, start=101):
+        metrics = engine.load_rollout_weights(state, version)
+        assert isinstance(metrics, dict) and all(isinstance(v, (int, float)) for v in metrics.values()), (
+            f"load_rollout_weights must return a dict of numbers, got {metrics!r}"
+        )
+        out = engine.generate(prompts, greedy)
+        assert out.metrics.get("rollout/policy_version") == version, (
+            f"after load_rollout_weights(state, {version}) generate must report rollout/policy_version {version}, "
+            f"got {out.metrics.get('rollout/policy_version')}"
+        )
+        expected.append(out["responses"])
+    assert not torch.equal(*expected), "load_rollout_weights must change the weights the rollout serves"
+
+    def push() -> None:
+        for version in range(103, 103 + pushes):  # odd versions: the first state, even: the second
+            other.load_rollout_weights(states[(version - 1) % 2], version)
+
+    thread, out = _in_thread(push)
+    seen = 0
+    while thread.is_alive() or seen < 3:
+        batch = engine.generate(prompts, greedy)
+        version = batch.metrics.get("rollout/policy_version")
+        assert version is not None and 101 <= version < 103 + pushes, f"generate reported version {version}"
+        assert torch.equal(batch["responses"], expected[(int(version) - 1) % 2]), (
+            f"a batch reported rollout/policy_version {version:g} but was not generated by that version's weights "
+            "(weights loaded while it was generated, or a version reported for other weights)"
+        )
+        seen += 1
+    _joined(thread, out, "load_rollout_weights")
+
+
 def start_backend(name: str, main_config: dict) -> tuple[RemoteBackend, set[int]]:
     """create_backend, and the processes it started (to check that destroy stops them)."""
     before = _descendants()
@@ -287,6 +390,11 @@ def check_backend(name: str, main_config: dict, checkpoint_dir: str | Path) -> N
         check_update_actor(forwarder, batch)
         check_sync(forwarder, 2)
         check_checkpoint(forwarder, batch, Path(checkpoint_dir))
+        other = connect_backend(name, main_config, backend.reconnect_handle())
+        check_generate_beside_update(forwarder, other, batch)
+        if type(backend).accepts_rollout_weights:
+            check_rollout_weights(forwarder, other, main_config)
+        other.close()
         forwarder.close()
     finally:
         check_destroy(backend, started)
@@ -362,3 +470,18 @@ class RemoteBackendConformance:
 
     def test_checkpoint_round_trip(self, forwarder, batch, tmp_path):
         check_checkpoint(forwarder, batch, tmp_path / "ckpt")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def other_forwarder(cls, backend, main_config):
+        joined = connect_backend(cls.backend_name, main_config, backend.reconnect_handle())
+        yield joined
+        joined.close()
+
+    def test_async_generate_beside_an_update_elsewhere(self, forwarder, other_forwarder, batch):
+        check_generate_beside_update(forwarder, other_forwarder, batch)
+
+    def test_async_rollout_weights_carry_their_version(self, backend, forwarder, other_forwarder, main_config):
+        if not type(backend).accepts_rollout_weights:
+            pytest.skip(f"{self.backend_name} does not set accepts_rollout_weights (its actor trains inside it)")
+        check_rollout_weights(forwarder, other_forwarder, main_config)

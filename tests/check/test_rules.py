@@ -61,6 +61,29 @@ def test_weights_must_reach_the_rollout(generate_on, expected, project_dir):
     assert any(p.startswith(expected) for p in problems), problems
 
 
+def _actor_local_rollout_remote() -> str:
+    text = REMOTE
+    for stage in ("old_log_prob", "update_actor", "sync_weights"):
+        text = text.replace(f"uses: {stage}, on: srv", f"uses: {stage}, on: pool")
+    return text
+
+
+def test_generate_on_a_backend_that_takes_weights_with_the_actor_local_is_valid(project_dir):
+    spec = load_text(project_dir, _actor_local_rollout_remote()).spec
+    assert (spec.stage("generate").on, spec.stage("update_actor").on) == ("srv", "pool")
+
+
+def test_a_backend_that_cannot_take_weights_is_refused_with_one_line(project_dir, monkeypatch):
+    from rlflow.backends.remote.reference import ReferenceBackend
+
+    monkeypatch.setattr(ReferenceBackend, "accepts_rollout_weights", False)
+    assert problems_of(project_dir, _actor_local_rollout_remote()) == [
+        "11:42: stages[0].on: generate runs on remote backend 'srv' but update_actor trains on local pool 'pool', "
+        "so the new weights cannot reach this rollout: remote backend 'reference' cannot take weights from a local "
+        "actor (no accepts_rollout_weights) (run generate on 'pool', or both on local pools)"
+    ]
+
+
 def test_validation_rollout_follows_the_same_rule(project_dir):
     text = REMOTE + "  - {name: validate, uses: validate, on: other}\n"
     problems = problems_of(project_dir, text)

@@ -10,6 +10,9 @@ Design decisions a real plugin makes differently:
   ``from_config(handle=...)`` only connects to it; see rlflow's ``reference`` backend.
 - ``single_forwarder = True``: the model lives in the forwarder's process, so a second
   forwarder would hold a second, diverging model.
+- One call at a time: a backend must accept a ``generate`` while an update is in flight
+  elsewhere (an overlapped run issues both), and the model is not thread-safe, so every call
+  waits for the one before it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from rlflow.errors import BackendError
 
 _ENGINES: dict[str, Engine] = {}  # backend id -> engine, per process
 _LOCK = threading.Lock()
+_CALLS = threading.Lock()  # one engine call at a time, whichever instance (connection) makes it
 
 
 @register("inproc_example")
@@ -68,27 +72,32 @@ class InProcessBackend(RemoteBackend):
                 )
             return _ENGINES[self._id]
 
-    # The Engine calls: plain delegation.
+    # The Engine calls: delegation, one at a time.
+    def _call(self, method: str, *args):
+        engine = self._engine()
+        with _CALLS:
+            return getattr(engine, method)(*args)
+
     def generate(self, batch, params):
-        return self._engine().generate(batch, params)
+        return self._call("generate", batch, params)
 
     def compute_log_prob(self, batch, params):
-        return self._engine().compute_log_prob(batch, params)
+        return self._call("compute_log_prob", batch, params)
 
     def compute_ref_log_prob(self, batch, params):
-        return self._engine().compute_ref_log_prob(batch, params)
+        return self._call("compute_ref_log_prob", batch, params)
 
     def update_actor(self, batch, params):
-        return self._engine().update_actor(batch, params)
+        return self._call("update_actor", batch, params)
 
     def update_weights(self, global_steps):
-        return self._engine().update_weights(global_steps)
+        return self._call("update_weights", global_steps)
 
     def set_global_steps(self, global_steps):
-        self._engine().set_global_steps(global_steps)
+        self._call("set_global_steps", global_steps)
 
     def save_checkpoint(self, path, global_steps):
-        return self._engine().save_checkpoint(path, global_steps)
+        return self._call("save_checkpoint", path, global_steps)
 
     def load_checkpoint(self, path):
-        return self._engine().load_checkpoint(path)
+        return self._call("load_checkpoint", path)

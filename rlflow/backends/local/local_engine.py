@@ -260,13 +260,19 @@ class LocalEngine(Engine):
     def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
         model = self._need("rollout", "load_rollout_weights")
         start = time.perf_counter()
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        missing = [k for k in missing if not _tied(model, k)]
-        if missing or unexpected:
+        # checked before anything loads: weights that do not fit leave the rollout as it was
+        expected = {k: tuple(t.shape) for k, t in model.state_dict().items()}
+        missing = [k for k in expected if k not in state and not _tied(model, k)]
+        unexpected = [k for k in state if k not in expected]
+        reshaped = [
+            f"{k} {tuple(t.shape)}" for k, t in state.items() if k in expected and tuple(t.shape) != expected[k]
+        ]
+        if missing or unexpected or reshaped:
             raise BackendError(
-                f"load_rollout_weights: weights do not match the rollout model "
-                f"(missing {missing[:5]}, unexpected {unexpected[:5]}); are both pools on the same model.path?"
+                f"load_rollout_weights: weights do not match the rollout model (missing {missing[:5]}, unexpected "
+                f"{unexpected[:5]}, other shapes {reshaped[:5]}); are both pools on the same model.path?"
             )
+        model.load_state_dict(state, strict=False)
         size = sum(t.numel() * t.element_size() for t in state.values())
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

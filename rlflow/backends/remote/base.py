@@ -15,6 +15,9 @@ How the runtime drives a backend (docs/remote_backend.md has the whole contract)
 
 ``single_forwarder`` is a class attribute so that validation can read it without creating a
 backend; ``requires_single_forwarder()`` returns it unless a subclass has a better reason.
+``accepts_rollout_weights`` (class attribute too) says the backend implements
+``load_rollout_weights``: its rollout can serve weights trained by a local actor, so a pipeline
+may bind generate to it and the update to a local pool.
 ``config_model`` (optional) is a pydantic model of the resource's ``config:`` block, which
 lets validation report a typo in it before anything starts.
 
@@ -40,6 +43,7 @@ class RemoteBackend(Engine):
     """An out-of-process backend that owns its own devices; rlflow talks to it through forwarders."""
 
     single_forwarder: ClassVar[bool] = False
+    accepts_rollout_weights: ClassVar[bool] = False  # True: implements load_rollout_weights
     config_model: ClassVar[Any] = None  # a pydantic BaseModel subclass validating ``backend_config``, or None
 
     @classmethod
@@ -61,6 +65,17 @@ class RemoteBackend(Engine):
     @abc.abstractmethod
     def destroy(self) -> None | Awaitable[None]:
         """Release what this instance started; idempotent. May be a coroutine function."""
+
+    def load_rollout_weights(self, state: dict[str, Any], global_steps: int) -> dict[str, float]:
+        """Serve ``state`` (the actor's CPU tensors by name, tied weights once) as policy version
+        ``global_steps`` from the next ``generate`` on; ``sync/*`` metrics. Optional: a backend that
+        implements it sets ``accepts_rollout_weights = True``. A ``generate`` must use one version
+        whole (never part old, part new weights) and report it as ``rollout/policy_version``.
+        """
+        raise NotImplementedError(
+            f"remote backend {type(self).__name__} cannot take rollout weights from a local actor "
+            "(it does not set accepts_rollout_weights); bind update_actor to the backend too"
+        )
 
     def requires_single_forwarder(self) -> bool:
         """True when more than one forwarder would split work the backend must see whole."""

@@ -7,7 +7,8 @@ a forwarder makes one call at a time). Design decisions:
   lost connection (reset, EOF, refused reconnect) the client reconnects with the handle and
   retries, at most ``retries`` times with doubling backoff. Retrying is safe for every method:
   the read-only ones are idempotent, and the server remembers the replies of the state-changing
-  ones (``update_actor``, ``update_weights``) by call id, so a retry never applies them twice.
+  ones (``update_actor``, ``update_weights``, ``load_rollout_weights``) by call id, so a retry
+  never applies them twice.
 - What the server *answers* is never retried: a refusal (token, protocol version, size, too many
   connections) is raised at once as a ``BackendError`` subclass naming the backend, the address
   and the method; a failure inside the engine as ``RemoteCallFailed`` (not a ``BackendError``: the backend is
@@ -123,11 +124,19 @@ class BackendClient:
     # -- calls -------------------------------------------------------------------------------
 
     def call(
-        self, method: str, args: dict[str, Any] | None = None, batch: Batch | None = None, *, retries: int | None = None
+        self,
+        method: str,
+        args: dict[str, Any] | None = None,
+        batch: Batch | None = None,
+        *,
+        tensors: dict[str, Any] | None = None,
+        retries: int | None = None,
     ) -> Any:
-        """Run ``method`` on the server; a Batch reply comes back as a Batch, anything else as plain data."""
+        """Run ``method`` on the server; a Batch reply comes back as a Batch, anything else as plain data.
+
+        ``tensors`` (without ``batch``): named tensors of any shapes, such as a part of a weight transfer.
+        """
         header: dict[str, Any] = {"kind": "call", "method": method, "id": uuid.uuid4().hex, "args": args or {}}
-        tensors = None
         if batch is not None:
             header["batch"], tensors = wire.batch_to_wire(batch)
         buffers = wire.encode(header, tensors)

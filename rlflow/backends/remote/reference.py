@@ -12,6 +12,8 @@ server belongs to whoever started it, so ``destroy`` then only disconnects.
 
 ``single_forwarder`` is True: the server holds one model and one optimizer, so update_actor
 shards sent by several forwarders would become several optimizer steps instead of one.
+``accepts_rollout_weights`` is True: a local actor's weights reach the server's rollout through
+``load_rollout_weights``, in parts under ``max_message_bytes`` (``weights``).
 
 Torch is imported only when a backend is really created, so looking the class up (as the
 validator does for ``single_forwarder``) stays cheap.
@@ -46,6 +48,7 @@ class ReferenceBackend(RemoteBackend):
     """Client of a reference server; starts that server when it is the driver's instance."""
 
     single_forwarder = True
+    accepts_rollout_weights = True
     config_model = ReferenceConfig
 
     def __init__(
@@ -151,6 +154,26 @@ class ReferenceBackend(RemoteBackend):
 
     def set_global_steps(self, global_steps: int) -> None:
         self._client.call("set_global_steps", {"global_steps": int(global_steps)})
+
+    def load_rollout_weights(self, state: dict[str, Any], global_steps: int) -> dict[str, float]:
+        """The parts of one transfer, in order; the server loads them whole with the last part."""
+        import uuid
+
+        from rlflow.backends.remote.weights import split_weights
+
+        start = time.perf_counter()
+        parts = split_weights(state, self._client.max_message_bytes)
+        args = {"global_steps": int(global_steps), "transfer": uuid.uuid4().hex, "parts": len(parts)}
+        metrics: dict[str, float] = {}
+        for i, part in enumerate(parts):
+            metrics = self._client.call("load_rollout_weights", {**args, "part": i}, tensors=part)
+        size = sum(t.numel() * t.element_size() for t in state.values())
+        return {
+            **metrics,
+            "sync/bytes": float(size),
+            "sync/seconds": time.perf_counter() - start,
+            **self._client.totals(),
+        }
 
     def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:
         return self._client.call("save_checkpoint", {"path": str(path), "global_steps": int(global_steps)})

@@ -101,8 +101,9 @@ def _check_class(name: str, cls: Any) -> None:
             f"remote backend {name!r} must be a subclass of rlflow.backends.remote.RemoteBackend, "
             f"got {cls!r} (fix the plugin's registration or its `{ENTRY_POINT_GROUP}` entry point)"
         )
-    if not isinstance(cls.single_forwarder, bool):
-        raise RegistryError(f"remote backend {name!r}: single_forwarder must be a bool class attribute")
+    for flag in ("single_forwarder", "accepts_rollout_weights"):
+        if not isinstance(getattr(cls, flag), bool):
+            raise RegistryError(f"remote backend {name!r}: {flag} must be a bool class attribute")
 
 
 def _check_instance(name: str, cls: type, backend: Any) -> None:

@@ -22,10 +22,14 @@ Design decisions:
 - A frame that cannot be decoded (bad magic, other protocol version, oversized, malformed
   header) is answered with an error and closes that connection only; the server keeps
   serving every other connection.
-- ``update_actor`` and ``update_weights`` change state, so they carry a call id and the server
-  remembers the replies of the last ``remember_calls`` ids. A client that lost its connection
-  mid-call retries with the same id and receives the remembered reply (waiting for the
-  original to finish if it still runs): an update is never applied twice.
+- ``update_actor``, ``update_weights`` and ``load_rollout_weights`` change state, so they carry
+  a call id and the server remembers the replies of the last ``remember_calls`` ids. A client
+  that lost its connection mid-call retries with the same id and receives the remembered reply
+  (waiting for the original to finish if it still runs): an update is never applied twice.
+- ``load_rollout_weights`` (weights trained elsewhere, with their policy version) arrives in
+  parts under the frame cap; the engine gets them whole with the last part and takes the version
+  in the same locked step, so a ``generate`` reports the version of the weights it used
+  (``rlflow.backends.remote.weights``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from typing import Any
 
 from rlflow.backends.engine import Engine
 from rlflow.backends.remote import wire
+from rlflow.backends.remote.weights import WeightStaging, staging_limit
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, RlflowError
 
@@ -72,11 +77,26 @@ def _arg(args: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+def _load_weights(engine: Engine, args: dict[str, Any], state: dict[str, Any] | None) -> dict[str, float]:
+    """The engine takes the whole state and its version in one step (the caller holds the engine lock)."""
+    if state is None:  # a part staged; the weights load with the last one
+        return {}
+    load = getattr(engine, "load_rollout_weights", None)
+    if load is None:
+        raise BackendError(
+            f"the served engine {type(engine).__name__} cannot take rollout weights (it has no load_rollout_weights)"
+        )
+    metrics = load(state)
+    engine.set_global_steps(_arg(args, "global_steps", int))
+    return _floats(metrics)
+
+
 @dataclass(frozen=True)
 class Method:
     run: Callable[[Engine, dict[str, Any], Any], Any]
     takes_batch: bool = False
     remembered: bool = False  # changes state: replies are remembered by call id, never re-applied
+    takes_weights: bool = False  # one part of a rollout-weights transfer: its tensors are staged
 
 
 METHODS: dict[str, Method] = {
@@ -89,6 +109,7 @@ METHODS: dict[str, Method] = {
         lambda e, a, b: _floats(e.update_actor(b, _arg(a, "params", dict))), takes_batch=True, remembered=True
     ),
     "update_weights": Method(lambda e, a, b: _floats(e.update_weights(_arg(a, "global_steps", int))), remembered=True),
+    "load_rollout_weights": Method(_load_weights, remembered=True, takes_weights=True),
     "set_global_steps": Method(lambda e, a, b: e.set_global_steps(_arg(a, "global_steps", int))),
     "save_checkpoint": Method(lambda e, a, b: e.save_checkpoint(_arg(a, "path", str), _arg(a, "global_steps", int))),
     "load_checkpoint": Method(lambda e, a, b: e.load_checkpoint(_arg(a, "path", str))),
@@ -143,6 +164,7 @@ class BackendServer:
         self.refused = 0
         self._engine_lock = threading.Lock()
         self._remembered: OrderedDict[str, list] = OrderedDict()
+        self._staging = WeightStaging(staging_limit(engine))  # guarded by the engine lock
         self._connections: dict[socket.socket, threading.Thread] = {}  # open client connections -> their handler
         self._connections_lock = threading.Lock()
         self._tcp = (_TCPServer6 if ":" in host else _TCPServer)((host, port), _Handler)
@@ -263,6 +285,9 @@ class BackendServer:
             if not isinstance(args, dict):
                 raise BackendError(f"{method}: 'args' must be a map")
             batch = wire.batch_from_wire(header.get("batch"), tensors) if spec.takes_batch else None
+            if spec.takes_weights:
+                _arg(args, "global_steps", int)
+                batch = tensors
         except BackendError as exc:
             return wire.encode(error_header(exc, call_id))
         if not spec.remembered:
@@ -283,6 +308,8 @@ class BackendServer:
     def _run(self, spec: Method, method: str, call_id: Any, args: dict[str, Any], batch: Any) -> list:
         self.executed[method] += 1
         try:
+            if spec.takes_weights:
+                batch = self._staging.add(args, batch)
             result = spec.run(self.engine, args, batch)
         except Exception as exc:
             log.exception("%s failed", method)

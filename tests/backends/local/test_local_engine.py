@@ -137,6 +137,13 @@ def test_separate_rollout_serves_the_exported_actor_weights():
     )
     with pytest.raises(BackendError, match="do not match"):
         rollout.load_rollout_weights({"bogus.weight": torch.zeros(1)})
+    # one tensor of another shape: refused before anything loads, so the rollout keeps the weights it had
+    before = {k: v.clone() for k, v in rollout.model.state_dict().items()}
+    bad = {k: torch.zeros_like(v) for k, v in state.items()}
+    bad[next(iter(bad))] = torch.zeros(1)
+    with pytest.raises(BackendError, match="other shapes"):
+        rollout.load_rollout_weights(bad)
+    assert all(torch.equal(before[k], v) for k, v in rollout.model.state_dict().items())
 
 
 def test_checkpoint_round_trip_continues_bit_for_bit(tmp_path):

@@ -67,6 +67,18 @@ class FakeEngine(Engine):
         return {"global_steps": state["global_steps"]}
 
 
+class WeightsEngine(FakeEngine):
+    """Also takes rollout weights (``load_rollout_weights``): keeps each state it was given, whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: list[dict[str, torch.Tensor]] = []
+
+    def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict:
+        self.loaded.append({k: v.clone() for k, v in state.items()})
+        return {"sync/bytes": float(sum(t.numel() * t.element_size() for t in state.values()))}
+
+
 class ShortResponses(FakeEngine):
     """Breaks the rollout contract: its responses are one column short of ``max_response_length``."""
 

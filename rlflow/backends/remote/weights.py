@@ -1,0 +1,109 @@
+"""Rollout weights over the wire: split into frames under the size cap, staged whole on the server.
+
+A local actor's weights reach a remote rollout through ``load_rollout_weights``: the client
+packs the tensors into as few parts as fit ``max_message_bytes`` each (a tensor is never cut;
+one larger than a frame is refused with the fix), and sends them as calls of one transfer
+(``transfer`` id, ``part``, ``parts``, ``global_steps``). The server stages the parts and hands
+the engine the whole state only with the last one, under the engine lock: a ``generate`` from
+another connection sees the old weights or the new ones, never a mix. One transfer is staged at
+a time (a new first part drops an unfinished one), and a transfer may stage at most
+``max_bytes`` (the server passes twice its own model's size when the engine shows its model), so
+staging holds at most about one model's weights.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rlflow.backends.remote import wire
+from rlflow.errors import BackendError
+
+HEADER_BYTES = 4096  # a part's header without its descriptors (method, ids, args)
+DESCRIPTOR_BYTES = 512  # generous bound on one tensor's descriptor (a long name included)
+MAX_PARTS = 100_000
+
+
+def split_weights(state: dict[str, torch.Tensor], max_message_bytes: int) -> list[dict[str, torch.Tensor]]:
+    """``state`` in order, packed into parts whose frames stay under ``max_message_bytes``."""
+    parts: list[dict[str, torch.Tensor]] = [{}]
+    used = HEADER_BYTES
+    for name, tensor in state.items():
+        size = _framed(tensor)
+        if HEADER_BYTES + size > max_message_bytes:
+            raise wire.FrameTooLarge(
+                f"load_rollout_weights: tensor {name!r} alone needs {HEADER_BYTES + size} bytes, more than "
+                f"max_message_bytes={max_message_bytes} (raise max_message_bytes in the resource config)"
+            )
+        if parts[-1] and used + size > max_message_bytes:
+            parts.append({})
+            used = HEADER_BYTES
+        parts[-1][name] = tensor
+        used += size
+    return parts
+
+
+def _framed(tensor: torch.Tensor) -> int:
+    nbytes = tensor.numel() * tensor.element_size()
+    return DESCRIPTOR_BYTES + nbytes + (-nbytes % wire.ALIGN)
+
+
+class WeightStaging:
+    """The parts of the transfer in progress; ``add`` returns the whole state with the last part."""
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
+        self._transfer: str | None = None
+        self._state: dict[str, torch.Tensor] = {}
+        self._next = 0
+        self._bytes = 0
+
+    def add(self, args: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        transfer, part, parts = args.get("transfer"), args.get("part"), args.get("parts")
+        if not isinstance(transfer, str) or not transfer:
+            raise BackendError("load_rollout_weights: 'transfer' must be a non-empty string")
+        if not (_count(parts) and 1 <= parts <= MAX_PARTS and _count(part) and 0 <= part < parts):
+            raise BackendError(
+                f"load_rollout_weights: need 0 <= part < parts <= {MAX_PARTS}, got part={part!r}, parts={parts!r}"
+            )
+        if part == 0:  # a new transfer; an unfinished one (its client gave up) is dropped
+            self.clear()
+            self._transfer = transfer
+        elif transfer != self._transfer or part != self._next:
+            self.clear()
+            raise BackendError(
+                f"load_rollout_weights: part {part} of transfer {transfer} arrived out of order "
+                "(another transfer interleaved, or its first parts were lost); resend the whole transfer"
+            )
+        self._bytes += sum(t.numel() * t.element_size() for t in tensors.values())
+        if self.max_bytes is not None and self._bytes > self.max_bytes:
+            self.clear()
+            raise BackendError(
+                f"load_rollout_weights: the transfer exceeds {self.max_bytes} bytes, twice the served model's "
+                "size; are both sides on the same model.path?"
+            )
+        self._state.update(tensors)
+        self._next = part + 1
+        if self._next < parts:
+            return None
+        state = self._state
+        self.clear()
+        return state
+
+    def clear(self) -> None:
+        self._transfer, self._state, self._next, self._bytes = None, {}, 0, 0
+
+
+def staging_limit(engine: Any) -> int | None:
+    """Twice the bytes of the engine's model (``engine.model``, as the local engine holds it), or None
+    for an engine that does not show its model (then only the frame cap bounds each part)."""
+    model = getattr(engine, "model", None)
+    state_dict = getattr(model, "state_dict", None)
+    if not callable(state_dict):
+        return None
+    return 2 * sum(t.numel() * t.element_size() for t in state_dict().values())
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
