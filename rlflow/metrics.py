@@ -18,6 +18,9 @@ Design decisions:
   ``prompt_length`` / ``response_length`` and ``global_token_num`` alongside. So the clip ratios
   are verl's: the share of rows as long as the step's longest prompt (response), not of rows
   at the configured ``max_prompt_length`` (``max_response_length``).
+- ``off_policy_metrics`` is verl's staleness formulas (its V1 trainer's
+  ``_compute_metrics`` and replay buffer's ``_evict_terminal_groups``) written out in plain Python:
+  verl computes them inline, over its replay buffer's tags, so there is no function to call.
 - verl's data metrics read the reward and advantage fields (``token_level_scores``,
   ``token_level_rewards``, ``advantages``, ``returns``), which every valid pipeline's reward and
   advantage stages write; a batch without them, or an empty one (every group filtered out),
@@ -26,6 +29,7 @@ Design decisions:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rlflow.batch import Batch
@@ -105,40 +109,44 @@ def compute_rollout_metrics(batch: Batch) -> dict[str, Any]:
     return {**metrics, **corr}
 
 
-def off_policy_metrics(step: int, versions: list[int], evicted_spans: list[int] = ()) -> dict[str, float]:
-    """verl's ``training/off_policy/*`` for a step trained on trajectories sampled by policy ``versions``.
+Versions = Sequence[int | tuple[int, int]]
 
-    verl's V1 trainer: the policy of step ``s`` is version ``s - 1``; a trajectory sampled by
-    versions ``[lo, hi]`` spans ``hi - lo + 1`` of them and lags ``(s - 1) - hi`` (worst ``(s - 1) - lo``).
-    rlflow's rollout never changes weights mid-trajectory, so ``lo == hi``. ``evicted_spans``: the spans
-    (step - version) of the trajectories dropped as too stale, as verl's replay buffer counts them.
+
+def off_policy_metrics(step: int, versions: Versions, evicted_spans: Sequence[int] = ()) -> dict[str, float]:
+    """verl's ``training/off_policy/*`` for the trajectories step ``step`` trains on ({} for none).
+
+    ``versions``: per trajectory, the policy version it was sampled with (the number of actor
+    updates its weights had seen), or (first, last) versions for one sampled across weight updates
+    (rlflow's rollout never changes weights mid-trajectory). As verl's V1 trainer:
+    ``trajectory_spans`` = last - first + 1 (versions one trajectory was generated with);
+    ``trajectory_staleness`` = (step - 1) - last (updates the freshest weights it used are behind
+    those step ``step`` trains: 0 for a synchronous step); ``trajectory_staleness_worst`` =
+    (step - 1) - first. Means are floats, maxima and minima integers, as verl's numpy gives them.
+
+    ``evicted_spans``: per prompt group dropped as too stale before this step, its span (step -
+    version: verl's ``global_steps - prompt_global_steps + 1``, its prompt tagged with the step it
+    was sent in, version + 1). verl's replay buffer counts the groups as ``evicted_samples`` and,
+    despite the name, reports their spans as ``evicted_samples_staleness/*``.
     """
-    import numpy as np
-
     metrics: dict[str, float] = {}
     if versions:
-        hi = lo = np.asarray(versions, dtype=float)
+        pairs = [(v, v) if isinstance(v, int) else (int(v[0]), int(v[1])) for v in versions]
         families = {
-            "trajectory_spans": hi - lo + 1,
-            "trajectory_staleness": (step - 1) - hi,
-            "trajectory_staleness_worst": (step - 1) - lo,
+            "trajectory_spans": [last - first + 1 for first, last in pairs],
+            "trajectory_staleness": [(step - 1) - last for _, last in pairs],
+            "trajectory_staleness_worst": [(step - 1) - first for first, _ in pairs],
         }
-        for name, values in families.items():
-            metrics.update(
-                {
-                    f"training/off_policy/{name}/mean": float(values.mean()),
-                    f"training/off_policy/{name}/max": float(values.max()),
-                    f"training/off_policy/{name}/min": float(values.min()),
-                }
-            )
-    if evicted_spans:
-        spans = np.asarray(evicted_spans, dtype=float)
         metrics.update(
-            {
-                "training/off_policy/evicted_samples": float(len(spans)),
-                "training/off_policy/evicted_samples_staleness/mean": float(spans.mean()),
-                "training/off_policy/evicted_samples_staleness/max": float(spans.max()),
-                "training/off_policy/evicted_samples_staleness/min": float(spans.min()),
-            }
+            (f"training/off_policy/{name}/{stat}", value)
+            for name, values in families.items()
+            for stat, value in _mean_max_min(values)
         )
+    if evicted_spans:
+        metrics["training/off_policy/evicted_samples"] = len(evicted_spans)
+        spans = [float(s) for s in evicted_spans]
+        metrics.update((f"training/off_policy/evicted_samples_staleness/{stat}", v) for stat, v in _mean_max_min(spans))
     return metrics
+
+
+def _mean_max_min(values: list) -> tuple[tuple[str, float], ...]:
+    return ("mean", sum(values) / len(values)), ("max", max(values)), ("min", min(values))

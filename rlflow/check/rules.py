@@ -8,9 +8,10 @@ which lets one run report schema errors and rule errors together.
 Rules: stages name declared resources and registered kinds; each ``with:`` fits its kind's
 config model; a kind runs only on resource types it allows; stage names are unique; a GRPO
 step has a stage of every required role (any kind of the role counts: a plugin reward is a
-reward); a ``reference`` stage is present exactly when the algorithm needs a reference
-policy; batch sizes divide the way verl needs; new weights can reach the rollout; the engines
-chosen work together; an async trainer mode can overlap the rollout with the update
+reward; a ``log_prob`` stage may go under ``rollout_correction.bypass_mode``); a ``reference``
+stage is present exactly when the algorithm needs a reference policy; a rollout correction has
+a rollout that keeps its log-probs; batch sizes divide the way verl needs; new weights can
+reach the rollout; the engines chosen work together; an async trainer mode can overlap the rollout with the update
 (``colocate_async`` is refused, ``separate_async`` needs the rollout on a resource of its own);
 remote backends are registered, take the forwarders given and their ``config:`` fits the
 backend's ``config_model``; a ``clip_ratio`` that verl's loss would ignore (both bounds set) is
@@ -43,6 +44,7 @@ from rlflow.schemas.validation import validation_diagnostics
 from rlflow.stages import STAGE_KINDS, StageKind, builtin_kind
 
 REQUIRED_ROLES = ("rollout", "reward", "log_prob", "advantage", "update", "weight_sync")
+KEEPS_ROLLOUT_LOG_PROBS = ("torch",)  # the local generation engines that return rollout_log_probs
 
 
 def kind_of(stage: StageSpec) -> type[StageKind] | None:
@@ -57,6 +59,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
         check_required_kinds(subject, report)
         check_reference(subject, report)
     check_clip_ratio(subject, report)
+    check_rollout_log_probs(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
     check_trainer_mode(subject, report)
@@ -137,7 +140,10 @@ def with_role(subject: Subject, role: str) -> list[tuple[int, StageSpec]]:
 
 def check_required_kinds(subject: Subject, report: Reporter) -> None:
     unknown = [s.uses for _, s in subject.stages if kind_of(s) is None]
+    bypass = subject.algorithm is not None and subject.algorithm.rollout_correction.bypass_mode
     for role in REQUIRED_ROLES:
+        if role == "log_prob" and bypass:
+            continue  # the rollout's own log-probs are the old policy's
         builtin = builtin_kind(role).name
         if (
             not with_role(subject, role)
@@ -173,6 +179,36 @@ def check_reference(subject: Subject, report: Reporter) -> None:
                 f"stage {stage.name!r} computes reference log-probs, but "
                 "algorithm.use_kl_loss and algorithm.use_kl_in_reward are both false, so nothing reads them",
                 "remove the stage, or set algorithm.use_kl_loss: true",
+            )
+
+
+def check_rollout_log_probs(subject: Subject, report: Reporter) -> None:
+    """A rollout correction reads the rollout's log-probs: every rollout must keep them.
+
+    Of the local generation engines only ``torch`` keeps them (``hf`` would have to keep every
+    step's full-vocabulary scores; rlflow's vLLM rollout does not ask for them). A remote backend
+    may or may not: the run checks its first generate's output and stops there if they are missing.
+    """
+    algo = subject.algorithm
+    if algo is None or not algo.rollout_correction.active:
+        return
+    for i, stage in with_role(subject, "rollout"):
+        engine = getattr(subject.configs.get(i), "engine", KEEPS_ROLLOUT_LOG_PROBS[0])
+        where = subject.resource_type(stage.on)
+        if where == "remote":
+            report.warn(
+                ("stages", i, "on"),
+                f"algorithm.rollout_correction reads the rollout's log-probs: the remote backend behind {stage.on!r} "
+                "must return rollout_log_probs from generate (the run stops at the first step otherwise)",
+                "the reference backend's torch engine returns them",
+            )
+        elif engine not in KEEPS_ROLLOUT_LOG_PROBS:
+            report(
+                ("stages", i, "with", "engine"),
+                f"algorithm.rollout_correction reads the rollout's log-probs, and the {engine} generation engine "
+                f"does not keep them (only {', '.join(KEEPS_ROLLOUT_LOG_PROBS)} does)",
+                "set engine: torch on this stage, or remove algorithm.rollout_correction's rollout_is, rollout_rs "
+                "and bypass_mode",
             )
 
 

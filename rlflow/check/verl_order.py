@@ -85,6 +85,11 @@ def _has_val_data(spec: Pipeline, plan: Plan) -> bool:
     return spec.data.val is not None
 
 
+def _recomputes_old_log_probs(spec: Pipeline, plan: Plan) -> bool:
+    """verl still times ``old_log_prob`` in bypass mode, but only copies the rollout's log-probs there."""
+    return not spec.algorithm.rollout_correction.bypass_mode
+
+
 def canonical(condition: str) -> str:
     """A condition as ``ast.unparse`` writes it, so the table matches verl's text whatever its layout."""
     return ast.unparse(ast.parse(condition, mode="eval").body)
@@ -149,7 +154,7 @@ STEP_STAGES = (
         ("self.reward_loop_manager.reward_loop_worker_handles is None",),
     ),
     VerlStage(None, "_balance_batch", "balance_batch", applies=_balances),
-    VerlStage("old_log_prob", "_compute_old_log_prob", "old_log_prob", "log_prob"),
+    VerlStage("old_log_prob", "_compute_old_log_prob", "old_log_prob", "log_prob", applies=_recomputes_old_log_probs),
     VerlStage("ref", "_compute_ref_log_prob", "ref_log_prob", "reference", ("self.use_reference_policy",)),
     VerlStage("values", "_compute_values", None, conditions=("self.use_critic",), note="critic only"),
     VerlStage("adv", "_compute_advantage", "grpo_advantage", "advantage"),

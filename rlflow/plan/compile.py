@@ -6,8 +6,10 @@ What runs, mirroring verl's ``PPOTrainerSync``:
   ``data.val`` is set;
 - step: the declared stages in the order their data dependencies allow, verl's order breaking
   ties (rlflow.plan.dataflow). Stages that would never run are left out: a ``reference``
-  stage without a KL term, a ``save_freq`` stage without ``save_freq``, a ``test_freq``
-  stage without ``test_freq`` or ``data.val``, a ``balance`` stage unless it balances (below).
+  stage without a KL term, a ``log_prob`` stage under ``algorithm.rollout_correction.bypass_mode``
+  (the rollout's own log-probs are the old policy's; verl skips that forward too), a
+  ``save_freq`` stage without ``save_freq``, a ``test_freq`` stage without ``test_freq`` or
+  ``data.val``, a ``balance`` stage unless it balances (below).
 - implicit stages: the built-in ``checkpoint`` kind (on the resource that writes
   ``actor_weights``) when ``save_freq > 0`` and no checkpoint stage is declared; the built-in
   ``validation`` kind (on the resource that writes ``responses``) when ``data.val`` is set
@@ -126,6 +128,8 @@ def _runs(spec: Pipeline, kind: type[StageKind]) -> bool:
         return spec.trainer.test_freq > 0 and spec.data.val is not None
     if kind.role == "reference":
         return spec.algorithm.uses_reference
+    if kind.role == "log_prob":
+        return not spec.algorithm.rollout_correction.bypass_mode
     if kind.role == "balance":
         return _balances(spec)
     return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 DRIVER = "driver"
@@ -73,6 +73,119 @@ class DataSpec(StrictModel):
     max_val_samples: int | None = Field(None, gt=0)
 
 
+# verl's rejection-sampling options (rollout_corr_helper.SUPPORTED_ROLLOUT_RS_OPTIONS); *_k1 bound the ratio.
+ROLLOUT_RS_OPTIONS = (
+    "token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3",
+)  # fmt: skip
+
+
+class RolloutCorrectionSpec(StrictModel):
+    """Off-policy correction against the rollout's own log-probs (verl: algorithm.rollout_correction).
+
+    The defaults are verl's (rollout_correction.yaml): nothing corrected, the rollout-vs-actor gap
+    only measured. The threshold strings are checked as verl parses them, so a value verl would
+    refuse at its first step is refused here.
+    """
+
+    rollout_is: Literal["token", "sequence"] | None = Field(
+        None,
+        description="Truncated importance weights pi_old / pi_rollout multiplied into the policy loss: per "
+        "token or per sequence; null: none.",
+    )
+    rollout_is_threshold: float | str = Field(
+        2.0,
+        description="Upper bound the weights are truncated to, or 'lower_upper' (IcePop: weights outside are zeroed).",
+    )
+    rollout_is_batch_normalize: bool = Field(False, description="Scale the weights to mean 1 over the batch.")
+    rollout_rs: str | None = Field(
+        None,
+        description="Rejection sampling: tokens or sequences whose divergence passes the threshold leave the "
+        f"loss; one or more (comma-separated) of {', '.join(ROLLOUT_RS_OPTIONS)}.",
+    )
+    rollout_rs_threshold: float | str | None = Field(
+        None,
+        description="One threshold, or one per rollout_rs option (comma-separated); *_k1 take 'lower_upper' "
+        "ratio bounds.",
+    )
+    bypass_mode: bool = Field(
+        False,
+        description="Take the rollout's log-probs as the old policy and skip the old_log_prob pass "
+        "(two policies instead of three).",
+    )
+    loss_type: Literal["ppo_clip", "reinforce"] = Field(
+        "ppo_clip",
+        description="bypass_mode's loss: PPO clip against the rollout, or REINFORCE with the importance weights.",
+    )
+
+    @field_validator("rollout_is_threshold", "rollout_rs_threshold", mode="before")
+    @classmethod
+    def _no_boolean(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("should be a number or a threshold string, not a boolean")
+        return value
+
+    @field_validator("rollout_is_threshold")
+    @classmethod
+    def _is_threshold(cls, value: float | str) -> float | str:
+        bounds = _bounds(value, "rollout_is_threshold")
+        if len(bounds) == 2 and bounds[0] > bounds[1]:
+            raise ValueError(f"lower bound {bounds[0]} is above upper bound {bounds[1]}")
+        return value
+
+    @field_validator("rollout_rs")
+    @classmethod
+    def _rs_options(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        options = [o.strip() for o in value.split(",") if o.strip()]
+        unknown = [o for o in options if o not in ROLLOUT_RS_OPTIONS]
+        if not options or unknown:
+            raise ValueError(
+                f"unknown option {(unknown or [value])[0]!r}; expected one or more (comma-separated) of "
+                f"{', '.join(ROLLOUT_RS_OPTIONS)}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _rs_thresholds(self) -> RolloutCorrectionSpec:
+        if self.rollout_rs is None:
+            return self
+        options = list(dict.fromkeys(o.strip() for o in self.rollout_rs.split(",") if o.strip()))
+        if self.rollout_rs_threshold is None:
+            raise ValueError("rollout_rs_threshold: rollout_rs needs a threshold (one, or one per option)")
+        specs = [s.strip() for s in str(self.rollout_rs_threshold).split(",") if s.strip()]
+        if len(specs) not in (1, len(options)):
+            raise ValueError(
+                f"rollout_rs_threshold: {len(specs)} thresholds for {len(options)} rollout_rs options; "
+                "give one shared threshold or one per option"
+            )
+        for option, spec in zip(options, specs * len(options) if len(specs) == 1 else specs):
+            bounds = _bounds(spec, f"rollout_rs_threshold for {option}")
+            if option.endswith("k1") and len(bounds) == 2 and bounds[0] > bounds[1]:
+                raise ValueError(f"rollout_rs_threshold for {option}: lower bound {bounds[0]} is above {bounds[1]}")
+            if not option.endswith("k1") and len(bounds) == 2:
+                raise ValueError(f"rollout_rs_threshold for {option}: one upper bound, not a 'lower_upper' pair")
+        return self
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is corrected (verl's defaults only measure the rollout-vs-actor gap)."""
+        return self.bypass_mode or self.rollout_is is not None or self.rollout_rs is not None
+
+
+def _bounds(spec: float | str, what: str) -> tuple[float, ...]:
+    """A threshold as verl parses it: one positive number, or 'lower_upper' (two positive numbers)."""
+    parts = str(spec).strip().split("_", 1) if isinstance(spec, str) else [spec]
+    try:
+        bounds = tuple(float(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"{what}: {spec!r} is neither a number nor 'lower_upper' (e.g. 0.5_2.0)") from None
+    if any(not b > 0 for b in bounds):  # also refuses nan
+        raise ValueError(f"{what}: bounds must be positive, got {spec!r}")
+    return bounds
+
+
 class AlgorithmSpec(StrictModel):
     """GRPO knobs, with verl's names and defaults (actor.* and algorithm.* in verl)."""
 
@@ -91,6 +204,10 @@ class AlgorithmSpec(StrictModel):
     kl_coef: float = Field(0.001, ge=0, description="KL coefficient in the reward (verl: algorithm.kl_ctrl.kl_coef).")
     kl_penalty: KLType = "kl"
     norm_adv_by_std_in_grpo: bool = True
+    rollout_correction: RolloutCorrectionSpec = Field(
+        default_factory=RolloutCorrectionSpec,
+        description="Off-policy correction from the rollout's log-probs (verl: algorithm.rollout_correction).",
+    )
 
     @property
     def uses_reference(self) -> bool:

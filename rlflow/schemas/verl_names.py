@@ -150,6 +150,12 @@ VERL_NAMES: tuple[VerlName, ...] = (
     VerlName("algorithm.adv_estimator", "algorithm.adv_estimator", note="grpo only"),
     *_same("algorithm", "norm_adv_by_std_in_grpo use_kl_in_reward kl_penalty", "algorithm"),
     VerlName("algorithm.kl_ctrl.kl_coef", "algorithm.kl_coef", note="a fixed coefficient, verl's kl_ctrl.type: fixed"),
+    *_same(
+        "algorithm.rollout_correction",
+        "rollout_is rollout_is_threshold rollout_is_batch_normalize rollout_rs rollout_rs_threshold bypass_mode "
+        "loss_type",
+        "algorithm.rollout_correction",
+    ),
     # reward
     VerlName("reward.custom_reward_function.path", "function", "stage", "reward_function", note="path.py:name"),
     VerlName("reward.custom_reward_function.name", "function", "stage", "reward_function", note="path.py:name"),
@@ -242,7 +248,6 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     ("data.custom_cls.", "rlflow reads verl's parquet columns with its own reader"),
     ("algorithm.kl_ctrl.", "rlflow's KL coefficient in the reward is fixed (kl_ctrl.type: fixed)"),
     ("algorithm.filter_groups.", "a group_filter stage drops groups whose rewards do not vary (min_std)"),
-    ("algorithm.rollout_correction.", "rlflow trains on-policy: rollout and actor hold the same weights"),
 )
 
 

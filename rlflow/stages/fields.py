@@ -65,6 +65,7 @@ FIELDS: dict[str, FieldSpec] = {
     "responses": _TOKENS_INT,
     "response_mask": _TOKENS_INT,
     "response_text": _PER_ROW,
+    "rollout_log_probs": _TOKENS_FLOAT,
     # reward
     "token_level_scores": _TOKENS_FLOAT,
     "scores": FieldSpec(("rows",), "floating"),
@@ -77,6 +78,9 @@ FIELDS: dict[str, FieldSpec] = {
     "token_level_rewards": _TOKENS_FLOAT,
     "advantages": _TOKENS_FLOAT,
     "returns": _TOKENS_FLOAT,
+    # rollout correction
+    "rollout_is_weights": _TOKENS_FLOAT,
+    "rollout_rs_mask": _TOKENS_INT,
 }
 
 # Written by stages but never carried in a batch: loop state, the checkpoint on disk, validation metrics.

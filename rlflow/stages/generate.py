@@ -6,8 +6,8 @@ verl step 1 ([gen]). Design decisions:
 - Only the fields the stage reads (prompts and their mask) go to the engine, so a remote
   engine gets a small message; the stage returns the whole expanded batch with the engine's
   ``responses``, ``response_mask`` and ``response_text`` added, and ``rollout_log_probs`` when
-  the engine keeps them (the torch engine does). That field is optional, so it is not among the
-  stage's declared writes: nothing downstream needs it, only the step's rollout-vs-actor metrics.
+  the engine keeps them (the torch engine does). That field is declared (and so checked) only when
+  ``algorithm.rollout_correction`` reads it; otherwise only the step's rollout-vs-actor metrics do.
 - The sampling seed is derived from (trainer.seed, step, rank): a rerun samples the same
   tokens, different ranks and steps sample different ones.
 """
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from rlflow.stages import rollout_correction
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import builtin_stage
 
@@ -84,6 +85,11 @@ class Generate(StageKind):
     allowed_on = frozenset({"local", "remote"})
     changes_rows = True
     description = "Sample n responses per prompt with the rollout engine."
+
+    @classmethod
+    def writes(cls, pipeline, stage):
+        keeps = rollout_correction.keeps_rollout_log_probs(pipeline)
+        return cls.writes_fields + ((rollout_correction.ROLLOUT_LOG_PROBS,) if keeps else ())
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         rows = batch.repeat_interleave(ctx.config.n or ctx.pipeline.algorithm.n)

@@ -6,6 +6,10 @@ verl step 7 ([adv]). Design decisions:
   ``core_algos.compute_grpo_outcome_advantage`` grouped by ``uid``; nothing is re-derived here.
 - It runs on the driver over the whole batch, because a group must be complete to be
   normalised (groups never straddle workers, but filters may have reshaped the batch).
+- With verl's decoupled rollout correction (``algorithm.rollout_correction``) it also computes
+  the importance weights and the rejection mask, between the KL penalty and the advantages, as
+  verl's V1 trainer does; the advantages are then taken over the rejection mask
+  (``rlflow.stages.rollout_correction``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlflow.errors import StageError
+from rlflow.stages import rollout_correction
 from rlflow.stages.base import StageContext, StageKind
 from rlflow.stages.registry import builtin_stage
 
@@ -22,8 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from rlflow.batch import Batch
 
 
-def token_level_rewards(batch: Batch, algorithm) -> tuple[torch.Tensor, dict[str, float]]:
-    """Scores, minus ``kl_coef`` x KL(old, ref) per token when ``use_kl_in_reward``."""
+def token_level_rewards(batch: Batch, algorithm, old: str = "old_log_probs") -> tuple[torch.Tensor, dict[str, float]]:
+    """Scores, minus ``kl_coef`` x KL(old, ref) per token when ``use_kl_in_reward``.
+
+    ``old`` names the old policy's field (the rollout's log-probs in bypass mode, as verl copies them).
+    """
     import torch
     from verl.trainer.ppo import core_algos
     from verl.utils.torch_functional import masked_mean
@@ -32,7 +40,7 @@ def token_level_rewards(batch: Batch, algorithm) -> tuple[torch.Tensor, dict[str
     if not algorithm.use_kl_in_reward:
         return scores, {}
     mask = batch["response_mask"].float()
-    kld = core_algos.kl_penalty(batch["old_log_probs"], batch["ref_log_prob"], kl_penalty=algorithm.kl_penalty) * mask
+    kld = core_algos.kl_penalty(batch[old], batch["ref_log_prob"], kl_penalty=algorithm.kl_penalty) * mask
     current_kl = torch.mean(masked_mean(kld, mask=mask, axis=-1), dim=0).item()
     metrics = {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": algorithm.kl_coef}
     return scores - algorithm.kl_coef * kld, metrics
@@ -51,8 +59,14 @@ class GrpoAdvantage(StageKind):
 
     @classmethod
     def reads(cls, pipeline, stage):
-        extra = ("old_log_probs", "ref_log_prob") if pipeline.algorithm.use_kl_in_reward else ()
-        return cls.reads_fields + extra
+        old = rollout_correction.old_log_probs_field(pipeline)
+        extra = (old, "ref_log_prob") if pipeline.algorithm.use_kl_in_reward else ()
+        corrected = tuple(f for f in rollout_correction.advantage_reads(pipeline) if f not in extra)
+        return cls.reads_fields + extra + corrected
+
+    @classmethod
+    def writes(cls, pipeline, stage):
+        return cls.writes_fields + rollout_correction.advantage_writes(pipeline)
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         import numpy as np
@@ -67,12 +81,17 @@ class GrpoAdvantage(StageKind):
                 f"a reward stage must write token_level_scores before the advantage"
             )
         algorithm = ctx.pipeline.algorithm
-        rewards, metrics = token_level_rewards(batch, algorithm)
+        rewards, metrics = token_level_rewards(batch, algorithm, rollout_correction.old_log_probs_field(ctx.pipeline))
+        corrected: dict = {}
+        if rollout_correction.decoupled(ctx.pipeline):
+            corrected, corr_metrics = rollout_correction.correct(batch, algorithm.rollout_correction)
+            metrics.update(corr_metrics)
         advantages, returns = core_algos.compute_grpo_outcome_advantage(
             token_level_rewards=rewards,
-            response_mask=batch["response_mask"],
+            response_mask=corrected.get(rollout_correction.RS_MASK, batch["response_mask"]),
             index=np.array(batch["uid"], dtype=object),
             epsilon=1e-6,
             norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
         )
-        return Batch({"token_level_rewards": rewards, "advantages": advantages, "returns": returns}, metrics=metrics)
+        out = {"token_level_rewards": rewards, "advantages": advantages, "returns": returns, **corrected}
+        return Batch(out, metrics=metrics)

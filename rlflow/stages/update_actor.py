@@ -6,6 +6,9 @@ loss with dual clip, plus entropy and KL terms as verl adds them. The engine doe
 (see ``rlflow.backends.local.actor``); this stage passes the fields it reads, the rollout
 temperature and the step and stage names (for error messages), and returns the ``actor/*``
 metrics. The actor is not updated before ``trainer.critic_warmup`` steps, as in verl.
+With ``algorithm.rollout_correction`` it reads the old policy's log-probs where that section puts
+them, and the importance weights and rejection mask when the advantage step computed them
+(``rlflow.stages.rollout_correction``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
+from rlflow.stages import rollout_correction
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.generate import rollout_temperature
 from rlflow.stages.registry import builtin_stage
@@ -40,7 +44,10 @@ class UpdateActor(StageKind):
 
     @classmethod
     def reads(cls, pipeline, stage):
-        return cls.reads_fields + (("ref_log_prob",) if pipeline.algorithm.use_kl_loss else ())
+        old = rollout_correction.old_log_probs_field(pipeline)
+        fields = tuple(old if f == "old_log_probs" else f for f in cls.reads_fields)
+        kl = ("ref_log_prob",) if pipeline.algorithm.use_kl_loss else ()
+        return fields + kl + rollout_correction.advantage_writes(pipeline)
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         from rlflow.batch import Batch

@@ -198,6 +198,22 @@ def test_the_file_is_the_pipeline_under_its_comments():
     assert conversion.pipeline["name"] == "my-project"
 
 
+def test_rollout_correction_carries_over_with_verls_keys():
+    rc = "algorithm.rollout_correction"
+    p = converted(f"{rc}.rollout_is=sequence", f"{rc}.rollout_is_threshold=3.0", f"{rc}.bypass_mode=true").pipeline
+    assert p["algorithm"]["rollout_correction"] == {
+        "rollout_is": "sequence",
+        "rollout_is_threshold": 3.0,
+        "rollout_is_batch_normalize": False,
+        "bypass_mode": True,
+        "loss_type": "ppo_clip",
+    }, "null keys are left to rlflow's default, null too"
+    assert Pipeline.model_validate(p).algorithm.rollout_correction.bypass_mode
+    with pytest.raises(ConfigError) as refused:
+        converted(f"{rc}.rollout_rs=token_k9", f"{rc}.rollout_rs_threshold=2.0")
+    assert "algorithm.rollout_correction" in str(refused.value) and "token_k9" in str(refused.value)
+
+
 def test_verls_separate_async_trainer_gets_a_rollout_pool_and_its_sampler_knobs():
     conversion = converted(
         "trainer.v1.trainer_mode=separate_async",

@@ -26,6 +26,7 @@ from rlflow.schemas.pipeline import (
     OptimSpec,
     Pipeline,
     RemotePool,
+    RolloutCorrectionSpec,
     TrainerSpec,
 )
 from rlflow.stages import STAGE_KINDS
@@ -65,6 +66,10 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
     "algorithm.kl_coef": "algorithm.kl_ctrl.kl_coef",
     "algorithm.kl_penalty": "algorithm.kl_penalty",
     "algorithm.norm_adv_by_std_in_grpo": "algorithm.norm_adv_by_std_in_grpo",
+    **{
+        f"algorithm.rollout_correction.{k}": f"algorithm.rollout_correction.{k}"
+        for k in RolloutCorrectionSpec.model_fields
+    },
     "trainer.train_batch_size": "data.train_batch_size",
     "trainer.ppo_mini_batch_size": f"{ACTOR}.ppo_mini_batch_size",
     "trainer.ppo_micro_batch_size_per_gpu": f"{ACTOR}.ppo_micro_batch_size_per_gpu",
@@ -84,6 +89,10 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
     "trainer.critic_warmup": "trainer.critic_warmup",
     "trainer.balance_batch": "trainer.balance_batch",
     "trainer.keep_checkpoints": "trainer.max_actor_ckpt_to_keep",
+    "trainer.trainer_mode": "trainer.v1.trainer_mode",
+    "trainer.max_off_policy_threshold": "trainer.v1.sampler.max_off_policy_threshold",
+    "trainer.max_off_policy_strategy": "trainer.v1.sampler.max_off_policy_strategy",
+    "trainer.num_warmup_batches": "trainer.v1.separate_async.num_warmup_batches",
     "trainer.optim.name": f"{ACTOR}.optim.optimizer",
     "trainer.optim.lr": f"{ACTOR}.optim.lr",
     "trainer.optim.weight_decay": f"{ACTOR}.optim.weight_decay",
@@ -156,6 +165,7 @@ def rlflow_defaults() -> dict:
         ("model.", ModelSpec),
         ("data.", DataSpec),
         ("algorithm.", AlgorithmSpec),
+        ("algorithm.rollout_correction.", RolloutCorrectionSpec),
         ("trainer.", TrainerSpec),
         ("trainer.optim.", OptimSpec),
         ("resources.<local>.", LocalPool),

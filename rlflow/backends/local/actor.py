@@ -5,6 +5,11 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
   minus ``entropy_coeff`` x ``agg_loss(entropy)``, plus ``kl_loss_coef`` x
   ``agg_loss(kl_penalty(logp, ref, kl_loss_type))`` when ``use_kl_loss``. Its config is a
   real ``verl.workers.config.ActorConfig`` built from the pipeline's algorithm section.
+  ``algorithm.rollout_correction`` as verl applies it: its importance weights
+  (``rollout_is_weights``) multiply the policy loss and its rejection mask (``rollout_rs_mask``)
+  is the loss mask; in bypass mode the old policy is the rollout's log-probs and the policy loss
+  is verl's ``bypass_mode`` loss (PPO clip or REINFORCE against the rollout, with the rollout
+  correction computed inside; its ``rollout_corr/*`` metrics average over micro-batches).
 - Scaling is verl's global-batch normalisation: every micro-batch loss is divided by the
   mini-batch's *global* token count (or sequence count, by ``loss_agg_mode``) and multiplied
   by the data-parallel size; gradients are summed over micro-batches and averaged over
@@ -58,11 +63,19 @@ AVERAGED = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
 
 def verl_actor_config(pipeline):
     """verl's ``ActorConfig`` carrying the pipeline's loss knobs (what verl's loss functions read)."""
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.workers.config import ActorConfig
+    from verl.workers.config.actor import PolicyLossConfig
 
     a, t = pipeline.algorithm, pipeline.trainer
+    rc = a.rollout_correction
+    policy_loss = PolicyLossConfig(
+        loss_mode="bypass_mode" if rc.bypass_mode else "vanilla",
+        rollout_correction=RolloutCorrectionConfig(**rc.model_dump()),
+    )
     return ActorConfig(
         strategy="fsdp",
+        policy_loss=policy_loss,
         rollout_n=a.n,
         ppo_mini_batch_size=t.ppo_mini_batch_size,
         ppo_micro_batch_size_per_gpu=t.ppo_micro_batch_size_per_gpu or t.ppo_mini_batch_size * a.n,
@@ -78,6 +91,29 @@ def verl_actor_config(pipeline):
         ppo_epochs=t.ppo_epochs,
         use_torch_compile=False,
     )
+
+
+def loss_metric_names(config) -> tuple[str, ...]:
+    """What the policy loss reports besides ``SUMMED``/``AVERAGED``, averaged over micro-batches.
+
+    verl's ``bypass_mode`` loss adds its ``rollout_corr/*`` metrics, a set fixed by the config;
+    every rank must all-reduce the same names in the same order (even a rank whose micro-batches
+    are empty), so the set is read once from a call on one token rather than from the batches.
+    """
+    from verl.trainer.ppo import core_algos
+
+    if config.policy_loss.loss_mode == "vanilla":
+        return ()
+    one, mask = torch.zeros(1, 1), torch.ones(1, 1, dtype=torch.bool)
+    _, metrics = core_algos.get_policy_loss_fn(config.policy_loss.loss_mode)(
+        old_log_prob=one, log_prob=one, advantages=one, response_mask=mask, loss_agg_mode="token-mean", config=config
+    )
+    return tuple(sorted(k for k in metrics if k not in AVERAGED))
+
+
+def loss_mask(batch: Batch) -> torch.Tensor:
+    """The tokens the loss counts: the rollout rejection's mask when the advantage step made one."""
+    return batch["rollout_rs_mask"] if "rollout_rs_mask" in batch else batch["response_mask"]
 
 
 def build_optimizer(params: list[torch.nn.Parameter], optim) -> torch.optim.Optimizer:
@@ -134,6 +170,8 @@ class Actor:
         self.model_config = model.config  # the Hugging Face config verl's FLOPs formulas read
         self.peak_tflops = peak_tflops(self.device)
         self.packed = pipeline.model.use_remove_padding
+        self.bypass = pipeline.algorithm.rollout_correction.bypass_mode
+        self.averaged = AVERAGED + loss_metric_names(self.loss_config)
 
     # ---- one update -------------------------------------------------------------------------
     def update(
@@ -178,7 +216,7 @@ class Actor:
     def _set_global_batch_info(self, mini: Batch) -> None:
         """Tell verl's loss aggregation the mini-batch's size over every data-parallel rank."""
         counts = torch.tensor(
-            [float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0], device=self.device
+            [float(len(mini)), float(loss_mask(mini).sum()) if len(mini) else 0.0], device=self.device
         )
         rows, tokens = distributed.all_reduce(counts, self.world_size).tolist()
         info = self.loss_config.global_batch_info
@@ -192,7 +230,7 @@ class Actor:
     def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
         self._set_global_batch_info(mini)
         self.optimizer.zero_grad(set_to_none=True)
-        sums = dict.fromkeys(SUMMED + AVERAGED, 0.0)
+        sums = dict.fromkeys(self._metric_names(), 0.0)
         micro_count, bad = 0, None
         for j, rows in enumerate(self.micro_batch_rows(mini)):
             loss, parts = self._micro_loss(mini.index(rows), temperature)
@@ -216,6 +254,9 @@ class Actor:
             log.warning("step %s: gradient norm is %s; skipping this mini-batch's optimizer step", where[0], grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
         return self._reduce_metrics(sums, micro_count, float(grad_norm))
+
+    def _metric_names(self) -> tuple[str, ...]:
+        return SUMMED + self.averaged
 
     def micro_batch_rows(self, mini: Batch, min_count: int = 1) -> list[list[int]]:
         """The rows of each micro-batch of ``mini``: ``ppo_micro_batch_size_per_gpu`` samples, or a token budget."""
@@ -249,7 +290,7 @@ class Actor:
         from verl.trainer.ppo import core_algos
 
         cfg, a = self.loss_config, self.pipeline.algorithm
-        mask = micro["response_mask"].to(self.device).bool()
+        mask = loss_mask(micro).to(self.device).bool()
         log_prob, entropy = forward_log_probs(
             self.model,
             micro["prompts"],
@@ -260,13 +301,15 @@ class Actor:
             with_entropy=a.entropy_coeff != 0,
             packed=self.packed,
         )
-        pg_loss, pg_metrics = core_algos.compute_policy_loss_vanilla(
-            old_log_prob=micro["old_log_probs"].to(self.device),
+        weights = micro["rollout_is_weights"].to(self.device) if "rollout_is_weights" in micro else None
+        pg_loss, pg_metrics = core_algos.get_policy_loss_fn(cfg.policy_loss.loss_mode)(
+            old_log_prob=micro["rollout_log_probs" if self.bypass else "old_log_probs"].to(self.device),
             log_prob=log_prob,
             advantages=micro["advantages"].to(self.device),
             response_mask=mask,
             loss_agg_mode=cfg.loss_agg_mode,
             config=cfg,
+            rollout_is_weights=weights,
         )
         loss = pg_loss
         parts = {"actor/pg_loss": float(pg_loss.detach()), **pg_metrics}
@@ -284,12 +327,12 @@ class Actor:
 
     def _reduce_metrics(self, sums: dict[str, float], micro_count: int, grad_norm: float) -> dict[str, float]:
         a = self.pipeline.algorithm
-        names = list(SUMMED + AVERAGED)
+        names = self._metric_names()
         values = torch.tensor([sums[k] for k in names] + [float(micro_count)], dtype=torch.float64, device=self.device)
         values = distributed.all_reduce(values, self.world_size).tolist()
         count = max(values[-1], 1.0)
         out = {k: v / self.world_size for k, v in zip(SUMMED, values[: len(SUMMED)])}
-        out.update({k: v / count for k, v in zip(AVERAGED, values[len(SUMMED) : -1])})
+        out.update({k: v / count for k, v in zip(self.averaged, values[len(SUMMED) : -1])})
         if not a.use_kl_loss:
             out.pop("actor/kl_loss")
         if a.entropy_coeff == 0:

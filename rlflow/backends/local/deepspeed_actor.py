@@ -207,12 +207,6 @@ class DeepSpeedActor(Actor):
         grad_norm = self.engine.get_global_grad_norm()
         return self._reduce_metrics(sums, micro_count, float(grad_norm) if grad_norm is not None else float("nan"))
 
-    @staticmethod
-    def _metric_names() -> tuple[str, ...]:
-        from rlflow.backends.local.actor import AVERAGED, SUMMED
-
-        return SUMMED + AVERAGED
-
     def _agreed_count(self, local: int) -> int:
         """The largest count over ranks (at least one), so every rank joins as many collectives."""
         value = torch.tensor([float(local)], device=self.device)

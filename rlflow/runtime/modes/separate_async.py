@@ -122,7 +122,7 @@ class SeparateAsyncMode(TrainerMode):
                 sampled.batch = self.loop.executor.wait(sampled.handle)
             if self._within(step, sampled.version):
                 break
-            evicted.extend([step - sampled.version] * len(sampled.batch))
+            evicted.extend([step - sampled.version] * len(sampled.prompts))  # verl counts prompt groups
             sampled.batch = None
             self._submit(sampled)
         self._collect_transfers(before=sampled.seq, into=sampled.batch.metrics)
