@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from rlflow.errors import ConfigError, Diagnostic
 from rlflow.plan.concurrency import cross_step_overlap, step_groups
 from rlflow.plan.dataflow import Flow, FlowNode, Problem, analyse, data_edges
-from rlflow.plan.model import ASYNC_MODES, DRIVER, RESUME, Plan, PlanStage, Staleness, frozen_mapping
+from rlflow.plan.model import ASYNC_MODES, DRIVER, RESUME, FrozenDict, Plan, PlanStage, Staleness, frozen_mapping
 from rlflow.plan.placement import build_placements
 from rlflow.schemas.pipeline import Pipeline, StageSpec
 from rlflow.stages.base import StageKind
-from rlflow.stages.registry import STAGE_KINDS, actor_data_parallel_size, builtin_kind
+from rlflow.stages.registry import STAGE_KINDS, actor_data_parallel_size, builtin_kind, get_stage_kind
 
 ACTOR_WEIGHTS = "actor_weights"  # its producer hosts checkpoints (save and load)
 RESPONSES = "responses"  # its producer hosts the implicit validation
@@ -77,7 +77,8 @@ def compile_plan(spec: Pipeline) -> Plan:
     if unknown or flow.problems:
         raise ConfigError(unknown + [Diagnostic("", 0, 0, path, message) for path, message in flow.problems])
     ordered = [stages[i] for i in flow.order]
-    step = tuple(_entry(spec, s, s.kind.cadence) for s in ordered)
+    sampling = rollout_sampling(spec)
+    step = tuple(_entry(spec, s, s.kind.cadence, sampling) for s in ordered)
     init = tuple(_init_phase(spec, ordered, candidates))
     edges = data_edges([s.node for s in stages], flow.order, flow.producer)
     mode = spec.trainer.trainer_mode
@@ -205,7 +206,17 @@ def _init_phase(spec: Pipeline, ordered: list[_Stage], candidates: list[_Stage])
         yield from (_entry(spec, s, "init") for s in candidates if s.kind.cadence == "test_freq")
 
 
-def _entry(spec: Pipeline, stage: _Stage, cadence: str) -> PlanStage:
+def rollout_sampling(spec: Pipeline) -> FrozenDict:
+    """The sampling settings of the pipeline's rollout, whichever kind it is (its ``StageKind.sampling``):
+    resolved once here, handed to the stages that declare ``needs_sampling``; empty without a rollout."""
+    for stage in spec.stages:
+        kind = get_stage_kind(stage.uses)
+        if kind.role == "rollout":
+            return frozen_mapping(kind.sampling(spec, stage))
+    return FrozenDict()
+
+
+def _entry(spec: Pipeline, stage: _Stage, cadence: str, sampling: FrozenDict | None = None) -> PlanStage:
     return PlanStage(
         name=stage.spec.name,
         kind=stage.spec.uses,
@@ -222,6 +233,7 @@ def _entry(spec: Pipeline, stage: _Stage, cadence: str) -> PlanStage:
         implicit=stage.implicit,
         engine_roles=stage.kind.engine_roles,
         changes_rows=stage.kind.changes_rows,
+        sampling=sampling if stage.kind.needs_sampling and sampling else FrozenDict(),
     )
 
 

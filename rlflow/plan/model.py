@@ -82,6 +82,7 @@ class PlanStage:
     implicit: bool = False  # added by the compiler, not declared in the pipeline
     engine_roles: frozenset[str] = frozenset()  # engine roles its worker needs (rollout, actor, ref)
     changes_rows: bool = False  # its output replaces the batch (generate expands, filters drop)
+    sampling: Mapping[str, Any] = field(default_factory=FrozenDict)  # the rollout's, for kinds that need it
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,13 @@ class Executor(abc.ABC):
         A stage bound to the driver runs on a thread of this process (one at a time, in order).
         """
         call = StageCall(
-            stage.name, stage.kind, dict(stage.config if config is None else config), step, stage.reads, checkpoint_dir
+            stage.name,
+            stage.kind,
+            dict(stage.config if config is None else config),
+            step,
+            stage.reads,
+            checkpoint_dir,
+            dict(stage.sampling),
         )
         label = trace_as or stage.name
         handle = Handle(stage, batch, step, label)
@@ -215,7 +221,9 @@ class Executor(abc.ABC):
         self, stage: PlanStage, batch: Batch, step: int, *, call: StageCall | None = None, label: str | None = None
     ) -> Batch:
         """Run ``stage`` in this process on the whole batch (driver stages, validation metrics); its output."""
-        call = call or StageCall(stage.name, stage.kind, dict(stage.config), step, stage.reads)
+        call = call or StageCall(
+            stage.name, stage.kind, dict(stage.config), step, stage.reads, None, dict(stage.sampling)
+        )
         kind = get_stage_kind(call.kind)
         ctx = StageContext(
             pipeline=self.pipeline,
@@ -226,6 +234,7 @@ class Executor(abc.ABC):
             reads=call.reads,
             project_root=self.project_root,
             state=self.driver_state,
+            sampling=call.sampling,
         )
         start = time.time()
         out = (

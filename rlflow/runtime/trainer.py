@@ -36,6 +36,7 @@ from rlflow.runtime.modes import get_trainer_mode
 from rlflow.runtime.run_dir import RunDir
 from rlflow.runtime.sinks import StepTimer
 from rlflow.schemas.pipeline import DRIVER, Pipeline
+from rlflow.stages import get_stage_kind
 from rlflow.stages.base import due
 
 log = logging.getLogger("rlflow.runtime")
@@ -274,11 +275,9 @@ class StepLoop:
         if self.data.val is None or len(self.data.val) == 0:
             return {}
         rollout = self.plan.first_with_role("rollout")
-        sampling = {k: v for k, v in stage.config.items() if k in rollout.config}  # greedy, n samples per prompt
+        config = get_stage_kind(rollout.kind).with_sampling(dict(rollout.config), dict(stage.config))  # greedy, n
         batch = self.data.val.to_batch(list(range(len(self.data.val))), self.data.tokenizer.pad_token_id, step=-1)
-        batch = self.executor.run_stage(
-            rollout, batch, step, config={**rollout.config, **sampling}, trace_as=stage.name
-        )
+        batch = self.executor.run_stage(rollout, batch, step, config=config, trace_as=stage.name)
         for reward in self.plan.with_role("reward"):
             batch = self.executor.run_stage(reward, batch, step, trace_as=stage.name)
         metrics = self.executor.run_here(stage, batch, step).metrics

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ class StageCall:
     step: int
     reads: tuple[str, ...] = ()
     checkpoint_dir: str | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)  # the rollout's, handed by the plan
 
 
 @dataclass
@@ -147,6 +148,7 @@ class StageWorker:
             checkpoint_dir=call.checkpoint_dir,
             project_root=str(self.project_root),
             state=self.state,
+            sampling=call.sampling,
         )
         start = time.time()
         out = kind().run(Batch() if batch is None else batch, ctx)

@@ -46,6 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # Loop-carried state fields: produced in one step, consumed in the next (or at init).
 STATE_FIELDS = frozenset({"actor_weights", "rollout_weights"})
+# The sampling settings a rollout kind declares (``StageKind.sampling``) and validation replaces.
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "do_sample", "n")
 # Fields the data loader puts in every step's batch before the first stage.
 SOURCE_FIELDS = ("prompts", "prompt_mask", "uid", "data_source", "raw_prompt", "reward_info")
 
@@ -119,6 +121,7 @@ class StageContext:
     checkpoint_dir: str | None = None  # where a checkpoint stage writes (set by the runtime)
     project_root: str | None = None  # the folder of rlflow.yaml: relative paths in ``with:`` start there
     state: dict[str, Any] = field(default_factory=dict)  # per-worker cache that lives across steps
+    sampling: dict[str, Any] = field(default_factory=dict)  # the rollout's, for kinds with needs_sampling
 
     def inputs(self, batch: Batch) -> Batch:
         """The data fields of ``batch`` this stage reads (state fields never travel in a batch)."""
@@ -143,6 +146,8 @@ class StageKind:
     changes_rows: ClassVar[bool] = False
     # False: run() reads and writes numpy arrays, never torch (see the module's docstring)
     uses_torch: ClassVar[bool] = True
+    # True: the plan hands run() the rollout's sampling settings (ctx.sampling), whichever kind the rollout is
+    needs_sampling: ClassVar[bool] = False
     description: ClassVar[str] = ""
 
     @classmethod
@@ -159,6 +164,18 @@ class StageKind:
         return cls.config_model.model_validate(raw)
 
     @classmethod
+    def sampling(cls, pipeline: Pipeline, stage: StageSpec) -> dict[str, Any]:
+        """A rollout kind's sampling settings (of ``SAMPLING_KEYS``), which the plan resolves once and hands
+        to the stages that score its samples. Default: the fields of its ``with:`` model of those names."""
+        config = cls.parse_config(stage.with_)
+        return {key: getattr(config, key) for key in SAMPLING_KEYS if key in type(config).model_fields}
+
+    @classmethod
+    def with_sampling(cls, config: dict[str, Any], sampling: dict[str, Any]) -> dict[str, Any]:
+        """A rollout kind's ``config`` with other ``sampling`` (validation's) in place of its own."""
+        return {**config, **{k: v for k, v in sampling.items() if k in cls.config_model.model_fields}}
+
+    @classmethod
     def check(cls, pipeline: Pipeline, stage: StageSpec) -> list[tuple[str, ...]]:
         """Extra semantic rules: a list of (dotted path under the stage, message[, how to fix it])."""
         return []
@@ -170,3 +187,10 @@ class StageKind:
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:  # pragma: no cover - abstract
         raise NotImplementedError(f"stage kind {self.name!r} does not implement run()")
+
+
+def logprob_temperature(sampling: dict[str, Any]) -> float:
+    """The temperature log-probs are taken at: the rollout's, as verl does, so the PPO ratio compares the
+    policy with the distribution actually sampled; 1.0 for a greedy (temperature 0) or unknown rollout."""
+    temperature = sampling.get("temperature", 1.0)
+    return temperature if temperature and temperature > 0 else 1.0

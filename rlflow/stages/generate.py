@@ -62,17 +62,6 @@ def generation_params(ctx: StageContext) -> dict:
     }
 
 
-def rollout_temperature(pipeline) -> float:
-    """The sampling temperature of the pipeline's rollout stage (1.0 when greedy or absent).
-
-    Log-probs are taken at this temperature, as verl does, so the PPO ratio compares the
-    policy with the distribution that was actually sampled.
-    """
-    stages = [s for s in pipeline.stages if s.uses == Generate.name]
-    temperature = GenerateConfig.model_validate(stages[0].with_).temperature if stages else 1.0
-    return temperature if temperature > 0 else 1.0
-
-
 @builtin_stage
 class Generate(StageKind):
     name = "generate"
@@ -85,6 +74,11 @@ class Generate(StageKind):
     allowed_on = frozenset({"local", "remote"})
     changes_rows = True
     description = "Sample n responses per prompt with the rollout engine."
+
+    @classmethod
+    def sampling(cls, pipeline, stage) -> dict:
+        config = cls.parse_config(stage.with_)
+        return {**super().sampling(pipeline, stage), "n": config.n or pipeline.algorithm.n}
 
     @classmethod
     def writes(cls, pipeline, stage):

@@ -1,7 +1,7 @@
 """Stage ``old_log_prob``: log-probs (and entropy) of the responses under the current actor.
 
 verl step 4 ([old_log_prob]). Design decisions:
-- Log-probs are taken at the rollout's temperature (``rollout_temperature``), as verl does.
+- Log-probs are taken at the rollout's temperature (the plan's, ``logprob_temperature``), as verl does.
 - ``actor/entropy`` is verl's: the entropy aggregated with ``loss_agg_mode`` over the rows this
   worker saw; the runtime averages shard metrics, which equals the whole batch's value when
   shards hold equal token counts and is close to it otherwise.
@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from rlflow.stages.base import StageConfig, StageContext, StageKind
-from rlflow.stages.generate import rollout_temperature
+from rlflow.stages.base import StageConfig, StageContext, StageKind, logprob_temperature
 from rlflow.stages.registry import builtin_stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,7 +50,7 @@ def log_prob_params(ctx: StageContext) -> dict:
     return {
         "micro_batch_size": size,
         "max_token_len": budget if dynamic else None,
-        "temperature": rollout_temperature(ctx.pipeline),
+        "temperature": logprob_temperature(ctx.sampling),
     }
 
 
@@ -59,6 +58,7 @@ def log_prob_params(ctx: StageContext) -> dict:
 class OldLogProb(StageKind):
     name = "old_log_prob"
     role = "log_prob"
+    needs_sampling = True
     engine_roles = frozenset({"actor"})
     config_model = LogProbConfig
     verl_timer = "old_log_prob"

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from rlflow.stages import rollout_correction
-from rlflow.stages.base import StageConfig, StageContext, StageKind
-from rlflow.stages.generate import rollout_temperature
+from rlflow.stages.base import StageConfig, StageContext, StageKind, logprob_temperature
 from rlflow.stages.registry import builtin_stage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +33,7 @@ class UpdateActorConfig(StageConfig):
 @builtin_stage
 class UpdateActor(StageKind):
     name = "update_actor"
+    needs_sampling = True
     role = "update"
     engine_roles = frozenset({"actor"})
     config_model = UpdateActorConfig
@@ -54,5 +54,5 @@ class UpdateActor(StageKind):
 
         if ctx.pipeline.trainer.critic_warmup > ctx.step:
             return Batch()
-        params = {"temperature": rollout_temperature(ctx.pipeline), "global_steps": ctx.step, "stage": ctx.stage_name}
+        params = {"temperature": logprob_temperature(ctx.sampling), "global_steps": ctx.step, "stage": ctx.stage_name}
         return Batch(metrics=dict(ctx.engine.update_actor(ctx.inputs(batch), params)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from rlflow.batch import Batch
+from rlflow.plan.compile import rollout_sampling
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.stages import get_stage_kind
 from rlflow.stages.base import StageContext
@@ -70,6 +71,7 @@ def run_stage(pipeline: Pipeline, engine, name: str, batch: Batch, step: int = 1
         step=step,
         engine=engine,
         reads=kind.reads(pipeline, spec),
+        sampling=dict(rollout_sampling(pipeline)) if kind.needs_sampling else {},
     )
     return kind().run(batch, ctx)
 

@@ -7,7 +7,8 @@ import torch
 from stage_helpers import data_batch, make_pipeline, run_stage
 
 from rlflow.backends.local.logprob import batch_log_probs
-from rlflow.stages.generate import rollout_temperature
+from rlflow.plan.compile import rollout_sampling
+from rlflow.stages.base import logprob_temperature
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +39,8 @@ def test_reference_equals_the_actor_before_any_update(engine, rollout):
 
 def test_log_probs_use_the_rollout_temperature(engine, rollout):
     pipeline = make_pipeline(generate={"temperature": 0.6})
-    assert rollout_temperature(pipeline) == 0.6
-    assert rollout_temperature(make_pipeline(generate={"temperature": 0.0})) == 1.0  # greedy rollout
+    assert logprob_temperature(rollout_sampling(pipeline)) == 0.6
+    assert logprob_temperature(rollout_sampling(make_pipeline(generate={"temperature": 0.0}))) == 1.0  # greedy
     out = run_stage(pipeline, engine, "old_log_prob", rollout)["old_log_probs"]
     direct, _ = batch_log_probs(engine.model, rollout, micro_batch_size=None, temperature=0.6, with_entropy=False)
     assert torch.equal(out, direct)
