@@ -9,8 +9,9 @@ readers serve verl's format too (``verl_records``).
 
 Memory stays bounded whatever the file holds: files are opened by ``rlflow.io`` (regular files
 only); JSON Lines are read a line at a time and a record over ``MAX_RECORD_BYTES`` is skipped
-without being held (an ``Oversized`` in its place); Parquet is read a row group at a time, and
-a group holding more than ``MAX_RECORD_BYTES`` per row is never decoded; a whole-file JSON
+without being held (an ``Oversized`` in its place); Parquet is read a row group at a time: a
+group holding more than ``MAX_RECORD_BYTES`` per row is never decoded, and a row of a decoded group
+that is over the cap is an ``Oversized`` too (before any tokenizer sees it); a whole-file JSON
 document is capped at ``MAX_DOCUMENT_BYTES``. ``keep_fitting`` then applies ``data.truncation``
 to the oversized records: an error naming the file and row, or the row left out and counted.
 """
@@ -168,7 +169,8 @@ def read_parquet(path: Path) -> list:
                     ]
                     continue
                 for row in parquet.read_row_group(group).to_pylist():
-                    rows.append(row)
+                    size = _size(row)
+                    rows.append(row if size <= MAX_RECORD_BYTES else Oversized(len(rows), f"row group {group}", size))
     except OSError as exc:
         if isinstance(exc.strerror, str):  # the file itself; pyarrow's own OSErrors carry no strerror
             raise DataError(f"{path}: cannot read: {exc.strerror}") from None
@@ -176,6 +178,21 @@ def read_parquet(path: Path) -> list:
     except Exception as exc:  # pyarrow raises several types for a damaged or foreign file
         raise DataError(f"{path}: cannot read as Parquet ({exc})") from None
     return rows
+
+
+def _size(value: object) -> int:
+    """About the bytes ``value`` takes as JSON: its texts' lengths, 8 for any other leaf."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        else:
+            total += len(item) if isinstance(item, (str, bytes)) else 8
+    return total
 
 
 _READERS = {"bird": _read_bird, "jsonl": read_jsonl, "parquet": read_parquet}

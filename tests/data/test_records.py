@@ -99,3 +99,13 @@ def test_a_fifo_as_data_file_is_refused_at_once(tmp_path):
         os.mkfifo(tmp_path / name)
         with pytest.raises(DataError, match="a FIFO"):
             read(tmp_path / name) if name.endswith("jsonl") else read(tmp_path / name, "train")
+
+
+def test_a_giant_cell_in_a_row_group_of_small_rows_is_caught_after_decoding(tmp_path, small_cap):
+    rows = [verl_row("s", "q" * 1000, str(i), index=i) for i in range(8)]
+    rows[5]["prompt"] = [{"role": "user", "content": "x" * (2 * CAP)}]  # 2 MiB among 8 rows: under the cap per row
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    with pytest.raises(DataError, match=r"train.parquet: row 5 \(row group 0\) holds \d+ bytes or more"):
+        read_verl_rows(path, "train")
+    assert read_verl_rows(path, "train", "drop") == rows[:5] + rows[6:]
