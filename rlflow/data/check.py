@@ -4,11 +4,13 @@
 caps, ``data.truncation`` for records too large to hold, the same row checks), resolves each
 text-to-SQL record's database path and reads the prompt template, so a data file that would stop
 ``rlflow run`` stops ``rlflow validate`` first, with the same message. What needs the tokenizer
-(prompt lengths in tokens, chat templates) is left to the run.
+(prompt lengths in tokens, chat templates) is left to the run, and so is Parquet on a core install
+(no pyarrow without the training extra).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from rlflow.data.paths import DataPaths, database_file
@@ -28,8 +30,8 @@ def data_problems(spec, root: Path) -> list[str]:
     problems = []
     for split in ("train", "val"):
         file = paths.split_file(split)
-        if file is None:
-            continue
+        if file is None or (_is_parquet(data.format, file) and importlib.util.find_spec("pyarrow") is None):
+            continue  # a core install reads no Parquet; the run needs the training extra, which has pyarrow
         try:
             if data.format == "verl":
                 read_verl_rows(file, split, data.truncation)
@@ -45,3 +47,7 @@ def data_problems(spec, root: Path) -> list[str]:
         except DataError as exc:
             problems.append(str(exc))
     return problems
+
+
+def _is_parquet(fmt: str, file: Path) -> bool:
+    return fmt == "parquet" or (fmt == "verl" and file.suffix.lower() == ".parquet")
