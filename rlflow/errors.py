@@ -112,6 +112,13 @@ class TargetExists(RlflowError):
     exit_code = 2
 
 
+class CannotWrite(RlflowError):
+    """An output path the user gave cannot be written (a file where a folder must be, a folder where a file
+    must be, no permission)."""
+
+    exit_code = 2
+
+
 class RunDirInUse(RlflowError):
     """Another live run holds the run directory (its pid and host are named)."""
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlflow.io import check_regular
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.schemas.project import ProjectConfig
 from rlflow.schemas.subject import Reporter
@@ -45,9 +46,18 @@ def check_paths(spec: Pipeline, project: ProjectConfig, report: Reporter) -> Non
         if not resolved.exists():
             report(path, f"no {kind} at {resolved}{relative}", f"{_what(path)}, {SKIP_HINT}")
         elif kind == "file" and not resolved.is_file():
-            report(path, f"{resolved} is a folder, not a file", f"{_what(path)}, {SKIP_HINT}")
+            report(path, f"{resolved} is {_kind(resolved)}, not a regular file", f"{_what(path)}, {SKIP_HINT}")
         elif kind == "folder" and not resolved.is_dir():
             report(path, f"{resolved} is a file, not a folder", f"{_what(path)}, {SKIP_HINT}")
+
+
+def _kind(path: Path) -> str:
+    """What ``path`` is when it is not a regular file: a folder, a FIFO, a device..."""
+    try:
+        check_regular(path)
+    except OSError as exc:
+        return (exc.strerror or "").split(",")[0] or "not a regular file"
+    return "a regular file"
 
 
 def _what(path: tuple[str, str]) -> str:

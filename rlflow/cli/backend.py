@@ -28,6 +28,7 @@ import typer
 
 from rlflow.cli.extras import require_train
 from rlflow.errors import BackendError, ConfigError, Diagnostic
+from rlflow.io import read_bytes
 
 backend_app = typer.Typer(
     help="Remote backends: serve the reference backend, list what is registered.", no_args_is_help=True
@@ -114,7 +115,7 @@ def _json_main_config(path: Path) -> dict:
     from rlflow.backends.remote.base import check_main_config
 
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bytes(path, 16 << 20, "main_config"))
     except (OSError, ValueError) as exc:
         raise BackendError(f"{path}: cannot read a JSON main_config: {exc}") from None
     check_main_config(data, "reference")

@@ -16,6 +16,8 @@ from pathlib import Path
 import typer
 
 from rlflow.cli.extras import require_train
+from rlflow.errors import CannotWrite
+from rlflow.io import why_unwritable
 
 VERL_MODULES = ("verl", "hydra", "omegaconf")
 
@@ -34,15 +36,23 @@ def import_verl(
     from rlflow.importers.verl_config import read_verl_config
     from rlflow.importers.verl_pipeline import convert
 
-    conversion = convert(read_verl_config(config, overrides or ()))
+    if output is not None and output.is_dir():  # before the conversion's seconds, not after
+        raise CannotWrite(f"{output}: is a folder; give -o the path of the pipeline file to write")
+    verl_config = read_verl_config(config, overrides or ())
+    conversion = convert(verl_config)
     text = conversion.render(str(output) if output is not None else "FILE")
     for line in conversion.listing():
         typer.echo(line, err=True)
+    for file in verl_config.read_outside:
+        typer.echo(f"note: read {file}, outside the config's folder (hydra.searchpath or a group override)", err=True)
     if output is None:
         typer.echo(text, nl=False)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
+    except OSError as exc:
+        raise CannotWrite(why_unwritable(output, exc) + "; give -o a path you can write") from None
     typer.echo(f"wrote {output}; check it with `rlflow validate {output}`", err=True)
 
 

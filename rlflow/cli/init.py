@@ -21,7 +21,8 @@ from pathlib import Path
 import typer
 
 from rlflow.cli.extras import TRAIN_MODULES, missing
-from rlflow.errors import TargetExists
+from rlflow.errors import CannotWrite, TargetExists
+from rlflow.io import why_unwritable
 
 SKIPPED = ("__pycache__", "*.pyc")
 NEXT_COMMANDS = (
@@ -60,8 +61,11 @@ def write_project(directory: Path, force: bool = False) -> list[Path]:
         )
     for f in files:
         target = directory / f
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(ASSETS / f, target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ASSETS / f, target)
+        except OSError as exc:
+            raise CannotWrite(why_unwritable(target, exc) + "; give a folder you can write to") from None
     return files
 
 

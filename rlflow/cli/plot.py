@@ -131,12 +131,13 @@ def ema(values: list[float], weight: float) -> list[float]:
 
 def run_title(path: Path) -> str:
     """``<pipeline> · <run id>``: the name from the run's resolved pipeline, the id from its folder."""
-    import yaml
+    from rlflow.schemas.yaml_loader import parse_yaml, read_config
 
     resolved = path.parent / "pipeline.resolved.yaml"
     name = None
     if resolved.is_file():
-        doc = yaml.safe_load(resolved.read_text())
+        text, _ = read_config(resolved, str(resolved))  # bounded: the run directory may come from anyone
+        doc = parse_yaml(text, str(resolved))[0] if text is not None else None
         name = doc.get("name") if isinstance(doc, dict) else None
     return f"{name} · run {path.parent.name}" if name else f"run {path.parent.name}"
 

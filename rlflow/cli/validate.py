@@ -7,7 +7,9 @@ as ``file:line:col: warning: path: message (fix)`` on stderr (``warnings`` in th
 not change the exit code. The work is ``rlflow.cli.validate_files``, which imports only the pure
 layers (pydantic, PyYAML, Jinja2) and never torch, Ray, verl or transformers (a test runs it
 in a subprocess and inspects sys.modules); a plain command line reaches it without typer.
-``--no-check-paths`` skips the check that the data files, databases and model directory exist.
+The data files are read as ``rlflow run`` reads them (``rlflow.data.check``: records, row checks, the
+record cap; no tokenizer), so validate refuses what the run would; ``--no-check-paths`` skips that
+and the check that the data files, databases and model directory exist.
 ``--verl`` compares each valid file's plan with the installed verl's ``PPOTrainerSync`` step
 (``PPOTrainerSeparateAsync``'s for a separate_async pipeline: its trainer lane) (order,
 conditions, cadence, the step timer); differences are warnings and leave the exit code alone.
@@ -43,7 +45,8 @@ def validate(
     check_paths: bool = typer.Option(
         True,
         "--check-paths/--no-check-paths",
-        help="Check that the data files, databases folder and model directory exist (skip on a machine without them).",
+        help="Check that the data files, databases folder and model directory exist and that the data loads "
+        "(skip on a machine without them).",
     ),
     verl: bool = typer.Option(
         False,

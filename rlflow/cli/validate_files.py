@@ -30,7 +30,8 @@ def check_files(
 ) -> list[dict]:
     """One result per file (``ok``, counts or diagnostics); an unreadable rlflow.yaml is one failed result.
 
-    ``check_paths``: the data files, databases folder and model directory must exist. ``drops``:
+    ``check_paths``: the data files, databases folder and model directory must exist, and the data files
+    must load as ``rlflow run`` loads them (``rlflow.data.check``; no tokenizer). ``drops``:
     stages to remove by name. ``resolved``: a valid file's result holds the fully resolved
     pipeline (``resolved``, YAML text), what ``rlflow run`` would save as pipeline.resolved.yaml.
     ``verl``: a valid file's result also holds ``verl_order``, its plan compared with verl's step.
@@ -65,6 +66,10 @@ def check_files(
             )
         else:
             spec = loaded.spec
+            unloadable = _data_problems(loaded) if check_paths else []
+            if unloadable:
+                results.append({"file": str(path), "ok": False, "diagnostics": [], "text": unloadable})
+                continue
             result = {
                 "file": str(path),
                 "ok": True,
@@ -80,6 +85,13 @@ def check_files(
                 result["verl_order"] = _verl_order(spec)
             results.append(result)
     return results
+
+
+def _data_problems(loaded) -> list[str]:
+    """What ``rlflow run`` would refuse in the data files (``rlflow.data.check``), one line each."""
+    from rlflow.data.check import data_problems
+
+    return [line for problem in data_problems(loaded.spec, loaded.project.root) for line in problem.splitlines()]
 
 
 def _verl_order(spec) -> dict:

@@ -101,8 +101,8 @@ def load_text2sql(
     data, paths: DataPaths, split_file: Path, split: str, tokenizer, limit: int | None
 ) -> tuple[list[Example], dict[str, int]]:
     """The examples of ``split_file`` (``split`` names the spec field) and the counts of what was left out."""
-    records = read_records(split_file, data.format, split)
     stats = dict.fromkeys(STAT_KEYS, 0)
+    records = read_records(split_file, data.format, split, data.truncation, stats)
     questions = _Questions(paths, split_file, stats)
     try:
         examples = fit_examples(questions.candidates(records), tokenizer, data, split_file, stats, limit)

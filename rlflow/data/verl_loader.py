@@ -31,7 +31,8 @@ STAT_KEYS = ("loaded", *FIT_STAT_KEYS)
 
 def load_verl(data, split_file: Path, split: str, tokenizer, limit: int | None) -> tuple[list[Example], dict[str, int]]:
     """The examples of ``split_file`` (``split`` names the spec field) and the counts of what was left out."""
-    rows = read_verl_rows(split_file, split)
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    rows = read_verl_rows(split_file, split, data.truncation, stats)
     first_chat = next((i for i, row in enumerate(rows) if isinstance(row["prompt"], list)), None)
     if first_chat is not None and not getattr(tokenizer, "chat_template", None):
         raise DataError(
@@ -39,7 +40,6 @@ def load_verl(data, split_file: Path, split: str, tokenizer, limit: int | None) 
             "chat_template to render them; set model.tokenizer to a tokenizer directory whose "
             "tokenizer_config.json has a chat_template, or write the prompts as plain texts"
         )
-    stats = dict.fromkeys(STAT_KEYS, 0)
     examples = fit_examples(_candidates(rows, tokenizer, split_file), tokenizer, data, split_file, stats, limit)
     report_fitting(split_file, stats, data)
     return examples, stats

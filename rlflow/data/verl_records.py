@@ -34,9 +34,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlflow.data.records import json_document, json_lines, read_jsonl, read_parquet
-from rlflow.data.text import read_utf8
+from rlflow.data.records import (
+    Oversized,
+    json_document,
+    json_lines,
+    keep_fitting,
+    read_document,
+    read_jsonl,
+    read_parquet,
+)
 from rlflow.errors import DataError
+from rlflow.io import open_regular
 from rlflow.schemas.diagnostics import short_repr
 
 REQUIRED = ("data_source", "prompt", "reward_model")
@@ -47,16 +55,22 @@ _PLAIN_SCALARS = (str, int, float, bool, type(None))
 
 
 def _read_json(path: Path) -> list:
-    text = read_utf8(path)
+    """A JSON list is one document (held whole, capped); JSON Lines are read a line at a time."""
+    with open_regular(path) as handle:
+        head = handle.read(4096).lstrip()
+    if not head.startswith(b"["):
+        return read_jsonl(path)
+    text = read_document(path)
     return json_document(text, path) if text.lstrip().startswith("[") else json_lines(text, path)
 
 
 _READERS = {".parquet": read_parquet, ".jsonl": read_jsonl, ".json": _read_json}
 
 
-def read_verl_rows(path: Path, field: str) -> list[dict]:
-    """The checked rows of ``path`` (``field`` names the spec field, for messages)."""
-    if not path.is_file():
+def read_verl_rows(path: Path, field: str, truncation: str = "error", stats: dict | None = None) -> list[dict]:
+    """The checked rows of ``path`` (``field`` names the spec field, for messages); rows too large to hold
+    follow ``truncation`` (``records.keep_fitting``, counted in ``stats``)."""
+    if not path.exists():
         raise DataError(f"data.{field}: no file at {path}")
     reader = _READERS.get(path.suffix.lower())
     if reader is None:
@@ -64,13 +78,18 @@ def read_verl_rows(path: Path, field: str) -> list[dict]:
             f"{path}: data.format verl reads .parquet, .jsonl (JSON Lines) or .json (a JSON list or JSON Lines) "
             f"files, not {path.suffix or 'a file without a suffix'}; convert the file or rename it"
         )
-    rows = reader(path)
-    _check_columns(path, rows)
-    problems = [f"{path}: row {i}: {p}" for i, row in enumerate(rows) for p in _problems(row)]
+    try:
+        rows = reader(path)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    keep_fitting(rows, path, truncation, stats)
+    numbered = [(i, row) for i, row in enumerate(rows) if not isinstance(row, Oversized)]
+    _check_columns(path, [row for _, row in numbered])
+    problems = [f"{path}: row {i}: {p}" for i, row in numbered for p in _problems(row)]
     if problems:
         more = f"\n... and {len(problems) - _MAX_REPORTED} more" if len(problems) > _MAX_REPORTED else ""
         raise DataError("\n".join(problems[:_MAX_REPORTED]) + more)
-    return rows
+    return [row for _, row in numbered]
 
 
 def reward_info_of(row: dict) -> dict:

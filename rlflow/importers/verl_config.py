@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from rlflow.errors import ConfigError, Diagnostic
+from rlflow.io import check_regular
 from rlflow.registry import did_you_mean
+from rlflow.schemas.yaml_loader import parse_yaml, read_config
 
 SHIPPED = "ppo_trainer"  # verl's GRPO/PPO trainer config, what verl.trainer.main_ppo composes
 _MISSING = object()
@@ -44,6 +46,7 @@ class VerlConfig:
     values: dict  # resolved, plain containers
     set_keys: dict[str, Any]  # dotted leaf key -> resolved value: an override, or a value off verl's default
     override_keys: frozenset[str]  # dotted keys the overrides name
+    read_outside: tuple[str, ...] = ()  # files Hydra read outside the config's folder and verl's configs
 
     def get(self, key: str, default: Any = None) -> Any:
         """The resolved value at dotted ``key``, or ``default`` when the config has no such key."""
@@ -68,7 +71,11 @@ def verl_config_dir() -> Path:
 def locate(config: str) -> Path:
     """A config file, or the name of a config verl ships (``ppo_trainer``, ``ppo_trainer.yaml``)."""
     path = Path(config).expanduser()
-    if path.is_file():
+    if path.exists():
+        try:
+            check_regular(path)
+        except OSError as exc:
+            raise ConfigError([_problem("", f"{config}: {exc.strerror or exc}", "give a verl config file")]) from None
         return path.resolve()
     shipped = verl_config_dir() / (config if config.endswith(".yaml") else f"{config}.yaml")
     if "/" not in config and shipped.is_file():
@@ -91,7 +98,8 @@ def read_verl_config(config: str, overrides: Sequence[str] = ()) -> VerlConfig:
 
     path = locate(config)
     parsed = _parse_overrides(overrides)
-    composed = _compose(path, list(overrides), parsed)
+    outside: list[str] = []
+    composed = _compose(path, list(overrides), parsed, outside)
     values = _resolve(composed)
     leaves, default_leaves = _flatten(OmegaConf.to_container(composed, resolve=False)), _shipped_leaves()
     resolved = _flatten(values)
@@ -106,7 +114,7 @@ def read_verl_config(config: str, overrides: Sequence[str] = ()) -> VerlConfig:
             continue  # a config-group choice (data=legacy_data): the diff above shows what it changed
         keys.add(key)
         set_keys.update(_flatten(value, key))
-    return VerlConfig(config, values, dict(sorted(set_keys.items())), frozenset(keys))
+    return VerlConfig(config, values, dict(sorted(set_keys.items())), frozenset(keys), tuple(outside))
 
 
 @functools.cache
@@ -148,28 +156,34 @@ def _first_reason(message: str) -> str:
 
 def _search_path(path: Path) -> str:
     """``hydra.searchpath=[...]``: the file's own entries that exist, then verl's config folder."""
-    import yaml
-
-    try:
-        own = (yaml.safe_load(path.read_text()) or {}).get("hydra", {}).get("searchpath", []) or []
-    except (OSError, yaml.YAMLError, AttributeError):
-        own = []
+    text, _ = read_config(path, str(path), "verl config")  # a problem here, Hydra's read of the file words
+    data = parse_yaml(text, str(path))[0] if text is not None else None
+    hydra = data.get("hydra") if isinstance(data, dict) else None
+    own = hydra.get("searchpath") if isinstance(hydra, dict) else None
+    own = own if isinstance(own, list) else []
     keep = [p for p in own if isinstance(p, str) and not (p.startswith("file://") and not Path(p[7:]).exists())]
     entries = [*keep, f"file://{verl_config_dir()}"]
     return "hydra.searchpath=[" + ",".join(f"'{e}'" for e in entries) + "]"
 
 
-def _compose(path: Path, overrides: list[str], parsed: list):
+def _compose(path: Path, overrides: list[str], parsed: list, outside: list[str] | None = None):
+    """``path`` composed with ``overrides``, every file read bounded; ``outside`` gets the files read from
+    outside the config's folder and verl's configs (a ``hydra.searchpath`` entry or a group override)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from rlflow.importers.hydra_files import bounded_sources
+
     search = [] if any(o.key_or_group == "hydra.searchpath" for o in parsed) else [_search_path(path)]
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), bounded_sources([path.parent, verl_config_dir()]) as read_outside:
             warnings.simplefilter("ignore")  # Hydra warns about search-path entries it cannot find
             with initialize_config_dir(config_dir=str(path.parent), version_base=None):
-                return compose(config_name=path.stem, overrides=[*overrides, *search])
+                composed = compose(config_name=path.stem, overrides=[*overrides, *search])
+            if outside is not None:
+                outside += read_outside
+            return composed
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError([_composition_problem(path, exc, parsed)]) from None
 

@@ -27,6 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlflow.io import read_bytes
+
+SOURCE_BYTES = 16 << 20  # a reward module is a few KiB
 CALL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -77,7 +80,7 @@ def resolve_path(reference: Reference, root: str | Path) -> Path:
 
 
 def _import_file(path: Path):
-    if not path.is_file():
+    if not path.exists():
         raise FunctionLoadError(
             f"reward function file {str(path)!r} does not exist",
             "relative paths are taken from the project root (the folder of rlflow.yaml)",
@@ -85,13 +88,17 @@ def _import_file(path: Path):
     name = f"rlflow_reward_file_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
     if name in sys.modules:
         return sys.modules[name]
+    try:  # read here, bounded, rather than by the import system, which would open a FIFO or /dev/zero
+        source = read_bytes(path, SOURCE_BYTES, "reward function file")
+    except OSError as exc:
+        raise FunctionLoadError(f"cannot read {str(path)!r}: {exc.strerror or exc}", "name a .py file") from None
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise FunctionLoadError(f"cannot load {str(path)!r} as a Python module", "name a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the user's own reward file
     except BaseException as exc:
         del sys.modules[name]
         if isinstance(exc, KeyboardInterrupt):

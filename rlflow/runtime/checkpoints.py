@@ -18,9 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rlflow.errors import ResumeError
+from rlflow.schemas.yaml_loader import parse_yaml, read_config
 
 STATE_FILE = "trainer_state.json"
 TMP_PREFIX = ".tmp-"
@@ -124,9 +123,21 @@ def disk_full_reason(checkpoints: Path, exc: BaseException) -> str | None:
     )
 
 
+def read_resolved(checkpoint: Path) -> str:
+    """The text of ``checkpoint``'s pipeline.resolved.yaml, read bounded; ResumeError naming it when unreadable."""
+    file = checkpoint / "pipeline.resolved.yaml"
+    text, problems = read_config(file, str(file), "checkpoint's pipeline")
+    if text is None:
+        raise ResumeError(f"{problems[0]}; the checkpoint is damaged, resume from another run or start afresh")
+    return text
+
+
 def pipeline_differences(old_yaml: str, new_yaml: str) -> list[str]:
     """Dotted paths whose values differ between two resolved pipelines, minus the resumable knobs."""
-    old, new = yaml.safe_load(old_yaml) or {}, yaml.safe_load(new_yaml) or {}
+    old, _, problems = parse_yaml(old_yaml, "the checkpoint's pipeline.resolved.yaml")
+    if problems:  # an alias bomb, say: compared as it stands it would be walked a billion times
+        raise ResumeError(f"{problems[0]}; the checkpoint is damaged, resume from another run or start afresh")
+    old, new = old or {}, parse_yaml(new_yaml, "pipeline.resolved.yaml")[0] or {}  # both read alike
     diffs: list[str] = []
     _diff(old, new, "", diffs)
     return [d for d in diffs if d.split(":", 1)[0] not in RESUMABLE_CHANGES]

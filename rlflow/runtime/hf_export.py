@@ -22,15 +22,21 @@ Design decisions:
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from pydantic import ValidationError
 
 from rlflow.errors import ExportError, TargetExists
+from rlflow.io import read_bytes, why_unwritable
 from rlflow.runtime import checkpoints
 from rlflow.runtime.run_dir import CHECKPOINTS, RESOLVED
+from rlflow.schemas.yaml_loader import parse_yaml, read_config
+
+DAMAGED = "the checkpoint is damaged: export another step (--step N) or copy it again"
+STATE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -50,22 +56,30 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
     from rlflow.backends.local.checkpoint import WEIGHTS, export_pretrained, model_dir
 
     ckpt = find_checkpoint(run_dir, step)
+    global_step = _global_step(ckpt)
     spec = _pipeline(run_dir, ckpt)
     if not (model_dir(ckpt) / WEIGHTS).is_file():
         raise ExportError(_no_model(ckpt, spec))
+    _check_weights(model_dir(ckpt) / WEIGHTS)
     _check_target(out)
     tmp = out.with_name(f".{out.name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
     try:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
         note = export_pretrained(ckpt, tmp, spec.model.dtype)
         if out.exists():
             out.rmdir()  # checked empty above
         tmp.rename(out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ExportError(_damaged_or_unwritable(model_dir(ckpt), out, exc)) from None
+    except ValueError as exc:  # transformers' word for a config or tokenizer file it cannot use
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ExportError(f"{model_dir(ckpt)}: cannot load the model ({_first_line(exc)}); {DAMAGED}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Exported(out, ckpt, int(checkpoints.read_state(ckpt)["global_step"]), spec.model.dtype, note)
+    return Exported(out, ckpt, global_step, spec.model.dtype, note)
 
 
 def find_checkpoint(run_dir: Path, step: int | None) -> Path:
@@ -102,8 +116,15 @@ def _pipeline(run_dir: Path, ckpt: Path):
     from rlflow.schemas.pipeline import Pipeline
 
     for path in (ckpt / RESOLVED, run_dir / RESOLVED):
-        if path.is_file():
-            return Pipeline.model_validate(yaml.safe_load(path.read_text()))
+        if path.exists():
+            text, problems = read_config(path, str(path), RESOLVED)
+            data, _, problems = parse_yaml(text, str(path)) if text is not None else (None, None, problems)
+            if problems:
+                raise ExportError(f"{problems[0]}; {DAMAGED}")
+            try:
+                return Pipeline.model_validate(data)
+            except ValidationError as exc:
+                raise ExportError(f"{path}: not a resolved pipeline ({_first_line(exc)}); {DAMAGED}") from None
     raise ExportError(f"{run_dir}: no {RESOLVED} (in the run or its checkpoint), so the model's dtype is unknown")
 
 
@@ -127,6 +148,45 @@ def _no_model(ckpt: Path, spec) -> str:
             )
         )
     return f"{ckpt}: holds no Hugging Face model ({missing}/model.safetensors is missing); the checkpoint is damaged"
+
+
+def _global_step(ckpt: Path) -> int:
+    """The step ``ckpt``'s trainer_state.json records; ExportError naming the file when it is damaged."""
+    file = ckpt / checkpoints.STATE_FILE
+    try:
+        state = json.loads(read_bytes(file, STATE_BYTES, checkpoints.STATE_FILE))
+        return int(state["global_step"])
+    except OSError as exc:
+        raise ExportError(f"{file}: cannot read: {exc.strerror or exc}; {DAMAGED}") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ExportError(
+            f"{file}: not a trainer state: JSON with a global_step ({_first_line(exc)}); {DAMAGED}"
+        ) from None
+
+
+def _check_weights(file: Path) -> None:
+    """safetensors checks the header and that the file holds every byte it declares (a truncated copy does not)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as weights:
+            weights.keys()
+    except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError: each a damaged file, worded the same
+        raise ExportError(f"{file}: not a complete safetensors file ({_first_line(exc)}); {DAMAGED}") from None
+
+
+def _damaged_or_unwritable(source: Path, out: Path, exc: OSError) -> str:
+    """An ``OSError`` of the export as one line: reading the checkpoint's model ``source``, or writing ``out``."""
+    if exc.filename is None:  # transformers raises its own OSError, naming the file in its message
+        return f"{source}: cannot load the model ({_first_line(exc)}); {DAMAGED}"
+    if Path(exc.filename).resolve().is_relative_to(source.resolve()):
+        return f"{exc.filename}: cannot read: {exc.strerror or exc}; {DAMAGED}"
+    return why_unwritable(out, exc) + "; give -o a folder you can write"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _check_target(out: Path) -> None:

@@ -111,7 +111,7 @@ def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool, con
     spec = loaded.spec
     resolved = loaded.resolved_yaml()
     if ckpt is not None:
-        checkpoints.check_resumable((ckpt / "pipeline.resolved.yaml").read_text(), resolved, force)
+        checkpoints.check_resumable(checkpoints.read_resolved(ckpt), resolved, force)
     plan = compile_plan(spec)
     _warn_verl_order(spec, plan)
     done = int(checkpoints.read_state(ckpt)["global_step"]) if ckpt is not None else 0

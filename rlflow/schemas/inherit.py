@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlflow.io import read_bytes
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
 from rlflow.schemas.templating import line_mapper, render
-from rlflow.schemas.yaml_loader import Positions, decode_text, parse_yaml
+from rlflow.schemas.yaml_loader import MAX_BYTES, Positions, decode_text, parse_yaml
 
 BASE_KEY = "base"
 
@@ -118,7 +119,7 @@ def _merge_over_base(
         loop = " -> ".join(os.path.relpath(p) for p in [*chain, base_path.resolve()])
         return problem(f"{named!r} is already in this chain of bases: {loop}", "a pipeline cannot build on itself")
     try:
-        raw = base_path.read_bytes()
+        raw = read_bytes(base_path, MAX_BYTES, "base pipeline")
     except OSError as exc:
         return problem(
             f"cannot read the base pipeline {base_file}: {exc.strerror or exc}",

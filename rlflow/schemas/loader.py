@@ -45,7 +45,7 @@ from rlflow.schemas.project import ProjectConfig, import_project_plugins, load_p
 from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.templating import template_variables
 from rlflow.schemas.validation import clean_loc, validation_diagnostics
-from rlflow.schemas.yaml_loader import decode_text
+from rlflow.schemas.yaml_loader import read_config
 
 _POOLS: dict[str, type[BaseModel]] = {"local": LocalPool, "cpu": CpuPool, "remote": RemotePool}
 
@@ -142,11 +142,7 @@ def parse_pipeline(
 
 
 def _read(path: Path, file: str) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError([Diagnostic(file, 1, 1, "", f"cannot read the pipeline: {exc.strerror or exc}")]) from None
-    text, problems = decode_text(raw, file)
+    text, problems = read_config(path, file, "pipeline")
     if text is None:
         raise ConfigError(problems)
     if not text.strip():

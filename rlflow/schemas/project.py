@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from rlflow.errors import ConfigError, RegistryError
 from rlflow.schemas.diagnostics import Diagnostic, format_path, suggestion
 from rlflow.schemas.validation import validation_diagnostics
-from rlflow.schemas.yaml_loader import Positions, decode_text, parse_yaml
+from rlflow.schemas.yaml_loader import Positions, parse_yaml, read_config
 
 PROJECT_FILE = "rlflow.yaml"
 Sink = Literal["console", "jsonl", "tensorboard", "wandb", "mlflow"]
@@ -141,7 +141,7 @@ def find_project_file(start: Path | None = None) -> Path | None:
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / PROJECT_FILE
-        if candidate.is_file():
+        if candidate.exists():  # a folder or a FIFO of that name is found, then refused when read
             return candidate
     return None
 
@@ -159,7 +159,7 @@ def load_project_config(start: Path | None = None) -> ProjectConfig:
         config._root = start
         return config
     display = _display(file)
-    text, diagnostics = decode_text(_read(file, display), display)
+    text, diagnostics = read_config(file, display, PROJECT_FILE)
     data, positions = None, Positions()
     if text is not None:
         data, positions, diagnostics = parse_yaml(text, display)
@@ -210,13 +210,6 @@ def _check_inventory(config: ProjectConfig) -> None:
         seen.setdefault(node.name, i)
     if problems:
         raise ConfigError(problems)
-
-
-def _read(file: Path, display: str) -> bytes:
-    try:
-        return file.read_bytes()
-    except OSError as exc:
-        raise ConfigError([Diagnostic(display, 1, 1, "", f"cannot read: {exc.strerror or exc}")]) from None
 
 
 def _display(file: Path) -> str:

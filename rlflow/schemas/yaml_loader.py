@@ -18,10 +18,15 @@ Design decisions:
   the square of the depth).
 - Positions are reported in the file the user wrote: a ``line_map`` turns lines of the
   rendered text back into lines of the template.
+- Files are read through ``rlflow.io`` (regular files only, the byte cap enforced while reading);
+  ``check_aliases`` is the same alias and depth bound for YAML that another library constructs
+  (Hydra's OmegaConf for verl configs): it counts the expanded document on the composed nodes,
+  never building it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +39,7 @@ from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
+from rlflow.io import read_bytes
 from rlflow.schemas.diagnostics import Diagnostic, format_path
 
 MAX_BYTES = 1 << 20  # a large pipeline is a few KiB
@@ -99,6 +105,56 @@ class _Refused(Exception):
     def __init__(self, node: Node, path: tuple, message: str, fix: str) -> None:
         super().__init__(message)
         self.node, self.path, self.message, self.fix = node, path, message, fix
+
+
+def read_config(path: str | os.PathLike, file: str, what: str = "config file") -> tuple[str | None, list[Diagnostic]]:
+    """The text of config file ``path`` (``file`` names it in messages): read bounded, then ``decode_text``."""
+    try:
+        raw = read_bytes(path, MAX_BYTES, what)
+    except OSError as exc:
+        return None, [Diagnostic(file, 1, 1, "", f"cannot read the {what}: {exc.strerror or exc}")]
+    return decode_text(raw, file)
+
+
+def check_aliases(text: str, file: str, max_nodes: int = MAX_NODES) -> Diagnostic | None:
+    """A problem when ``text`` expands (aliases followed) to more than ``max_nodes`` nodes or nests past
+    MAX_DEPTH; None otherwise, and for a syntax error (the reader that follows words that one)."""
+    if _too_many_brackets(text) is not None:
+        return Diagnostic(file, 1, 1, "", f"brackets nest more than {MAX_BRACKETS} deep", "configs are shallow")
+    try:
+        root = _Composer(text).get_single_node()
+    except (yaml.YAMLError, RecursionError):
+        return None
+    sizes: dict[int, int] = {}  # node id -> expanded size: an alias is a shared node, counted once here
+    stack: list[tuple[Node, int, bool]] = [(root, 0, False)] if root is not None else []
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > MAX_DEPTH:
+            return Diagnostic(
+                file, node.start_mark.line + 1, 1, "", f"the document nests deeper than {MAX_DEPTH} levels"
+            )
+        children = _children(node)
+        if done:
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[id(node)] > max_nodes:
+                return Diagnostic(
+                    file,
+                    1,
+                    1,
+                    "",
+                    f"the document expands to more than {max_nodes} nodes (alias bomb?)",
+                    "use fewer aliases",
+                )
+        elif id(node) not in sizes:
+            stack.append((node, depth, True))
+            stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
+    return None
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, SequenceNode) else []
 
 
 def decode_text(raw: bytes, file: str) -> tuple[str | None, list[Diagnostic]]:

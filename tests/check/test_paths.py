@@ -59,7 +59,7 @@ def test_a_folder_for_a_file_and_a_file_for_a_folder_are_named(project_dir):
     (project_dir / "models").mkdir()
     (project_dir / "models" / "policy").write_text("weights?")
     found = problems(project_dir)
-    assert f"data.train: {project_dir}/data/train.json is a folder, not a file" in found[0]
+    assert f"data.train: {project_dir}/data/train.json is a folder, not a regular file" in found[0]
     assert any(f"model.path: {project_dir}/models/policy is a file, not a folder" in p for p in found)
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
+import pytest
 import torch
 from cli_helpers import rlflow
 from safetensors.torch import load_file
@@ -47,3 +50,54 @@ def test_a_step_is_chosen_and_mistakes_are_one_line_with_exit_2(checkpointed_run
         f"error: {checkpointed_run}: no checkpoint of step 5; steps with a checkpoint: 1, 2 (--step N)"
     )
     assert not (tmp_path / "five").exists()
+
+
+def _damaged_copy(run, tmp_path, name: str, damage) -> Path:
+    copy = tmp_path / name
+    shutil.copytree(run, copy)
+    damage(copy / "checkpoints" / "step_2")
+    return copy
+
+
+def _truncate(file: Path, keep: int) -> None:
+    with open(file, "r+b") as fh:
+        fh.truncate(keep)
+
+
+DAMAGES = {
+    "truncated weights": (
+        lambda c: _truncate(c / "rank_0" / "model" / "model.safetensors", 100_000),
+        "rank_0/model/model.safetensors: not a complete safetensors file (",
+    ),
+    "weights cut to nothing": (
+        lambda c: _truncate(c / "rank_0" / "model" / "model.safetensors", 0),
+        "rank_0/model/model.safetensors: not a complete safetensors file (",
+    ),
+    "broken trainer state": (
+        lambda c: (c / "trainer_state.json").write_text("{"),
+        "step_2/trainer_state.json: not a trainer state: JSON with a global_step (",
+    ),
+    "broken model config": (
+        lambda c: (c / "rank_0" / "model" / "config.json").write_text("garbage"),
+        "rank_0/model: cannot load the model (",
+    ),
+    "alias bomb as pipeline": (
+        lambda c: (c / "pipeline.resolved.yaml").write_text(
+            "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+            "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+        ),
+        "step_2/pipeline.resolved.yaml:",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGES))
+def test_a_damaged_checkpoint_is_one_line_naming_the_file(checkpointed_run, tmp_path, case):
+    damage, expected = DAMAGES[case]
+    run = _damaged_copy(checkpointed_run, tmp_path, "run", damage)
+    result = rlflow("export", str(run), "-o", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {run}/checkpoints/") and expected in last, last
+    assert "the checkpoint is damaged: export another step (--step N)" in last
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*")), "nothing half-written"

@@ -225,3 +225,35 @@ def test_an_imported_config_trains_with_verls_own_reward(tmp_path):
     score = [s["val-core/openai/gsm8k/reward/mean@1"] for s in steps if "val-core/openai/gsm8k/reward/mean@1" in s]
     assert "verl.utils.reward_score:default_compute_score" in (tmp_path / "p.yaml").read_text()
     assert score and 0 < score[-1] <= 1, "verl's GSM8K scorer found the warm start's right answers (greedy)"
+
+
+def _import_to(tmp_path, output: str) -> subprocess.CompletedProcess:
+    return shell(f"{rlflow_cmd()} import-verl ppo_trainer algorithm.adv_estimator=grpo -o {output}", tmp_path)
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("x")
+    cases = {
+        "folder": "error: folder: is a folder; give -o the path of the pipeline file to write",
+        "afile/p.yaml": f"error: afile/p.yaml: cannot write there, {tmp_path / 'afile'} is a file, not a folder; ",
+        "/proc/p.yaml": "error: /proc/p.yaml: cannot write: ",  # the kernel's folder: nobody writes there, root neither
+    }
+    for output, expected in cases.items():
+        result = _import_to(tmp_path, output)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith(expected), result.stderr
+
+
+def test_a_file_read_outside_the_configs_folder_is_named(tmp_path):
+    config, elsewhere = tmp_path / "config", tmp_path / "elsewhere"
+    (elsewhere / "data").mkdir(parents=True)
+    config.mkdir()
+    (elsewhere / "data" / "outside.yaml").write_text((VERL_CONFIG / "data" / "legacy_data.yaml").read_text())
+    (config / "main.yaml").write_text("defaults:\n  - ppo_trainer\n  - _self_\nalgorithm:\n  adv_estimator: grpo\n")
+    search = f"'hydra.searchpath=[file://{elsewhere},file://{VERL_CONFIG}]'"
+    result = shell(f"{rlflow_cmd()} import-verl config/main.yaml {search} data=outside", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"note: read {elsewhere / 'data' / 'outside.yaml'}, outside the config's folder" in result.stderr
+    inside = shell(f"{rlflow_cmd()} import-verl config/main.yaml", tmp_path)
+    assert inside.returncode == 0 and "outside the config's folder" not in inside.stderr

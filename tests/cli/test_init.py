@@ -102,3 +102,14 @@ def test_the_repository_runs_the_shipped_files():
     project_vars = yaml.safe_load((REPO / "rlflow.yaml").read_text())["vars"]
     assert (REPO / project_vars["bird_root"]).resolve() == BIRD_SAMPLE
     assert (REPO / project_vars["model_path"]).resolve() == WARM_START
+
+
+def test_a_folder_under_a_file_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    cmd = [sys.executable, "-m", "rlflow.cli.main", "init", str(tmp_path / "afile" / "demo")]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == (
+        f"error: {tmp_path / 'afile' / 'demo' / 'rlflow.yaml'}: cannot write there, {tmp_path / 'afile'} is a file, "
+        "not a folder; give a folder you can write to"
+    )

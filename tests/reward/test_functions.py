@@ -64,3 +64,20 @@ def test_what_cannot_load_says_why_and_how_to_fix_it(text, message, fix):
     with pytest.raises(FunctionLoadError) as info:
         load(text)
     assert message in info.value.message and fix in info.value.fix
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_special_file_as_reward_file_is_refused_at_once(tmp_path, kind):
+    import os
+    import re
+
+    path = tmp_path / "reward.py"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    words = {"fifo": "a FIFO (named pipe)", "device": "a character device", "folder": "a folder"}[kind]
+    with pytest.raises(FunctionLoadError, match=f"cannot read .*: {re.escape(words)}, not a regular file"):
+        load("reward.py:score", tmp_path)

@@ -1,6 +1,8 @@
 """Atomic checkpoints: complete ones are visible, partial ones never are, old ones are dropped."""
 
 import json
+import os
+import time
 
 import pytest
 
@@ -50,3 +52,16 @@ def test_pipeline_differences_name_the_fields_and_allow_length_knobs():
 def test_state_file_is_json(tmp_path):
     final = _write(tmp_path, 7)
     assert json.loads((final / ck.STATE_FILE).read_text())["sampler"] == {"pos": 7}
+
+
+def test_a_damaged_resolved_pipeline_stops_a_resume_in_one_line(tmp_path):
+    os.mkfifo(tmp_path / "pipeline.resolved.yaml")
+    with pytest.raises(ResumeError, match="pipeline.resolved.yaml:1:1: cannot read the checkpoint's pipeline: a FIFO"):
+        ck.read_resolved(tmp_path)
+    bomb = "".join(
+        f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}" if i else "x"] * 10) + "]\n" for i in range(10)
+    )  # compared as it stands, 10^10 nodes
+    start = time.monotonic()
+    with pytest.raises(ResumeError, match="alias bomb"):
+        ck.pipeline_differences(bomb, "name: x\n")
+    assert time.monotonic() - start < 5

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import pytest
 
-from rlflow.schemas.yaml_loader import MAX_NODES, decode_text, parse_yaml
+from rlflow.schemas.yaml_loader import MAX_NODES, check_aliases, decode_text, parse_yaml, read_config
 
 
 def load(text: str):
@@ -145,3 +147,28 @@ def test_decode_refuses_binary_and_non_utf8():
     assert "control character 0x07" in str(problems[0])
     _, problems = decode_text(b"a: 1\n" * 300_000, "f")
     assert str(problems[0]).startswith("f:1:1: the file is 1500000 bytes; config files may hold at most 1048576")
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [x,x,x,x,x,x,x,x,x,x]"]
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_check_aliases_counts_the_expansion_without_building_it():
+    start = time.monotonic()
+    problem = check_aliases(_alias_bomb(10), "bomb.yaml", 100_000)  # 10^10 nodes expanded
+    assert time.monotonic() - start < 2
+    assert problem is not None and "more than 100000 nodes (alias bomb?)" in problem.message
+    assert check_aliases(_alias_bomb(3), "small.yaml", 100_000) is None  # 1,111 nodes: fine
+    deep = "a: &a [*a]\n"  # an anchor used inside itself
+    assert "nests deeper" in check_aliases(deep, "loop.yaml").message
+    assert check_aliases("a: [\n", "broken.yaml") is None  # a syntax error is the next reader's to word
+
+
+def test_read_config_refuses_special_files_in_one_diagnostic(tmp_path):
+    os.mkfifo(tmp_path / "pipe.yaml")
+    for path, kind in ((tmp_path / "pipe.yaml", "FIFO"), ("/dev/zero", "character device"), (tmp_path, "folder")):
+        text, problems = read_config(path, str(path), "pipeline")
+        assert text is None and len(problems) == 1
+        assert f"cannot read the pipeline: a {kind}" in problems[0].message
