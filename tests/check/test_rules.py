@@ -208,23 +208,36 @@ def test_text2sql_reward_needs_text_to_sql_rows(project_dir):
 
 
 @pytest.mark.parametrize(
-    "algorithm, warned",
+    "algorithm, warned, fix",
     [
-        ("clip_ratio: 0.3", "clip_ratio 0.3 is ignored, as in verl"),
-        ("clip_ratio: 0.3, clip_ratio_low: 0.1, clip_ratio_high: 0.28", "= [1 - 0.1, 1 + 0.28]"),
-        ("clip_ratio: 0.3, clip_ratio_high: null", None),  # the upper bound is clip_ratio
-        ("clip_ratio: 0.2", None),  # equal to both bounds: nothing is lost
-        ("clip_ratio_low: 0.2, clip_ratio_high: 0.28", None),  # DAPO's clip-higher, written as in verl
+        (
+            "clip_ratio: 0.3",
+            "clip_ratio 0.3 is ignored, as in verl",
+            "set clip_ratio_low: 0.3 and clip_ratio_high: 0.3",
+        ),
+        ("clip_ratio: 0.3, clip_ratio_low: 0.1, clip_ratio_high: 0.28", "= [1 - 0.1, 1 + 0.28]", "remove clip_ratio"),
+        ("clip_ratio: 0.3, clip_ratio_high: null", None, None),  # the upper bound is clip_ratio
+        ("clip_ratio: 0.2", None, None),  # equal to both bounds: nothing is lost
+        ("clip_ratio_low: 0.2, clip_ratio_high: 0.28", None, None),  # DAPO's clip-higher, written as in verl
+        # DAPO as import-verl writes it (every resolved value): clip_ratio is the lower bound
+        ("clip_ratio: 0.2, clip_ratio_low: 0.2, clip_ratio_high: 0.28", None, None),
     ],
 )
-def test_a_clip_ratio_that_verl_ignores_is_a_warning(project_dir, algorithm, warned):
+def test_a_clip_ratio_that_verl_ignores_is_a_warning(project_dir, algorithm, warned, fix):
     loaded = load_text(project_dir, MINIMAL.replace("algorithm: {n: 4}", f"algorithm: {{n: 4, {algorithm}}}"))
     if warned is None:
         assert loaded.warnings == ()
         return
     (warning,) = loaded.warnings
     assert (warning.line, warning.path) == (3, "algorithm.clip_ratio") and warned in warning.message
-    assert warning.fix.startswith("set clip_ratio_low: 0.3 and clip_ratio_high: 0.3")
+    assert warning.fix.startswith(fix)
+
+
+def test_a_clip_ratio_warning_never_undoes_clip_higher(project_dir):
+    """Whatever the bounds, the advice never sets clip_ratio_high to the lower bound's value."""
+    text = "clip_ratio: 0.25, clip_ratio_low: 0.2, clip_ratio_high: 0.28"
+    (warning,) = load_text(project_dir, MINIMAL.replace("algorithm: {n: 4}", f"algorithm: {{n: 4, {text}}}")).warnings
+    assert "clip_ratio_high: 0." not in warning.fix and "clip_ratio_low: 0." not in warning.fix
 
 
 def test_a_clip_ratio_warning_names_the_set_that_made_it(project_dir):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,22 @@ def test_verls_gsm8k_example_becomes_a_valid_pipeline(tmp_path):
     ]
     assert spec.stages[1].with_["function"] == "verl.utils.reward_score:default_compute_score"
     assert spec.stages[3].with_ == {"micro_batch_size": 16, "use_dynamic_bsz": False, "max_token_len": 16384}
+
+
+def test_the_example_in_docs_verl_is_what_the_tool_writes(tmp_path):
+    """docs/verl.md's command, run as written: its pools and stages and its listing are the tool's output."""
+    doc = (REPO / "docs" / "verl.md").read_text()
+    blocks = re.findall(r"```(\w*)\n(.*?)```", doc, re.S)
+    (command,) = [text for lang, text in blocks if lang == "sh" and "-o pipelines/gsm8k_grpo.yaml" in text]
+    command = command.split("\nrlflow validate")[0].replace("rlflow import-verl", f"{rlflow_cmd()} import-verl", 1)
+    (tmp_path / "pipelines").mkdir()
+    result = shell(command, tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = (tmp_path / "pipelines" / "gsm8k_grpo.yaml").read_text()
+    (shown,) = [text for lang, text in blocks if lang == "yaml" and text.startswith("resources:\n  actor_pool:")]
+    assert shown in written
+    listing = [text for lang, text in blocks if lang == "" and text.startswith("converted")]
+    assert listing == ["".join(line + "\n" for line in result.stderr.splitlines()[:-1])]
 
 
 def test_a_users_config_with_a_custom_reward_round_trips(tmp_path):
