@@ -159,6 +159,24 @@ def test_the_example_in_docs_verl_is_what_the_tool_writes(tmp_path):
     assert listing == ["".join(line + "\n" for line in result.stderr.splitlines()[:-1])]
 
 
+def test_an_imported_dapo_config_validates_without_advice_that_undoes_clip_higher(tmp_path):
+    """verl's DAPO recipe: clip_ratio_low 0.2, clip_ratio_high 0.28 (and clip_ratio left at 0.2)."""
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\n")
+    out = tmp_path / "dapo.yaml"
+    overrides = "actor_rollout_ref.actor.clip_ratio_low=0.2 actor_rollout_ref.actor.clip_ratio_high=0.28"
+    result = shell(
+        f"{rlflow_cmd()} import-verl ppo_trainer algorithm.adv_estimator=grpo actor_rollout_ref.model.path=m "
+        f"actor_rollout_ref.rollout.name=hf data.train_batch_size=16 actor_rollout_ref.actor.ppo_mini_batch_size=8 "
+        f"{overrides} -o {out}",
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = load_pipeline(out, (), load_project_config(tmp_path), check_paths=False)
+    algo = loaded.spec.algorithm
+    assert (algo.clip_ratio, algo.clip_ratio_low, algo.clip_ratio_high) == (0.2, 0.2, 0.28)
+    assert loaded.warnings == ()
+
+
 def test_a_users_config_with_a_custom_reward_round_trips(tmp_path):
     (tmp_path / "rlflow.yaml").write_text("vars: {}\n")
     (tmp_path / "rewards").mkdir()
