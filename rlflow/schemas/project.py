@@ -188,7 +188,7 @@ def import_project_plugins(config: ProjectConfig) -> list[Diagnostic]:
     problems = []
     for i, module in enumerate(config.plugins):
         try:
-            import_plugins([module])
+            import_plugins([module], config.root)
         except RegistryError as exc:
             problems.append(config.diagnostic(("plugins", i), str(exc)))
     return problems
