@@ -268,3 +268,13 @@ def test_a_token_budget_below_the_longest_row_is_a_warning(project_dir, sets, wa
     (warning,) = loaded.warnings
     assert warning.path == warned and "gets a micro-batch of its own (verl refuses this budget)" in warning.message
     assert warning.fix.startswith(f"set {warned.split('.')[1]} to at least ")
+
+
+def test_a_batch_not_a_multiple_of_the_mini_batch_is_a_warning_as_verl_runs_it(project_dir):
+    """verl's run_qwen3-1.7b.sh (1024 / 80) in small: verl pads the last mini-batch, rlflow runs it shorter."""
+    text = MINIMAL.replace("ppo_mini_batch_size: 4}", "ppo_mini_batch_size: 3}")
+    loaded = load_text(project_dir, text)
+    (warning,) = loaded.warnings
+    assert warning.path == "trainer.ppo_mini_batch_size"
+    assert "each epoch of an update takes 2 mini-batches of 3 prompts and a last one of 2" in warning.message
+    assert warning.fix == "for mini-batches of one size, use a divisor of 8, such as 2"
