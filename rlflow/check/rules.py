@@ -187,7 +187,7 @@ def check_clip_ratio(subject: Subject, report: Reporter) -> None:
     if low is None or high is None or ratio in (low, high):
         return
     if low == high:
-        fix = f"set clip_ratio_low: {ratio} and clip_ratio_high: {ratio} instead, or remove clip_ratio"
+        fix = f"set clip_ratio_low: {ratio} and clip_ratio_high: {ratio} instead"
     else:
         fix = (
             "remove clip_ratio (the two bounds are what the loss uses), or set a bound to null to use clip_ratio there"

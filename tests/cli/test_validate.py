@@ -64,11 +64,11 @@ def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
 
 
 def test_set_options_reach_the_pipeline():
-    result = rlflow("validate", BIRD, "--set", "trainer.ppo_mini_batch_size=5", "-s", "bird_root=/elsewhere")
+    result = rlflow("validate", BIRD, "--set", "trainer.ppo_mini_batch_size=20", "-s", "bird_root=/elsewhere")
     assert result.returncode == 2
     expected = (
-        "trainer.ppo_mini_batch_size: --set trainer.ppo_mini_batch_size=5: train_batch_size 16 is not a "
-        "multiple of ppo_mini_batch_size 5"
+        "trainer.ppo_mini_batch_size: --set trainer.ppo_mini_batch_size=20: train_batch_size 16 is smaller than "
+        "ppo_mini_batch_size 20"
     )
     assert expected in result.stderr
 
