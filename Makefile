@@ -1,6 +1,11 @@
 # Two commands do everything on a fresh machine:
 #   make run    create .venv, install, train GRPO on the shipped BIRD sample (CPU is fine)
 #   make test   create .venv, install, run the test suite
+# By hand, the same install is (upgrade pip first: pip 23 spends over 20 minutes resolving the
+# training extra, a current pip seconds):
+#   python3 -m venv .venv && .venv/bin/pip install -U pip wheel
+#   .venv/bin/pip install -c constraints.txt torch==2.13.0
+#   .venv/bin/pip install -c constraints.txt -e '.[train,test,deepspeed]'
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -10,7 +15,7 @@ PIPELINE ?= pipelines/bird_grpo.yaml
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -U pip wheel
+	$(BIN)/pip install -q -U pip wheel  # first: an old pip (23) resolves the training extra for over 20 minutes
 
 # torch first, pinned through constraints.txt: plain `torch` would pull a multi-GB CUDA build.
 $(VENV)/.installed: $(BIN)/activate pyproject.toml constraints.txt

@@ -22,6 +22,8 @@ Design decisions:
 - ``--quick`` proves the path (subprocess, metrics, table, JSON) in a couple of minutes; its
   figures mean nothing and go to ``learning_quick.json`` so they never overwrite a real result.
 - Not part of the test suite: a real check takes most of an hour of CPU.
+- Measured on a committed tree: with uncommitted code it refuses to start (``--allow-dirty``
+  runs anyway and records ``<commit>-dirty``, which the results table shows as stale).
 - Beside the wall time, the CPU time of the run's whole process tree (driver, Ray, workers) is
   recorded, with the machine's CPU count and load average: on a busy shared machine wall time
   stretches (Ray also starts its workers at a lower priority), and a reader should know.
@@ -77,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="no run: draw validation accuracy against wall time from these result files (-o PNG)",
     )
     p.add_argument("-o", dest="picture", type=Path, default=ROOT / "docs" / "learning_async.png")
+    p.add_argument(
+        "--allow-dirty", action="store_true", help="run with uncommitted code changes (recorded as <commit>-dirty)"
+    )
     return p.parse_args(argv)
 
 
@@ -215,6 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     sets = (list(QUICK_SETS) if args.quick else []) + args.sets
     runs_root = Path(args.runs_root) / args.task / time.strftime("%Y%m%d-%H%M%S")
     commit_at_start = common.commit_id()  # the code the runs use, before anything else changes the tree
+    if commit_at_start.endswith("-dirty") and not args.quick and not args.allow_dirty:
+        print(
+            "error: the tree has uncommitted code changes, so the result could not say which code learned; "
+            "commit them first (or pass --allow-dirty: the row then says it was measured on a dirty tree)",
+            file=sys.stderr,
+        )
+        return 2
     runs = [run_seed(task.pipeline, seed, sets, runs_root) for seed in seeds]
     passed = all(r["delta"] >= min_delta and r["wall_minutes"] <= args.max_minutes for r in runs)
     print()

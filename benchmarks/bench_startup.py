@@ -108,6 +108,53 @@ def parse_args(argv=None) -> argparse.Namespace:
 FIGURES = ("ready_s", "first_step_start_s", "first_step_end_s", "cpu_s_to_first_step", "peak_rss_gib", "peak_pss_gib")
 
 
+def summary_rows(runs: dict[str, list[dict]]) -> list[dict]:
+    """The goals judged round by round (each round runs both arms): a start-up goal is met only when
+    rlflow is within TRL + Ray's init in every round; the memory goal holds for the largest peak."""
+    rl_runs, trl_runs = runs.get("rlflow", []), runs.get("trl", [])
+    summary = []
+    for key, label in (
+        ("first_step_end_s", "start-up to first finished step"),
+        ("first_step_start_s", "start-up to first step start"),
+    ):
+        pairs = [(a.get(key), b.get(key)) for a, b in zip(rl_runs, trl_runs)]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        skipped = next((r["skipped"] for r in trl_runs if "skipped" in r), "")
+        summary.append(
+            common.goal_row(
+                NAME,
+                f"{label}: rlflow run vs TRL, every round",
+                common.median(a for a, _ in pairs),
+                f"<= TRL + {RAY_INIT_S:g} s in every round",
+                all(a <= b + RAY_INIT_S for a, b in pairs) if pairs else None,
+                "; ".join(f"{common.fmt(a)} s vs TRL {common.fmt(b)} s" for a, b in pairs) or "n/a",
+                skipped,
+            )
+        )
+    peaks = [r.get("peak_pss_gib") for r in rl_runs if r.get("peak_pss_gib") is not None]
+    peak = max(peaks) if peaks else None
+    rss = max((r.get("peak_rss_gib") or 0 for r in rl_runs), default=None)
+    trl_peak = max((r.get("peak_pss_gib") or 0 for r in trl_runs), default=None)
+    summary.append(
+        common.goal_row(
+            NAME,
+            "peak PSS of the whole run (Ray processes included), largest of the rounds",
+            peak,
+            f"<= {MEMORY_GOAL_GIB:g} GiB",
+            None if peak is None else peak <= MEMORY_GOAL_GIB,
+            None
+            if peak is None
+            else f"{peak:.2f} GiB PSS, {common.fmt(rss)} GiB RSS (TRL: {common.fmt(trl_peak)} GiB PSS)",
+        )
+    )
+    return summary
+
+
+def rows_from_report(report: dict) -> list[dict]:
+    """The summary rows of a result file by the current rules (judged round by round)."""
+    return summary_rows(report.get("runs", {}))
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 2)
@@ -156,39 +203,7 @@ def main(argv=None) -> None:
             [[a, *[v[k] for k in FIGURES]] for a, v in arms_out.items()],
         )
     )
-    rl, trl = arms_out["rlflow"], arms_out.get("trl", {})
-    summary = []
-    for key, label in (
-        ("first_step_end_s", "start-up to first finished step"),
-        ("first_step_start_s", "start-up to first step start"),
-    ):
-        limit = None if trl.get(key) is None else trl[key] + RAY_INIT_S
-        ok = None if limit is None or rl[key] is None else rl[key] <= limit
-        summary.append(
-            common.goal_row(
-                NAME,
-                f"{label}: rlflow run vs TRL",
-                rl[key],
-                f"<= TRL + {RAY_INIT_S:g} s",
-                ok,
-                f"{common.fmt(rl[key])} s vs TRL {common.fmt(trl.get(key))} s",
-                trl.get("skipped") or "",
-            )
-        )
-    peak = rl["peak_pss_gib"]
-    summary.append(
-        common.goal_row(
-            NAME,
-            "peak PSS of the whole run (Ray processes included)",
-            peak,
-            f"<= {MEMORY_GOAL_GIB:g} GiB",
-            None if peak is None else peak <= MEMORY_GOAL_GIB,
-            None
-            if peak is None
-            else f"{peak:.2f} GiB PSS, {common.fmt(rl['peak_rss_gib'])} GiB RSS "
-            f"(TRL: {common.fmt(trl.get('peak_pss_gib'))} GiB PSS)",
-        )
-    )
+    summary = summary_rows(runs)
     report = {
         "machine": {**before, "load_avg_1m_after": common.machine()["load_avg_1m"]},
         "model": model_label,

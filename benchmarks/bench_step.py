@@ -17,8 +17,9 @@ samples x 48 tokens, one optimizer step per step, micro-batches of 8):
   rlflow should be faster despite Ray and its extra old-log-prob pass).
 
 Steady state is the median of the steps after the first two. Arms run in rotated order
-round after round, so drifting load hits every arm alike; the headline ratios are ratios of
-the medians over all rounds, and each round's own ratios are listed beside them. Beside wall
+round after round, so drifting load hits every arm alike; each round's ratio compares the arms
+of that round, the headline is the median of those ratios with their spread, and a goal is met
+only when it holds in every round (``common.round_ratio_row``). Beside wall
 time, each step's CPU seconds (the whole process tree: Ray's processes, workers and driver for
 rlflow; the one process for the loop and TRL) are reported: they move far less with the
 neighbours' load, so their ratio backs up the wall-time one.
@@ -205,44 +206,38 @@ def ratios(arms: dict) -> dict:
     return out
 
 
-def summary_rows(arms: dict, rat: dict) -> list[dict]:
+def summary_rows(arms: dict) -> list[dict]:
+    """rlflow's step time over each other arm's, round by round (each round runs the arms side by side)."""
     rows = []
-    r = rat.get("rlflow_over_loop")
-    rl = arms.get("rlflow", {}).get("step_s_median")
-    loop = arms.get("loop", {}).get("step_s_median")
-    if "loop" in arms:
+    rl = arms.get("rlflow", {})
+    goals = {"loop": (f"<= {LOOP_GOAL}", lambda r: r <= LOOP_GOAL), "trl": ("< 1 (faster than TRL)", lambda r: r < 1.0)}
+    figures = {"loop": "rlflow run step time / plain in-process loop", "trl": "rlflow run step time / TRL GRPOTrainer"}
+    for other in ("loop", "trl"):
+        if other not in arms or not rl:
+            continue
+        them = arms[other]
+        pairs = zip(rl.get("step_s_per_round", []), them.get("step_s_per_round", []))
+        seconds = ", ".join(f"{common.fmt(a)} vs {common.fmt(b)} s" for a, b in pairs)
+        cpu = [common.ratio(a, b) for a, b in zip(rl.get("cpu_s_per_round", []), them.get("cpu_s_per_round", []))]
+        cpu_text = ", ".join(common.fmt(c) for c in cpu if c is not None)
         rows.append(
-            common.goal_row(
+            common.round_ratio_row(
                 NAME,
-                "rlflow run step time / plain in-process loop",
-                r,
-                f"<= {LOOP_GOAL}",
-                None if r is None else r <= LOOP_GOAL,
-                None
-                if r is None
-                else f"{r:.3f} ({common.fmt(rl)} s vs {common.fmt(loop)} s; "
-                f"CPU s/step ratio {common.fmt(rat.get('rlflow_over_loop_cpu'))})",
-            )
-        )
-    if "trl" in arms:
-        t = rat.get("rlflow_over_trl")
-        trl = arms["trl"].get("step_s_median")
-        note = arms["trl"].get("skipped") or ""
-        rows.append(
-            common.goal_row(
-                NAME,
-                "rlflow run step time / TRL GRPOTrainer",
-                t,
-                "< 1 (faster than TRL)",
-                None if t is None else t < 1.0,
-                None
-                if t is None
-                else f"{t:.3f} ({common.fmt(rl)} s vs {common.fmt(trl)} s; "
-                f"CPU s/step ratio {common.fmt(rat.get('rlflow_over_trl_cpu'))})",
-                note,
+                figures[other],
+                rl.get("step_s_per_round", []),
+                them.get("step_s_per_round", []),
+                goals[other][0],
+                goals[other][1],
+                f"{seconds}; CPU s/step ratio per round {cpu_text or 'n/a'}",
+                (them.get("skipped") or "") if other == "trl" else "",
             )
         )
     return rows
+
+
+def rows_from_report(report: dict) -> list[dict]:
+    """The summary rows of a result file, by the current rules (run_all uses this for older files too)."""
+    return summary_rows(report.get("arms", {}))
 
 
 def main(argv=None) -> None:
@@ -270,7 +265,7 @@ def main(argv=None) -> None:
             )
     arms = summarize(runs, skip)
     rat = ratios(arms)
-    rows = summary_rows(arms, rat)
+    rows = summary_rows(arms)
     headers = ["arm", "step s (median)", "CPU s/step", *[f"{t} s" for t in STAGE_TIMERS], "response len", "samples"]
     table = [
         [

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,36 @@ def goal_row(
         "met": met,
         "note": note,
     }
+
+
+def round_ratio_row(
+    benchmark: str,
+    figure: str,
+    numerators: Sequence[float | None],
+    denominators: Sequence[float | None],
+    goal: str,
+    holds: Callable[[float], bool],
+    detail: str = "",
+    note: str = "",
+) -> dict[str, Any]:
+    """A ratio goal judged round by round: the ratio of each round's own figures (arms measured side by
+    side), the median of those as the headline, their spread beside it, and ``met`` only when the
+    goal holds in every round. Never a ratio of medians pooled over rounds that disagree."""
+    per_round = [ratio(a, b) for a, b in zip(numerators, denominators)]
+    valid = [r for r in per_round if r is not None]
+    if not valid:
+        return goal_row(benchmark, figure, None, f"{goal} in every round", None, "n/a", note)
+    middle = median(valid)
+    spread = f"rounds {min(valid):.2f}-{max(valid):.2f}" if len(valid) > 1 else "1 round"
+    return goal_row(
+        benchmark,
+        f"{figure} (median of per-round ratios)",
+        middle,
+        f"{goal} in every round",
+        all(holds(r) for r in valid),
+        f"{middle:.2f}x ({spread}{'; ' + detail if detail else ''})",
+        note,
+    )
 
 
 def fmt(value: Any, digits: int = 3) -> str:

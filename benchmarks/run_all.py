@@ -15,9 +15,15 @@ venv: when ``.venv-trl`` is missing it is created first with scripts/setup_trl_v
 
 Design decisions for the summary:
 - It is written from whatever result files exist, so figures of a benchmark run separately (or
-  by another command, such as bench_learning) appear in it as well. Every row names the commit
-  it was measured on: the result's ``commit`` field, or, for a file written before benchmarks
-  recorded it, the commit that last changed that file (``git log -1``), marked ``*``.
+  by another command, such as bench_learning) appear in it as well. A benchmark module with a
+  ``rows_from_report`` turns its file into rows by the current rules (ratios judged round by
+  round), so an older file is not shown by older, kinder rules.
+- Every row says what it was measured on: the result's ``commit`` when no code has changed
+  since (``git diff`` of that commit against HEAD, results and Markdown aside), else
+  "stale" in words and why: code changed since, uncommitted changes when it ran (``-dirty``),
+  or no commit recorded (a file written before benchmarks recorded it). ``make bench`` reruns
+  them all on the current code, and refuses a tree with uncommitted code (``--allow-dirty``
+  runs anyway; its rows then say so).
 - One table, generated, in two places: the README between ``<!-- results:start -->`` and
   ``<!-- results:end -->`` and docs/benchmarks.md, which adds the result files, the learning
   curves and any ``notes`` of the JSON files. Prose that no JSON holds lives in docs/benchmarks.md
@@ -31,6 +37,7 @@ Design decisions for the summary:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -87,6 +94,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these")
     p.add_argument("--skip", nargs="+", choices=list(BENCHMARKS), default=[], help="leave these out")
     p.add_argument("--no-setup", action="store_true", help="do not create .venv-trl when it is missing")
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run with uncommitted code changes (the rows then say they were measured on a dirty tree)",
+    )
     p.add_argument(
         "--summary-only",
         action="store_true",
@@ -224,28 +236,55 @@ def load_sources(quick: bool) -> dict[str, Source | None]:
     }
 
 
+def code_changed_since(commit: str) -> bool | None:
+    """Whether code (anything but results and Markdown) differs between ``commit`` and HEAD; None when
+    this checkout does not have ``commit``."""
+    done = subprocess.run(
+        ["git", "diff", "--quiet", commit, "HEAD", "--", ".", *common.NOT_CODE],
+        cwd=common.ROOT,
+        capture_output=True,
+    )
+    return {0: False, 1: True}.get(done.returncode)
+
+
+def measured_on(commit: str) -> str:
+    """A row's provenance: the commit when the code has not changed since, else "stale" and why."""
+    if commit.endswith("*") or commit in ("", "unknown"):
+        last = commit.rstrip("*")
+        return "stale: commit not recorded" + (f" (file from {last})" if last not in ("", "unknown") else "")
+    if commit.endswith("-dirty"):
+        return f"stale: measured on {commit.removesuffix('-dirty')} with uncommitted code changes"
+    changed = code_changed_since(commit)
+    if changed is None:
+        return f"stale: measured on {commit}, which this checkout lacks"
+    return f"stale: measured on {commit}, code changed since" if changed else commit
+
+
+def report_rows(name: str, report: dict) -> list[dict]:
+    """A result file's rows: by its module's current rules when it has them, else as the file holds them."""
+    rebuild = getattr(importlib.import_module(BENCHMARKS[name][0]), "rows_from_report", None)
+    if rebuild is not None and report.get("summary"):
+        return rebuild(report)
+    if report.get("summary"):
+        return report["summary"]
+    return validate_rows(report) if name == "validate" else learning_rows(report) if name.startswith("learning") else []
+
+
 def summary_rows(sources: dict[str, Source | None]) -> list[dict]:
-    """Every figure of every result file (with its ``commit``), in BENCHMARKS order."""
+    """Every figure of every result file (with what it was measured on), in BENCHMARKS order."""
     rows = []
     for name, source in sources.items():
         if source is None:
             rows.append({**common.goal_row(name, "(not run)", None, "", None, "no result file"), "commit": ""})
             continue
-        report = source.report
-        found = report.get("summary") or (
-            validate_rows(report)
-            if name == "validate"
-            else learning_rows(report)
-            if name.startswith("learning")
-            else []
-        )
-        rows += [{**row, "commit": source.commit} for row in found]
+        provenance = measured_on(source.commit)
+        rows += [{**row, "commit": provenance} for row in report_rows(name, source.report)]
     return rows
 
 
 def results_table(rows: list[dict]) -> str:
     return common.markdown_table(
-        ["benchmark", "figure", "measured", "goal", "met", "commit"],
+        ["benchmark", "figure", "measured", "goal", "met", "measured on"],
         [
             [
                 row["benchmark"],
@@ -261,9 +300,10 @@ def results_table(rows: list[dict]) -> str:
 
 
 COMMIT_NOTE = (
-    "`commit`: the commit the figures were measured on; `*`: the result file predates that record, so "
-    "this is the commit that last changed the file (`git log -1 -- FILE`), which can be later than the "
-    "code measured."
+    "`measured on`: the commit the figures were measured on, when no code has changed since (results and "
+    "Markdown aside); otherwise the row says stale and why, and `make bench` measures it again. A ratio "
+    "is judged round by round: the median of the rounds' own ratios, their spread, and met only if the "
+    "goal holds in every round."
 )
 
 
@@ -463,6 +503,14 @@ def main(argv=None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     outcomes: dict[str, dict] = {}
     if not args.summary_only:
+        dirty = common.commit_id().endswith("-dirty")
+        if dirty and not args.quick and not args.allow_dirty:
+            print(
+                "error: the tree has uncommitted code changes, so no row could say which code it measured; "
+                "commit them first (or pass --allow-dirty: the rows then say they were measured on a dirty tree)",
+                file=sys.stderr,
+            )
+            return 2
         if any(n in NEEDS_TRL for n in names) and not args.no_setup:
             print(f"TRL venv: {ensure_trl(log_dir)}", flush=True)
         for name in names:

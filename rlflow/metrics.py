@@ -11,6 +11,9 @@ rollout kept its log-probs, the rollout-vs-actor comparison verl runs because
 (``training/rollout_probs_diff_*``, ``training/rollout_actor_probs_pearson_corr``) and the
 off-policy diagnostics of ``compute_rollout_correction_and_rejection_mask`` (``rollout_corr/*``,
 with verl's default ``algorithm.rollout_correction``: no importance weights, no rejection).
+``compute_seqlen_metrics`` gives verl's ``global_seqlen/*`` on a step no ``balance_batch`` stage
+balanced (one actor worker, or ``trainer.balance_batch`` off): verl's V1 trainer balances, and logs
+them, every step whatever its data-parallel size.
 
 Design decisions:
 - The view is what V1 builds from its nested tensors: ``prompts`` and every per-token field
@@ -37,6 +40,7 @@ from rlflow.batch import Batch
 if TYPE_CHECKING:  # pragma: no cover
     from verl import DataProto
 
+SEQLEN_PREFIX = "global_seqlen"  # verl's _balance_batch logging_prefix
 PER_TOKEN = ("response_mask", "token_level_scores", "token_level_rewards", "advantages", "returns")
 
 
@@ -67,6 +71,23 @@ def compute_data_metrics(batch: Batch) -> dict[str, Any]:
     if len(batch) == 0 or any(name not in batch for name in ("prompt_mask", *PER_TOKEN)):
         return {}
     return verl_data_metrics(verl_view(batch), use_critic=False)
+
+
+def compute_seqlen_metrics(batch: Batch, dp: int = 1) -> dict[str, Any]:
+    """verl's ``log_seqlen_unbalance`` over the ``dp`` contiguous shards the executor hands out ({} when a
+    ``balance_batch`` stage already logged them, or the batch has no rows)."""
+    from verl.utils.seqlen_balancing import log_seqlen_unbalance
+
+    if any(name.startswith(f"{SEQLEN_PREFIX}/") for name in batch.metrics) or len(batch) == 0:
+        return {}
+    if "prompt_mask" not in batch or "response_mask" not in batch:
+        return {}
+    seqlens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist()
+    rows = len(seqlens)
+    shards = [list(range(r * rows // dp, (r + 1) * rows // dp)) for r in range(dp)]
+    # verl's sums before balancing take dp chunks of equal size: placeholder rows of no tokens make them so
+    padded = seqlens + [0] * (-rows % dp)
+    return log_seqlen_unbalance(seqlen_list=padded, partitions=shards, prefix=SEQLEN_PREFIX)
 
 
 def compute_timing_metrics(timing: dict[str, float], batch: Batch, n_gpus: int = 1) -> dict[str, Any]:

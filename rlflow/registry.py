@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -102,15 +104,26 @@ class Registry(Generic[T]):
                 self._add(ep.name, obj)
 
 
-def import_plugins(modules: list[str] | tuple[str, ...]) -> None:
-    """Import plugin modules by dotted path (rlflow.yaml ``plugins``); they register on import."""
+def import_plugins(modules: list[str] | tuple[str, ...], root: str | os.PathLike | None = None) -> None:
+    """Import plugin modules by dotted path (rlflow.yaml ``plugins``); they register on import.
+
+    ``root``, the project root (the folder of rlflow.yaml), goes on ``sys.path`` first, as
+    pytest's rootdir does, so a module next to rlflow.yaml imports without ``PYTHONPATH``, in
+    the driver and in every worker alike. It goes at the end: an installed module of the same
+    name wins over a project file.
+    """
+    if root is not None and modules and str(root) not in sys.path:
+        sys.path.append(str(root))
     for module in modules:
         try:
             importlib.import_module(module)
         except Exception as exc:
+            where = f"from the project root {root} or " if root is not None else ""
             raise RegistryError(
                 f"plugin module {module!r} failed to import: {type(exc).__name__}: {exc} "
-                "(check the `plugins` list in rlflow.yaml and that the package is installed)"
+                f"(a plugin is imported {where}from an installed package: put its file or package next to "
+                "rlflow.yaml, `pip install` it, or add its folder to PYTHONPATH; and check the `plugins` list "
+                "in rlflow.yaml)"
             ) from exc
 
 

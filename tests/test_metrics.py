@@ -18,14 +18,18 @@ import torch
 from verl_metric_names import verl_step_metric_names
 
 from rlflow.batch import Batch
-from rlflow.metrics import compute_data_metrics, compute_rollout_metrics, compute_timing_metrics
+from rlflow.metrics import (
+    compute_data_metrics,
+    compute_rollout_metrics,
+    compute_seqlen_metrics,
+    compute_timing_metrics,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 P, R = 8, 7  # padded widths, wider than the longest prompt (6) and response (5) below
 
 # verl names rlflow does not log, each with its reason (docs/metrics.md says the same)
 DIFFERENCES = {
-    "global_seqlen/": "the balance_batch stage's; rlflow balances (and logs them) only with more than one actor worker",
     "critic/values/": "a critic's value estimates; GRPO has no critic",
     "critic/vf_explained_var": "a critic's explained variance; GRPO has no critic",
     "timing_s/values": "the critic's forward; GRPO has no critic",
@@ -162,6 +166,21 @@ def test_rollout_metrics_need_the_rollouts_log_probs():
     assert same_policy["training/rollout_actor_probs_pearson_corr"] == pytest.approx(1.0)
 
 
+def test_seqlen_metrics_are_verls_over_the_executors_shards():
+    from verl.utils.seqlen_balancing import log_seqlen_unbalance
+
+    batch = step_batch()
+    tokens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist()
+    one = compute_seqlen_metrics(batch)
+    assert one == log_seqlen_unbalance(tokens, [list(range(8))], "global_seqlen")
+    assert one["global_seqlen/min"] == one["global_seqlen/balanced_max"] == sum(tokens)  # one worker: every token
+    three = compute_seqlen_metrics(batch, 3)  # shards of 2, 3 and 3 rows, as the executor cuts 8 rows
+    sums = [sum(tokens[0:2]), sum(tokens[2:5]), sum(tokens[5:8])]
+    assert (three["global_seqlen/balanced_min"], three["global_seqlen/balanced_max"]) == (min(sums), max(sums))
+    batch.metrics["global_seqlen/min"] = 1.0  # a balance_batch stage ran and logged them
+    assert compute_seqlen_metrics(batch) == {} and compute_seqlen_metrics(Batch()) == {}
+
+
 @pytest.fixture
 def two_steps(tmp_path) -> list[dict]:
     """Two steps of the shipped ranking pipeline (GRPO with the KL loss) in-process, small sizes."""
@@ -210,6 +229,6 @@ def test_a_run_logs_every_verl_metric_name_but_the_named_differences(two_steps):
     extra = logged - verl
     assert sorted(k for k in extra if not k.startswith(RLFLOW_ONLY + VALIDATION)) == []
     assert any(k.startswith("val-core/") for k in extra)
-    assert len(expected) == 86 and len(verl) == 110  # counts quoted in docs/metrics.md
+    assert len(expected) == 92 and len(verl) == 110  # counts quoted in docs/metrics.md
     assert last["training/rollout_probs_diff_max"] < 1e-3  # the torch rollout samples from the actor itself
     assert 0 < last["perf/mfu/actor"] and last["response_length/clip_ratio"] > 0

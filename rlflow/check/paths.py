@@ -10,7 +10,8 @@ Design decisions:
   loader and the tokenizer resolve them, so validate and run agree from any directory.
 - Checked: ``data.train``, ``data.val`` (files), ``data.databases`` for the ``bird`` format
   (a folder; without it the loader searches next to each split file), ``model.path`` unless
-  it is built in (``builtin:``) and ``model.tokenizer`` (folders).
+  it is a model made in code (``builtin:tiny-qwen2``) and ``model.tokenizer`` (folders); a
+  packaged ``builtin:`` name (``rlflow.assets``) is checked as the folder it names.
 - Optional (``check_paths=False``, ``rlflow validate --no-check-paths``), for validating on a
   machine that does not hold the data, e.g. before handing the pipeline to a cluster.
 """
@@ -19,12 +20,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlflow.assets import BUILT_IN_CODE, BUILTIN_PREFIX
 from rlflow.io import check_regular
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.schemas.project import ProjectConfig
 from rlflow.schemas.subject import Reporter
 
-BUILTIN_PREFIX = "builtin:"  # model.path of a model shipped with rlflow (rlflow.data.tokenizer)
 SKIP_HINT = "or validate with --no-check-paths on a machine without the data"
 
 
@@ -35,14 +36,22 @@ def check_paths(spec: Pipeline, project: ProjectConfig, report: Reporter) -> Non
         (("data", "train"), data.train, "file"),
         (("data", "val"), data.val, "file"),
         (("data", "databases"), data.databases if data.format == "bird" else None, "folder"),
-        (("model", "path"), None if model.path.startswith(BUILTIN_PREFIX) else model.path, "folder"),
+        (("model", "path"), model.path, "folder"),
         (("model", "tokenizer"), model.tokenizer, "folder"),
     ]
     for path, value, kind in wanted:
-        if value is None or (kind == "folder" and value.startswith(BUILTIN_PREFIX)):
+        if value is None or value.removeprefix(BUILTIN_PREFIX) in BUILT_IN_CODE:
             continue
-        resolved = project.resolve(value)
-        relative = "" if Path(value).expanduser().is_absolute() else f", resolved from the project root {project.root}"
+        try:
+            resolved = project.resolve(value)
+        except ValueError as exc:  # an unknown builtin: name
+            report(path, str(exc), _what(path))
+            continue
+        relative = (
+            ""
+            if value.startswith(BUILTIN_PREFIX) or Path(value).expanduser().is_absolute()
+            else f", resolved from the project root {project.root}"
+        )
         if not resolved.exists():
             report(path, f"no {kind} at {resolved}{relative}", f"{_what(path)}, {SKIP_HINT}")
         elif kind == "file" and not resolved.is_file():
@@ -68,6 +77,6 @@ def _what(path: tuple[str, str]) -> str:
         (
             "model",
             "path",
-        ): "point it at a local Hugging Face model directory (rlflow never downloads) or builtin:tiny-qwen2",
+        ): "point it at a local Hugging Face model directory (rlflow never downloads), builtin:tiny-qwen2 or builtin:tiny-sql-warm",
         ("model", "tokenizer"): "point it at a local tokenizer directory, or remove model.tokenizer",
     }[path]

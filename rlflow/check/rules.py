@@ -213,19 +213,30 @@ def check_rollout_log_probs(subject: Subject, report: Reporter) -> None:
 
 
 def check_clip_ratio(subject: Subject, report: Reporter) -> None:
-    """Warn when an explicit ``clip_ratio`` changes nothing: verl's loss reads it only for a null bound."""
+    """Warn when an explicit ``clip_ratio`` is neither bound: verl's loss reads it only for a null bound.
+
+    A ``clip_ratio`` equal to one bound says nothing the bounds do not (DAPO's 0.2 beside
+    ``clip_ratio_low: 0.2, clip_ratio_high: 0.28``). The advice never moves an asymmetric pair of
+    bounds: that would undo a clip-higher the user chose.
+    """
     algo = subject.algorithm
     if algo is None or "clip_ratio" not in algo.model_fields_set:
         return
-    low, high = algo.clip_ratio_low, algo.clip_ratio_high
-    if low is None or high is None or low == high == algo.clip_ratio:
+    low, high, ratio = algo.clip_ratio_low, algo.clip_ratio_high, algo.clip_ratio
+    if low is None or high is None or ratio in (low, high):
         return
+    if low == high:
+        fix = f"set clip_ratio_low: {ratio} and clip_ratio_high: {ratio} instead"
+    else:
+        fix = (
+            "remove clip_ratio (the two bounds are what the loss uses), or set a bound to null to use clip_ratio there"
+        )
     report.warn(
         ("algorithm", "clip_ratio"),
-        f"clip_ratio {algo.clip_ratio} is ignored, as in verl: the loss clips the ratio to "
+        f"clip_ratio {ratio} is ignored, as in verl: the loss clips the ratio to "
         f"[1 - clip_ratio_low, 1 + clip_ratio_high] = [1 - {low}, 1 + {high}], and clip_ratio only stands in "
         "for a bound that is null",
-        f"set clip_ratio_low: {algo.clip_ratio} and clip_ratio_high: {algo.clip_ratio} instead",
+        fix,
     )
 
 
@@ -241,12 +252,22 @@ def check_batch_sizes(subject: Subject, report: Reporter) -> None:
     t, n = subject.trainer, _samples_per_prompt(subject)
     if t is None:
         return
-    if t.train_batch_size % t.ppo_mini_batch_size:
-        fit = max(d for d in range(1, t.ppo_mini_batch_size + 1) if t.train_batch_size % d == 0)
+    if t.train_batch_size < t.ppo_mini_batch_size:
         report(
             ("trainer", "ppo_mini_batch_size"),
-            f"train_batch_size {t.train_batch_size} is not a multiple of ppo_mini_batch_size {t.ppo_mini_batch_size}",
-            f"use a divisor of {t.train_batch_size}, such as {fit}",
+            f"train_batch_size {t.train_batch_size} is smaller than ppo_mini_batch_size {t.ppo_mini_batch_size} "
+            "(verl refuses this too)",
+            f"set ppo_mini_batch_size to at most {t.train_batch_size}",
+        )
+    elif t.train_batch_size % t.ppo_mini_batch_size:
+        full, rest = divmod(t.train_batch_size, t.ppo_mini_batch_size)
+        fit = max(d for d in range(1, t.ppo_mini_batch_size + 1) if t.train_batch_size % d == 0)
+        report.warn(
+            ("trainer", "ppo_mini_batch_size"),
+            f"train_batch_size {t.train_batch_size} is not a multiple of ppo_mini_batch_size {t.ppo_mini_batch_size}: "
+            f"as in verl 0.9.1, each epoch of an update takes {full} mini-batches of {t.ppo_mini_batch_size} prompts "
+            f"and a last one of {rest} (verl pads it with no-op samples that add nothing to the loss)",
+            f"for mini-batches of one size, use a divisor of {t.train_batch_size}, such as {fit}",
         )
     if n is None:
         return

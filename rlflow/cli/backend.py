@@ -98,7 +98,7 @@ def _main_config(config: Path, resource: str | None, sets: tuple[str, ...]) -> d
     from rlflow.schemas.project import load_project_config
 
     project = load_project_config()
-    import_plugins(project.plugins)
+    import_plugins(project.plugins, project.root)
     # the data stays with the driver: a server on another machine need not hold it
     loaded = load_pipeline(config, sets, project=project, check_paths=False)
     name = _pick_resource(loaded.spec, resource, str(config))

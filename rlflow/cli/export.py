@@ -28,7 +28,8 @@ def export(
     from rlflow.runtime.hf_export import export_run
     from rlflow.schemas.project import load_project_config
 
-    import_plugins(load_project_config().plugins)  # their stage kinds name the resource that wrote the checkpoint
+    project = load_project_config()
+    import_plugins(project.plugins, project.root)  # their stage kinds name the resource that wrote the checkpoint
     done = export_run(run_dir, output, step)
     typer.echo(f"exported step {done.step} of {run_dir} ({done.dtype}) to {done.out}")
     if done.note:

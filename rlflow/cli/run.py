@@ -54,7 +54,7 @@ def run(
     project = load_project_config()
     if sinks:
         project = project.with_sinks(sinks)
-    import_plugins(project.plugins)
+    import_plugins(project.plugins, project.root)
     loaded = load_pipeline(pipeline, set_ or (), project=project, drops=drops or ())
     from rlflow.cli.validate_files import warning_line
 

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlflow.assets import builtin_path
 from rlflow.errors import DataError
 
 _PLAIN_NAME = re.compile(r"^\w[\w.-]*$")
@@ -26,7 +27,12 @@ DEFAULT_TEMPLATE = Path(__file__).parent / "templates" / "text2sql.j2"
 
 
 def _absolute(path: str | Path, base: Path) -> Path:
-    path = Path(path).expanduser()
+    """``path`` from a pipeline: a packaged ``builtin:`` path, or ``~``/relative to ``base``."""
+    try:
+        packaged = builtin_path(path)
+    except ValueError as exc:
+        raise DataError(f"data: {exc}") from None
+    path = packaged or Path(path).expanduser()
     return Path(os.path.normpath(path if path.is_absolute() else base / path))
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlflow.assets import BUILTIN_PREFIX, builtin_path
 from rlflow.errors import BackendError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,7 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("rlflow.data")
 
-BUILTIN_PREFIX = "builtin:"
 BUILTIN_TOKENIZERS = {"tiny-qwen2": Path(__file__).parent / "assets" / "tiny_tokenizer"}
 # tokenizer_config.json classes that mean "tokenizer.json as it is" (the second is its transformers 5 name)
 PLAIN_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
@@ -63,21 +63,22 @@ _warned_pad: set[str] = set()
 
 
 def resolve_path(path: str, root: Path | None) -> Path:
-    """A pipeline path, relative paths resolved against the project root (else the cwd)."""
-    p = Path(path).expanduser()
+    """A pipeline path: a packaged ``builtin:`` folder, or relative to the project root (else the cwd)."""
+    try:
+        packaged = builtin_path(path)
+    except ValueError as exc:
+        raise BackendError(f"model.path: {exc}, or give a local Hugging Face directory") from None
+    p = packaged or Path(path).expanduser()
     return p if p.is_absolute() else (root or Path.cwd()) / p
 
 
 def builtin_name(path: str) -> str | None:
+    """The name of a model built in code (``builtin:tiny-qwen2``); None for a folder, packaged or not."""
     if not path.startswith(BUILTIN_PREFIX):
         return None
+    resolve_path(path, None)  # an unknown name: an error naming the known ones
     name = path[len(BUILTIN_PREFIX) :]
-    if name not in BUILTIN_TOKENIZERS:
-        raise BackendError(
-            f"model.path: unknown built-in model {path!r}; built-ins are "
-            f"{', '.join(BUILTIN_PREFIX + n for n in sorted(BUILTIN_TOKENIZERS))}, or give a local Hugging Face directory"
-        )
-    return name
+    return name if name in BUILTIN_TOKENIZERS else None
 
 
 def local_dir(path: str, root: Path | None, what: str) -> Path:
@@ -85,7 +86,7 @@ def local_dir(path: str, root: Path | None, what: str) -> Path:
     if not directory.exists():
         raise BackendError(
             f"{what}: {directory} does not exist; give a local Hugging Face directory "
-            f"(rlflow never downloads) or builtin:tiny-qwen2"
+            f"(rlflow never downloads), builtin:tiny-qwen2 or builtin:tiny-sql-warm"
         )
     if not directory.is_dir():
         raise BackendError(f"{what}: {directory} is a file; give the Hugging Face model directory that holds it")

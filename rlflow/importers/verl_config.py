@@ -176,23 +176,39 @@ def _compose(path: Path, overrides: list[str], parsed: list, outside: list[str] 
     from rlflow.importers.hydra_files import bounded_sources
 
     search = [] if any(o.key_or_group == "hydra.searchpath" for o in parsed) else [_search_path(path)]
-    try:
-        with warnings.catch_warnings(), bounded_sources([path.parent, verl_config_dir()]) as read_outside:
-            warnings.simplefilter("ignore")  # Hydra warns about search-path entries it cannot find
-            with initialize_config_dir(config_dir=str(path.parent), version_base=None):
-                composed = compose(config_name=path.stem, overrides=[*overrides, *search])
-            if outside is not None:
-                outside += read_outside
-            return composed
-    except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError([_composition_problem(path, exc, parsed)]) from None
+    problems: list[Diagnostic] = []
+    kept = list(zip(overrides, parsed))
+    while True:  # Hydra stops at the first unknown key: leave it out and go on, to name them all at once
+        try:
+            with warnings.catch_warnings(), bounded_sources([path.parent, verl_config_dir()]) as read_outside:
+                warnings.simplefilter("ignore")  # Hydra warns about search-path entries it cannot find
+                with initialize_config_dir(config_dir=str(path.parent), version_base=None):
+                    composed = compose(config_name=path.stem, overrides=[*(o for o, _ in kept), *search])
+        except (HydraException, OmegaConfBaseException) as exc:
+            problems.append(_composition_problem(path, exc, parsed))
+            unknown = _unknown_key(exc)
+            left = [(o, p) for o, p in kept if p.key_or_group != unknown]
+            if unknown is None or len(left) == len(kept):
+                raise ConfigError(problems) from None
+            kept = left
+            continue
+        if problems:
+            raise ConfigError(problems)
+        if outside is not None:
+            outside += read_outside
+        return composed
+
+
+def _unknown_key(exc: Exception) -> str | None:
+    """The key of an override Hydra refused because the config has no such key."""
+    match = re.match(r"Could not override '([^']+)'", str(exc))
+    return match.group(1) if match else None
 
 
 def _composition_problem(path: Path, exc: Exception, parsed: list) -> Diagnostic:
     message = str(exc)
-    match = re.match(r"Could not override '([^']+)'", message)
-    if match:
-        key = match.group(1)
+    key = _unknown_key(exc)
+    if key is not None:
         text = next((o.input_line for o in parsed if o.key_or_group == key), key)
         parent, _, leaf = key.rpartition(".")
         known = _keys_at(path, parent)

@@ -18,7 +18,10 @@ Design decisions:
   back to the verl key it came from. All of them are reported at once.
 - Keys the user set that have no counterpart are listed (key, value, why), never silently
   dropped; so are conversions whose meaning shifts (a global batch size made per worker, a Hub
-  model id where rlflow needs a directory). Untouched verl defaults are not listed.
+  model id where rlflow needs a directory), and what verl does with a value that rlflow does the same
+  way but a user may not expect (a batch that is not a multiple of the mini-batch). A key is listed
+  once: one shown as converted is never also shown as not carried over. Untouched verl defaults
+  are not listed.
 - Without a custom reward function the reward is verl's own ``default_compute_score`` (it has
   verl's reward signature), so rows score as verl would score them.
 """
@@ -68,10 +71,13 @@ class Conversion:
     origins: dict[str, str] = field(default_factory=dict)  # rlflow place -> verl key
     changed: list[str] = field(default_factory=list)  # "key=value: how its meaning shifts"
     dropped: list[str] = field(default_factory=list)  # "key: value: why, what to do"
+    notes: list[str] = field(default_factory=list)  # "key=value: what verl does with it, and rlflow too"
 
     def listing(self) -> list[str]:
-        """The lines a user reads: conversions that change meaning, then keys not carried over."""
+        """The lines a user reads: notes, conversions that change meaning, then keys not carried over."""
         lines = []
+        if self.notes:
+            lines += ["converted, as verl runs it:", *(f"  {line}" for line in self.notes)]
         if self.changed:
             lines += ["converted with a change of meaning:", *(f"  {line}" for line in self.changed)]
         if self.dropped:
@@ -105,6 +111,7 @@ class _Converter:
     def run(self) -> Conversion:
         for target, names in _targets().items():
             self._fill(target, names)
+        self._mini_batches()
         stages = self._stages()
         self._list_dropped()
         pipeline = self._assemble(stages)
@@ -144,11 +151,33 @@ class _Converter:
             self.pools[owner][name.rlflow] = value
             self.out.origins[f"resources.{POOLS[owner]}.{name.rlflow}"] = name.verl
 
+    def _mini_batches(self) -> None:
+        """verl 0.9.1 pads a batch that is not a multiple of the mini-batch (its last mini-batch is
+        shorter, as rlflow runs it) and refuses a mini-batch larger than the batch."""
+        batch, mini = self.fields.get("trainer.train_batch_size"), self.fields.get("trainer.ppo_mini_batch_size")
+        if not isinstance(batch, int) or not isinstance(mini, int) or batch <= 0 or mini <= 0:
+            return  # a bad value is refused by the schema, naming its key
+        key = self.out.origins["trainer.ppo_mini_batch_size"]
+        if batch < mini:
+            self._problem(
+                key,
+                f"a mini-batch larger than data.train_batch_size {batch} (verl refuses it too)",
+                f"set {key} to at most {batch}",
+            )
+        elif batch % mini:
+            full, rest = divmod(batch, mini)
+            self.out.notes.append(
+                f"{key}={mini}: data.train_batch_size {batch} is not a multiple, so each update takes {full} "
+                f"mini-batches of {mini} prompts and a last one of {rest} (verl pads it with no-op samples)"
+            )
+
     def workers(self) -> int:
         return int(self.cfg.get("trainer.n_gpus_per_node") or 1) * int(self.cfg.get("trainer.nnodes") or 1)
 
     def changed(self, line: str) -> None:
+        """``line`` is ``key=value: ...``: the key is converted, so it is not also listed as dropped."""
         self.out.changed.append(line)
+        self.consumed.add(line.partition("=")[0])
 
     def drop(self, line: str) -> None:
         self.out.dropped.append(line)

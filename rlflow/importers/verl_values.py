@@ -34,7 +34,6 @@ class Context(Protocol):
     cfg: VerlConfig
 
     def changed(self, line: str) -> None: ...  # a conversion whose meaning shifts
-    def drop(self, line: str) -> None: ...  # a value that does not carry over
     def workers(self) -> int: ...  # the data-parallel size: n_gpus_per_node x nnodes
 
 
@@ -66,8 +65,8 @@ def _one_file(key: str) -> Converter:
         if not files:
             return SKIP
         if len(files) > 1:
-            conv.drop(
-                f"{key}: {show(files[1:])}: rlflow reads one file per split and uses {files[0]} only; "
+            conv.changed(
+                f"{key}={show(files)}: rlflow reads one file per split and uses {files[0]} only; "
                 "merge the files into one (e.g. pyarrow.concat_tables) to train on all of them"
             )
         return str(files[0])

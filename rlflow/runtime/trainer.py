@@ -204,10 +204,16 @@ class StepLoop:
         return due(stage.cadence, self.spec.trainer, step, self.total)
 
     def _step_metrics(self, step: int, epoch: int, batch: Batch, timing: dict, val_metrics: dict) -> dict[str, Any]:
-        from rlflow.metrics import compute_data_metrics, compute_rollout_metrics, compute_timing_metrics
+        from rlflow.metrics import (
+            compute_data_metrics,
+            compute_rollout_metrics,
+            compute_seqlen_metrics,
+            compute_timing_metrics,
+        )
 
         metrics: dict[str, Any] = {"training/global_step": step, "training/epoch": epoch}
         metrics.update(batch.metrics)
+        metrics.update(compute_seqlen_metrics(batch, self.devices))
         metrics.update(compute_rollout_metrics(batch))
         metrics.update(compute_data_metrics(batch))
         metrics.update(compute_timing_metrics(timing, batch, n_gpus=self.devices))

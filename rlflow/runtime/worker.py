@@ -72,7 +72,7 @@ class StageWorker:
         # before they load, rather than through a runtime_env, which would keep Ray from reusing the
         # Python workers it has already started.
         os.environ.update(process_env or {})
-        import_plugins(plugins)  # plugin stage kinds and backends must be known in this process too
+        import_plugins(plugins, project_root)  # plugin stage kinds and backends must be known in this process too
         self.pipeline = Pipeline.model_validate(pipeline)
         self.resource = resource
         spec = self.pipeline.resources.get(resource)

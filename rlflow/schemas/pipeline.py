@@ -34,7 +34,10 @@ class StrictModel(BaseModel):
 class ModelSpec(StrictModel):
     """The policy model: a local Hugging Face directory or a built-in model (``builtin:<name>``)."""
 
-    path: str = Field("builtin:tiny-qwen2", description="Local HF directory, or builtin:tiny-qwen2 (no download).")
+    path: str = Field(
+        "builtin:tiny-qwen2",
+        description="Local HF directory, builtin:tiny-qwen2 (no download), or builtin:tiny-sql-warm / tiny-rank-warm.",
+    )
     tokenizer: str | None = Field(None, description="Tokenizer directory when it differs from `path`.")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     gradient_checkpointing: bool = False

@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from rlflow.assets import builtin_path
 from rlflow.errors import ConfigError, RegistryError
 from rlflow.schemas.diagnostics import Diagnostic, format_path, suggestion
 from rlflow.schemas.validation import validation_diagnostics
@@ -126,8 +127,9 @@ class ProjectConfig(_Strict):
         return self.model_copy(update={"logging": logging})
 
     def resolve(self, path: str | os.PathLike) -> Path:
-        """A path from a config file: ``~`` expanded, relative paths taken from the project root."""
-        p = Path(path).expanduser()
+        """A path from a config file: a packaged ``builtin:`` path, ``~`` expanded, relative paths taken from
+        the project root. ValueError for an unknown ``builtin:`` name."""
+        p = builtin_path(path) or Path(path).expanduser()
         return p if p.is_absolute() else self._root / p
 
     def diagnostic(self, path: tuple, message: str, fix: str = "") -> Diagnostic:
@@ -188,7 +190,7 @@ def import_project_plugins(config: ProjectConfig) -> list[Diagnostic]:
     problems = []
     for i, module in enumerate(config.plugins):
         try:
-            import_plugins([module])
+            import_plugins([module], config.root)
         except RegistryError as exc:
             problems.append(config.diagnostic(("plugins", i), str(exc)))
     return problems

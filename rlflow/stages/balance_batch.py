@@ -19,7 +19,8 @@ verl step 3: ``_balance_batch`` of verl's trainer, after generation and the rewa
   a different partition: the partitions then have the sizes of the executor's contiguous shards
   (differing by one), and are matched to them.
 - The compiler adds this stage when ``trainer.balance_batch`` is on and that pool has more than
-  one worker; declared by hand, it follows the same rule.
+  one worker; declared by hand, it follows the same rule. Without it the trainer logs the
+  ``global_seqlen/*`` of the unbalanced shards (``rlflow.metrics``), so they come every step.
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlflow.errors import StageError
+from rlflow.metrics import SEQLEN_PREFIX
 from rlflow.stages.base import StageContext, StageKind
 from rlflow.stages.registry import actor_data_parallel_size, builtin_stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.batch import Batch
-
-METRIC_PREFIX = "global_seqlen"
 
 
 def balanced_partitions(seqlens: list[int], dp: int) -> list[list[int]]:
@@ -72,5 +72,5 @@ class BalanceBatch(StageKind):
         out = batch.index([i for part in partitions for i in part])
         # verl's sums over dp contiguous chunks before balancing need a row count dp divides: the placeholders
         padded = seqlens + [0] * (-len(seqlens) % dp)
-        out.metrics.update(log_seqlen_unbalance(seqlen_list=padded, partitions=partitions, prefix=METRIC_PREFIX))
+        out.metrics.update(log_seqlen_unbalance(seqlen_list=padded, partitions=partitions, prefix=SEQLEN_PREFIX))
         return out

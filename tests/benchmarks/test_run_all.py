@@ -33,6 +33,10 @@ def pages(tmp_path, monkeypatch):
     return results
 
 
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=common.ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_the_readme_table_is_replaced_and_the_rest_kept(pages):
     _result(pages, "compile", commit="abc1234", finished="2026-01-02 03:04:05", notes="ran twice")
     run_all.write_summary(quick=False, outcomes={})
@@ -46,7 +50,7 @@ def test_the_readme_table_is_replaced_and_the_rest_kept(pages):
         "1.0x",
         ">= 1",
         "yes",
-        "abc1234",
+        "stale: measured on abc1234, which this checkout lacks",
     ]
     assert any(line.startswith("| step") and "(not run)" in line for line in readme.splitlines())
     page = run_all.PAGE.read_text()
@@ -92,3 +96,43 @@ def test_the_commit_is_the_checkouts_head():
         ["git", "rev-parse", "--short", "HEAD"], cwd=common.ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert common.commit_id() in (head, f"{head}-dirty")
+
+
+def test_a_row_says_stale_in_words_unless_measured_on_the_code_it_ships_with():
+    head = git("rev-parse", "--short", "HEAD")
+    first = git("rev-list", "--max-parents=0", "--abbrev-commit", "HEAD").splitlines()[0]
+    assert run_all.measured_on(head) == head, "no code changed since HEAD"
+    assert run_all.measured_on(first) == f"stale: measured on {first}, code changed since"
+    assert run_all.measured_on(f"{head}-dirty") == f"stale: measured on {head} with uncommitted code changes"
+    assert run_all.measured_on("333d1c4*") == "stale: commit not recorded (file from 333d1c4)"
+    assert run_all.measured_on("unknown") == "stale: commit not recorded"
+    assert not any("*" in row["commit"] for row in run_all.summary_rows(run_all.load_sources(quick=False)))
+
+
+def test_a_ratio_is_judged_round_by_round_never_on_pooled_medians():
+    """step.json's two rounds: rlflow / loop was 1.42 and 1.04, while the pooled medians gave 0.95."""
+    row = common.round_ratio_row("step", "rlflow / loop", [73.4, 33.7], [51.8, 32.4], "<= 1.05", lambda r: r <= 1.05)
+    assert row["met"] is False and row["goal"] == "<= 1.05 in every round"
+    assert row["measured_text"] == "1.23x (rounds 1.04-1.42)" and "median of per-round ratios" in row["figure"]
+    assert common.round_ratio_row("x", "y", [1.0, 1.02], [1.0, 1.0], "<= 1.05", lambda r: r <= 1.05)["met"] is True
+    assert common.round_ratio_row("x", "y", [None], [1.0], "<= 1", lambda r: True)["met"] is None
+    committed = json.loads((common.RESULTS / "step.json").read_text())
+    if committed.get("arms", {}).get("rlflow", {}).get("step_s_per_round") == [73.36450472800061, 33.74126686700038]:
+        (loop_row, _) = run_all.report_rows("step", committed)
+        assert loop_row["met"] is False and "rounds 1.04-1.42" in loop_row["measured_text"]
+
+
+def test_make_bench_refuses_a_tree_with_uncommitted_code(monkeypatch, capsys):
+    monkeypatch.setattr(common, "commit_id", lambda: "abc1234-dirty")
+    monkeypatch.setattr(run_all, "run_one", lambda *a: pytest.fail("a benchmark ran on a dirty tree"))
+    assert run_all.main(["--only", "validate"]) == 2
+    assert "uncommitted code changes" in capsys.readouterr().err
+
+
+def test_the_learning_benchmark_refuses_a_tree_with_uncommitted_code(monkeypatch, capsys):
+    from benchmarks import bench_learning
+
+    monkeypatch.setattr(common, "commit_id", lambda: "abc1234-dirty")
+    monkeypatch.setattr(bench_learning, "run_seed", lambda *a: pytest.fail("a seed ran on a dirty tree"))
+    assert bench_learning.main([]) == 2
+    assert "--allow-dirty" in capsys.readouterr().err

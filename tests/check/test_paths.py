@@ -36,7 +36,8 @@ def test_each_missing_path_is_reported_at_its_line_with_what_to_do(project_dir):
         "(point it at the folder holding <db_id>/<db_id>.sqlite, "
         "or validate with --no-check-paths on a machine without the data)",
         f"3:15: model.path: no folder at {root}/models/policy, resolved from the project root {root} "
-        "(point it at a local Hugging Face model directory (rlflow never downloads) or builtin:tiny-qwen2, "
+        "(point it at a local Hugging Face model directory (rlflow never downloads), builtin:tiny-qwen2 or "
+        "builtin:tiny-sql-warm, "
         "or validate with --no-check-paths on a machine without the data)",
         f"3:41: model.tokenizer: no folder at {root}/models/tok, resolved from the project root {root} "
         "(point it at a local tokenizer directory, or remove model.tokenizer, "

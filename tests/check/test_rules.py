@@ -231,23 +231,36 @@ def test_text2sql_reward_needs_text_to_sql_rows(project_dir):
 
 
 @pytest.mark.parametrize(
-    "algorithm, warned",
+    "algorithm, warned, fix",
     [
-        ("clip_ratio: 0.3", "clip_ratio 0.3 is ignored, as in verl"),
-        ("clip_ratio: 0.3, clip_ratio_low: 0.1, clip_ratio_high: 0.28", "= [1 - 0.1, 1 + 0.28]"),
-        ("clip_ratio: 0.3, clip_ratio_high: null", None),  # the upper bound is clip_ratio
-        ("clip_ratio: 0.2", None),  # equal to both bounds: nothing is lost
-        ("clip_ratio_low: 0.2, clip_ratio_high: 0.28", None),  # DAPO's clip-higher, written as in verl
+        (
+            "clip_ratio: 0.3",
+            "clip_ratio 0.3 is ignored, as in verl",
+            "set clip_ratio_low: 0.3 and clip_ratio_high: 0.3",
+        ),
+        ("clip_ratio: 0.3, clip_ratio_low: 0.1, clip_ratio_high: 0.28", "= [1 - 0.1, 1 + 0.28]", "remove clip_ratio"),
+        ("clip_ratio: 0.3, clip_ratio_high: null", None, None),  # the upper bound is clip_ratio
+        ("clip_ratio: 0.2", None, None),  # equal to both bounds: nothing is lost
+        ("clip_ratio_low: 0.2, clip_ratio_high: 0.28", None, None),  # DAPO's clip-higher, written as in verl
+        # DAPO as import-verl writes it (every resolved value): clip_ratio is the lower bound
+        ("clip_ratio: 0.2, clip_ratio_low: 0.2, clip_ratio_high: 0.28", None, None),
     ],
 )
-def test_a_clip_ratio_that_verl_ignores_is_a_warning(project_dir, algorithm, warned):
+def test_a_clip_ratio_that_verl_ignores_is_a_warning(project_dir, algorithm, warned, fix):
     loaded = load_text(project_dir, MINIMAL.replace("algorithm: {n: 4}", f"algorithm: {{n: 4, {algorithm}}}"))
     if warned is None:
         assert loaded.warnings == ()
         return
     (warning,) = loaded.warnings
     assert (warning.line, warning.path) == (3, "algorithm.clip_ratio") and warned in warning.message
-    assert warning.fix.startswith("set clip_ratio_low: 0.3 and clip_ratio_high: 0.3")
+    assert warning.fix.startswith(fix)
+
+
+def test_a_clip_ratio_warning_never_undoes_clip_higher(project_dir):
+    """Whatever the bounds, the advice never sets clip_ratio_high to the lower bound's value."""
+    text = "clip_ratio: 0.25, clip_ratio_low: 0.2, clip_ratio_high: 0.28"
+    (warning,) = load_text(project_dir, MINIMAL.replace("algorithm: {n: 4}", f"algorithm: {{n: 4, {text}}}")).warnings
+    assert "clip_ratio_high: 0." not in warning.fix and "clip_ratio_low: 0." not in warning.fix
 
 
 def test_a_clip_ratio_warning_names_the_set_that_made_it(project_dir):
@@ -278,3 +291,13 @@ def test_a_token_budget_below_the_longest_row_is_a_warning(project_dir, sets, wa
     (warning,) = loaded.warnings
     assert warning.path == warned and "gets a micro-batch of its own (verl refuses this budget)" in warning.message
     assert warning.fix.startswith(f"set {warned.split('.')[1]} to at least ")
+
+
+def test_a_batch_not_a_multiple_of_the_mini_batch_is_a_warning_as_verl_runs_it(project_dir):
+    """verl's run_qwen3-1.7b.sh (1024 / 80) in small: verl pads the last mini-batch, rlflow runs it shorter."""
+    text = MINIMAL.replace("ppo_mini_batch_size: 4}", "ppo_mini_batch_size: 3}")
+    loaded = load_text(project_dir, text)
+    (warning,) = loaded.warnings
+    assert warning.path == "trainer.ppo_mini_batch_size"
+    assert "each epoch of an update takes 2 mini-batches of 3 prompts and a last one of 2" in warning.message
+    assert warning.fix == "for mini-batches of one size, use a divisor of 8, such as 2"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,40 @@ def test_verls_gsm8k_example_becomes_a_valid_pipeline(tmp_path):
     ]
     assert spec.stages[1].with_["function"] == "verl.utils.reward_score:default_compute_score"
     assert spec.stages[3].with_ == {"micro_batch_size": 16, "use_dynamic_bsz": False, "max_token_len": 16384}
+
+
+def test_the_example_in_docs_verl_is_what_the_tool_writes(tmp_path):
+    """docs/verl.md's command, run as written: its pools and stages and its listing are the tool's output."""
+    doc = (REPO / "docs" / "verl.md").read_text()
+    blocks = re.findall(r"```(\w*)\n(.*?)```", doc, re.S)
+    (command,) = [text for lang, text in blocks if lang == "sh" and "-o pipelines/gsm8k_grpo.yaml" in text]
+    command = command.split("\nrlflow validate")[0].replace("rlflow import-verl", f"{rlflow_cmd()} import-verl", 1)
+    (tmp_path / "pipelines").mkdir()
+    result = shell(command, tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = (tmp_path / "pipelines" / "gsm8k_grpo.yaml").read_text()
+    (shown,) = [text for lang, text in blocks if lang == "yaml" and text.startswith("resources:\n  actor_pool:")]
+    assert shown in written
+    listing = [text for lang, text in blocks if lang == "" and text.startswith("converted")]
+    assert listing == ["".join(line + "\n" for line in result.stderr.splitlines()[:-1])]
+
+
+def test_an_imported_dapo_config_validates_without_advice_that_undoes_clip_higher(tmp_path):
+    """verl's DAPO recipe: clip_ratio_low 0.2, clip_ratio_high 0.28 (and clip_ratio left at 0.2)."""
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\n")
+    out = tmp_path / "dapo.yaml"
+    overrides = "actor_rollout_ref.actor.clip_ratio_low=0.2 actor_rollout_ref.actor.clip_ratio_high=0.28"
+    result = shell(
+        f"{rlflow_cmd()} import-verl ppo_trainer algorithm.adv_estimator=grpo actor_rollout_ref.model.path=m "
+        f"actor_rollout_ref.rollout.name=hf data.train_batch_size=16 actor_rollout_ref.actor.ppo_mini_batch_size=8 "
+        f"{overrides} -o {out}",
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = load_pipeline(out, (), load_project_config(tmp_path), check_paths=False)
+    algo = loaded.spec.algorithm
+    assert (algo.clip_ratio, algo.clip_ratio_low, algo.clip_ratio_high) == (0.2, 0.2, 0.28)
+    assert loaded.warnings == ()
 
 
 def test_a_users_config_with_a_custom_reward_round_trips(tmp_path):

@@ -64,11 +64,11 @@ def test_every_error_of_every_file_exit_2_no_traceback(tmp_path):
 
 
 def test_set_options_reach_the_pipeline():
-    result = rlflow("validate", BIRD, "--set", "trainer.ppo_mini_batch_size=5", "-s", "bird_root=/elsewhere")
+    result = rlflow("validate", BIRD, "--set", "trainer.ppo_mini_batch_size=20", "-s", "bird_root=/elsewhere")
     assert result.returncode == 2
     expected = (
-        "trainer.ppo_mini_batch_size: --set trainer.ppo_mini_batch_size=5: train_batch_size 16 is not a "
-        "multiple of ppo_mini_batch_size 5"
+        "trainer.ppo_mini_batch_size: --set trainer.ppo_mini_batch_size=20: train_batch_size 16 is smaller than "
+        "ppo_mini_batch_size 20"
     )
     assert expected in result.stderr
 
@@ -313,3 +313,31 @@ def test_plain_validate_never_imports_typer():
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.stderr.strip().splitlines()[-1] == "False False", result.stderr
+
+
+def test_a_plugin_next_to_rlflow_yaml_imports_without_pythonpath(tmp_path):
+    """The installed `rlflow` script from a subfolder: only the project root can hold the plugin."""
+    (tmp_path / "rlflow.yaml").write_text("vars: {bird_root: b, model_path: builtin:tiny-qwen2}\nplugins: [my_kinds]\n")
+    (tmp_path / "my_kinds.py").write_text(
+        "from rlflow.stages.base import StageKind\n"
+        "from rlflow.stages.registry import register_stage\n\n\n"
+        "@register_stage\n"
+        "class Noop(StageKind):\n"
+        "    name = 'my_noop'\n"
+        "    allowed_on = frozenset({'cpu'})\n\n"
+        "    def run(self, batch, ctx):\n"
+        "        return batch\n"
+    )
+    (tmp_path / "pipelines").mkdir()
+    reward = "  - {name: reward,       uses: text2sql_reward, on: reward_pool}\n"
+    text = (REPO / BIRD).read_text().replace(reward, reward + "  - {name: noop, uses: my_noop, on: reward_pool}\n")
+    (tmp_path / "pipelines" / "p.yaml").write_text(text)
+    script = Path(sys.executable).parent / "rlflow"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    args = [str(script), "validate", "--no-check-paths", "p.yaml"]
+    run = subprocess.run(args, cwd=tmp_path / "pipelines", capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0 and "p.yaml: ok" in run.stdout, run.stderr
+    (tmp_path / "my_kinds.py").unlink()
+    run = subprocess.run(args, cwd=tmp_path / "pipelines", capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert f"from the project root {tmp_path.resolve()}" in run.stderr and "add its folder to PYTHONPATH" in run.stderr

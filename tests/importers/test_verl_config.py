@@ -103,6 +103,19 @@ def test_every_malformed_override_is_reported_at_once():
     ]
 
 
+def test_every_unknown_key_is_reported_in_one_pass():
+    overrides = ["foo.bar=1", "trainer.nnodes=1", "actor_rollout_ref.actor.clip_ratio_hgh=0.3", "trainer.nope=2"]
+    with pytest.raises(ConfigError) as info:
+        read_verl_config("ppo_trainer", overrides)
+    messages = [d.message for d in info.value.diagnostics]
+    assert [m.split(":")[0] for m in messages] == [
+        "override 'foo.bar=1'",
+        "override 'actor_rollout_ref.actor.clip_ratio_hgh=0.3'",
+        "override 'trainer.nope=2'",
+    ]
+    assert "did you mean 'clip_ratio_high'?" in info.value.diagnostics[1].fix
+
+
 def test_a_config_that_is_not_there_names_the_shipped_ones(tmp_path):
     with pytest.raises(ConfigError) as info:
         read_verl_config(str(tmp_path / "nothere.yaml"))

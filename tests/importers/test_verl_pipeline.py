@@ -123,8 +123,46 @@ def test_a_kl_stage_setting_without_kl_is_listed():
 def test_one_train_file_is_read_and_the_others_are_listed():
     conversion = converted("data.train_files=[a.parquet,b.parquet,c.parquet]")
     assert conversion.pipeline["data"]["train"] == "a.parquet"
-    (line,) = conversion.dropped
-    assert line.startswith('data.train_files: ["b.parquet", "c.parquet"]: rlflow reads one file per split')
+    assert conversion.dropped == []
+    (line,) = conversion.changed
+    assert line.startswith('data.train_files=["a.parquet", "b.parquet", "c.parquet"]: rlflow reads one file per split')
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.1", "trainer.total_training_steps=100"],
+        ["data.train_files=[a.parquet,b.parquet]", "data.val_files=[c.parquet,d.parquet]"],
+        ["trainer.project_name=my project"],
+        ["actor_rollout_ref.actor.ppo_mini_batch_size=80", "data.train_batch_size=1024"],
+    ],
+)
+def test_a_key_is_never_listed_both_converted_and_not_carried_over(overrides):
+    conversion = converted(*overrides)
+    shown = [line.partition("=")[0] for line in conversion.changed + conversion.notes]
+    dropped = [line.partition(":")[0] for line in conversion.dropped]
+    assert shown and not set(shown) & set(dropped), conversion.listing()
+
+
+def test_a_batch_not_a_multiple_of_the_mini_batch_is_noted_as_verl_runs_it():
+    """verl's examples/grpo_trainer/run_qwen3-1.7b.sh: 1024 prompts a step, mini-batches of 80."""
+    conversion = converted("data.train_batch_size=1024", "actor_rollout_ref.actor.ppo_mini_batch_size=80")
+    assert (
+        conversion.pipeline["trainer"]["train_batch_size"],
+        conversion.pipeline["trainer"]["ppo_mini_batch_size"],
+    ) == (
+        1024,
+        80,
+    )
+    assert conversion.notes == [
+        "actor_rollout_ref.actor.ppo_mini_batch_size=80: data.train_batch_size 1024 is not a multiple, so each "
+        "update takes 12 mini-batches of 80 prompts and a last one of 64 (verl pads it with no-op samples)"
+    ]
+    assert conversion.listing()[0] == "converted, as verl runs it:"
+    with pytest.raises(ConfigError) as info:  # verl's ActorConfig.validate refuses a mini-batch over the batch
+        converted("data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=32")
+    (problem,) = info.value.diagnostics
+    assert problem.path == "actor_rollout_ref.actor.ppo_mini_batch_size" and "verl refuses it too" in problem.message
 
 
 def test_a_custom_reward_function_keeps_verls_path_and_name():

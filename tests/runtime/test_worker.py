@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
-from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
+import shutil
+
+from runtime_helpers import PLUGINS, REPO, read_jsonl, rlflow, small_sets
 
 from rlflow.assets import BIRD_SAMPLE
 
 
 def test_a_reward_pool_worker_never_imports_torch(tmp_path):
+    """Also: a plugin module next to rlflow.yaml imports, in the driver and the Ray workers, without PYTHONPATH
+    (the run starts from a subfolder, so neither the working directory nor PYTHONPATH holds the module)."""
     (tmp_path / "rlflow.yaml").write_text(
         f"vars:\n  model_path: builtin:tiny-qwen2\n  bird_root: {BIRD_SAMPLE}\nplugins: [rlflow_test_probes]\n"
     )
+    shutil.copy(PLUGINS / "rlflow_test_probes.py", tmp_path)
     reward = "  - {name: reward,       uses: text2sql_reward, on: reward_pool}\n"
     probe = "  - {name: probe, uses: test_modules_probe, on: reward_pool}\n"
     pipeline = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
     assert reward in pipeline
-    (tmp_path / "p.yaml").write_text(pipeline.replace(reward, reward + probe))
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "pipelines" / "p.yaml").write_text(pipeline.replace(reward, reward + probe))
     sets = small_sets("trainer.total_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=false")
-    result = rlflow("run", "p.yaml", "--run-dir", str(tmp_path / "run"), *sets, cwd=tmp_path)
+    result = rlflow(
+        "run",
+        "p.yaml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        *sets,
+        cwd=tmp_path / "pipelines",
+        env={"PYTHONPATH": str(REPO)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     step = read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]
     assert step["critic/score/mean"] >= 0, "the reward ran, on the same workers"

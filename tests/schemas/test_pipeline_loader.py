@@ -58,15 +58,15 @@ def test_missing_file_is_a_diagnostic(tmp_path):
 
 def test_schema_and_rule_errors_are_reported_together(project_dir):
     text = MINIMAL.replace("{train: data/train.json}", "{train: data/train.json, shufle: true}")
-    text = text.replace("ppo_mini_batch_size: 4}", "ppo_mini_batch_size: 3}")
+    text = text.replace("ppo_mini_batch_size: 4}", "ppo_mini_batch_size: 9}")
     text = text.replace("on: rw}", "on: rww}").replace("uses: old_log_prob", "uses: old_log_prb")
     text = text.replace("algorithm: {n: 4}", "algorithm: {n: four}")
     problems = problems_of(project_dir, text)
     assert problems == [
         "2:32: data.shufle: unknown key 'shufle' (did you mean 'shuffle'?)",
         "3:16: algorithm.n: expected an integer, got string 'four'",
-        "4:53: trainer.ppo_mini_batch_size: train_batch_size 8 is not a multiple of ppo_mini_batch_size 3 "
-        "(use a divisor of 8, such as 2)",
+        "4:53: trainer.ppo_mini_batch_size: train_batch_size 8 is smaller than ppo_mini_batch_size 9 "
+        "(verl refuses this too) (set ppo_mini_batch_size to at most 8)",
         "10:47: stages[1].on: unknown resource 'rww' (did you mean 'rw'?)",
         "11:32: stages[2].uses: unknown stage kind 'old_log_prb'; known kinds: "
         + ", ".join(__import__("rlflow.stages", fromlist=["STAGE_KINDS"]).STAGE_KINDS.names())

@@ -15,9 +15,12 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
   by the data-parallel size; gradients are summed over micro-batches and averaged over
   ranks. The update is then the same however the mini-batch is split into micro-batches or
   ranks (up to float rounding).
-- A mini-batch is ``ppo_mini_batch_size x n`` samples across all ranks; each rank splits its
-  shard into as many mini-batches as the global batch needs, so every rank joins the same
-  number of collectives even when shards differ by a row.
+- A mini-batch is ``ppo_mini_batch_size x n`` samples across all ranks, consecutive rows of each
+  rank's shard (its share of them); every rank cuts as many mini-batches as the global batch
+  needs, so every rank joins the same number of collectives even when shards differ by a row.
+  A batch that is not a multiple ends in a shorter mini-batch, where verl 0.9.1 pads it with
+  no-op samples (``upsample_batch_to_divisible_size``): their loss mask is empty, and verl's
+  ``global_batch_size`` stays the full mini-batch, so the loss here is normalised the same way.
 - A non-finite loss is never back-propagated: the ranks agree on it first (one all-reduce)
   and all raise ``StageError`` before that mini-batch's optimizer step. A non-finite gradient
   norm with a finite loss skips the step, as verl does.
@@ -41,7 +44,6 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any
 
@@ -50,7 +52,7 @@ import torch
 from rlflow.backends.local import distributed
 from rlflow.backends.local.logprob import forward_log_probs
 from rlflow.backends.local.master_weights import MasterWeights, needs_master_weights
-from rlflow.backends.local.micro_batches import micro_batch_rows
+from rlflow.backends.local.micro_batches import micro_batch_rows, mini_batches
 from rlflow.backends.local.perf import peak_tflops, update_perf_metrics
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, StageError
@@ -186,11 +188,11 @@ class Actor:
         total_rows = int(
             distributed.all_reduce(torch.tensor([float(len(batch))], device=self.device), self.world_size).item()
         )
-        num_mini = max(1, math.ceil(total_rows / (t.ppo_mini_batch_size * a.n)))
+        minis = mini_batches(batch, total_rows, t.ppo_mini_batch_size * a.n, self.world_size)
         self.model.train()
         history: list[dict[str, float]] = []
         for epoch in range(t.ppo_epochs):
-            for index, mini in enumerate(batch.split(num_mini)):
+            for index, mini in enumerate(minis):
                 start = time.perf_counter()
                 metrics = self._mini_batch(mini, temperature, where=(step, stage, epoch, index))
                 history.append({**metrics, **self._perf_metrics(mini, time.perf_counter() - start)})
@@ -214,7 +216,11 @@ class Actor:
         return dict(zip(mine, distributed.all_reduce(values, self.world_size, op="mean").tolist()))
 
     def _set_global_batch_info(self, mini: Batch) -> None:
-        """Tell verl's loss aggregation the mini-batch's size over every data-parallel rank."""
+        """Tell verl's loss aggregation the mini-batch's size over every data-parallel rank.
+
+        The sequence count is the full mini-batch's even for a shorter last one, as in verl (whose
+        padding rows count as sequences); the token count is the real tokens (padding has none).
+        """
         counts = torch.tensor(
             [float(len(mini)), float(loss_mask(mini).sum()) if len(mini) else 0.0], device=self.device
         )
@@ -223,7 +229,7 @@ class Actor:
         info.update(
             dp_size=self.world_size,
             batch_num_tokens=max(tokens, 1.0),
-            global_batch_size=max(rows, 1.0),
+            global_batch_size=max(rows, float(self.pipeline.trainer.ppo_mini_batch_size * self.pipeline.algorithm.n)),
             loss_scale_factor=self.loss_config.loss_scale_factor,
         )
 

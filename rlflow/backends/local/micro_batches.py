@@ -1,6 +1,9 @@
-"""How a batch is cut into micro-batches: a fixed number of rows, or a token budget (verl's dynamic batch size).
+"""How a batch is cut into mini-batches, and those into micro-batches: a fixed number of rows, or a token budget.
 
 Design decisions:
+- Mini-batches (``mini_batches``) are verl 0.9.1's: consecutive ``ppo_mini_batch_size x n``
+  samples over all ranks, and a shorter last one where the batch is not a multiple (verl pads
+  that one with no-op samples, which carry no loss).
 - Fixed size: ``micro_batch_size`` neighbouring rows per micro-batch (the last may be shorter).
 - Token budget (verl's ``use_dynamic_bsz`` / ``ppo_max_token_len_per_gpu``): a row costs its
   prompt + response tokens (the sum of its attention mask, what verl counts). The cut is verl's
@@ -25,10 +28,25 @@ Design decisions:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rlflow.backends.local.generation import shared_prompt_starts
 from rlflow.batch import Batch
+
+
+def mini_batches(batch: Batch, total_rows: int, mini_batch_size: int, world_size: int = 1) -> list[Batch]:
+    """This rank's shard of each mini-batch of ``mini_batch_size`` samples out of ``total_rows`` over all ranks.
+
+    Every rank gets the same number of mini-batches (some maybe empty), so all join the same
+    collectives; the last one keeps any rows past them (never the case with even shards).
+    """
+    count = max(1, math.ceil(total_rows / mini_batch_size))
+    size = math.ceil(mini_batch_size / world_size)
+    rows = len(batch)
+    bounds = [min(i * size, rows) for i in range(count)] + [rows]
+    return [batch.index(range(bounds[i], bounds[i + 1])) for i in range(count)]
 
 
 def micro_batch_rows(

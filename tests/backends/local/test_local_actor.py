@@ -172,3 +172,36 @@ def test_update_reports_verls_mfu_and_memory(sharp_model, prompt_batch, tokenize
     metrics = Actor(sharp_model, make_pipeline(trainer={"ppo_mini_batch_size": 1})).update(batch)
     assert 0 < metrics["perf/mfu/actor"] < 1  # a nominal 448 GFLOPS CPU peak: busy, but never above it
     assert metrics["actor/perf/max_memory_allocated_gb"] == 0.0 and metrics["actor/perf/cpu_memory_used_gb"] > 0
+
+
+def verl_padded(batch: Batch, rows: int) -> Batch:
+    """``batch`` with ``rows`` more rows as verl 0.9.1's ``upsample_batch_to_divisible_size`` adds them:
+    copies of a real row whose loss mask is empty (no tokens, no reward, no advantage)."""
+    pad = batch.index([0] * rows)
+    for key in ("response_mask", "advantages"):
+        pad[key] = torch.zeros_like(pad[key])
+    return Batch.concat([batch, pad])
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_a_batch_not_a_multiple_of_the_mini_batch_updates_as_verls_padded_batch(
+    sharp_model, prompt_batch, tokenizer, mode
+):
+    """verl's run_qwen3-1.7b.sh case (1024 prompts, mini-batches of 80) in small: 3 prompts, mini-batches of 2.
+
+    verl pads the batch to a multiple of the mini-batch with no-op samples; rlflow's shorter last
+    mini-batch must give the same steps (SGD: the step is linear in the gradient).
+    """
+    batch = training_batch(sharp_model, prompt_batch, tokenizer)  # 3 prompts x n 2 = 6 rows
+    pipeline = make_pipeline(
+        algorithm={"loss_agg_mode": mode}, trainer={"ppo_mini_batch_size": 2, "optim": {"name": "sgd", "lr": 0.1}}
+    )
+    ours, padded = copy.deepcopy(sharp_model), copy.deepcopy(sharp_model)
+    mine = Actor(ours, pipeline).update(batch)
+    theirs = Actor(padded, pipeline).update(verl_padded(batch, 2))  # 8 rows: two full mini-batches
+    assert mine["actor/pg_loss"] == pytest.approx(theirs["actor/pg_loss"], rel=1e-5, abs=1e-7)
+    assert mine["actor/grad_norm"] == pytest.approx(theirs["actor/grad_norm"], rel=1e-4)
+    assert all(torch.allclose(p, q, atol=1e-6) for p, q in zip(params_of(ours), params_of(padded)))
+    steps = Actor(copy.deepcopy(sharp_model), make_pipeline(trainer={"ppo_mini_batch_size": 2}))
+    steps.update(batch)
+    assert {int(s["step"]) for s in steps.optimizer.state_dict()["state"].values()} == {2}  # 4 rows, then 2

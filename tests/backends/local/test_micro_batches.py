@@ -13,7 +13,8 @@ from test_local_actor import params_of, training_batch
 
 from rlflow.backends.local.actor import Actor
 from rlflow.backends.local.logprob import batch_log_probs
-from rlflow.backends.local.micro_batches import micro_batch_rows
+from rlflow.backends.local.micro_batches import micro_batch_rows, mini_batches
+from rlflow.batch import Batch
 from rlflow.schemas.pipeline import AlgorithmSpec
 
 LOSS_AGG_MODES = typing.get_args(AlgorithmSpec.model_fields["loss_agg_mode"].annotation)
@@ -86,3 +87,26 @@ def test_token_budget_micro_batches_give_the_gradients_of_fixed_ones(sharp_model
     for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/grad_norm"):
         assert dynamic[key] == pytest.approx(fixed[key], rel=1e-4, abs=1e-7), key
     assert all(torch.allclose(p, q, atol=1e-6) for p, q in zip(dynamic_params, fixed_params))
+
+
+@pytest.mark.parametrize(
+    "total, mini, world, sizes",
+    [
+        (12, 4, 1, [4, 4, 4]),
+        (10, 4, 1, [4, 4, 2]),  # not a multiple: verl's shorter (padded) last mini-batch
+        (2, 4, 1, [2]),
+        (10, 4, 2, [2, 2, 1]),  # rank 0's shard of 5 rows
+    ],
+)
+def test_mini_batches_are_consecutive_full_mini_batches_then_the_rest(total, mini, world, sizes):
+    shard = Batch({"x": torch.arange(sizes and sum(sizes))})
+    parts = mini_batches(shard, total, mini, world)
+    assert [len(p) for p in parts] == sizes
+    assert torch.equal(torch.cat([p["x"] for p in parts]), shard["x"])
+
+
+def test_verls_1024_prompts_in_mini_batches_of_80():
+    """verl's run_qwen3-1.7b.sh: train_batch_size 1024, ppo_mini_batch_size 80, n 5 on 8 workers."""
+    total, mini, world = 1024 * 5, 80 * 5, 8
+    parts = mini_batches(Batch({"x": torch.arange(total // world)}), total, mini, world)
+    assert [len(p) for p in parts] == [50] * 12 + [40]  # 12 full mini-batches, the 64 prompts left
