@@ -14,7 +14,8 @@ force everywhere else. Design decisions:
 - Packed rows (``varlen``: the rows' offsets in the packed sequence): attention stays inside each
   row and no [T, T] mask is ever built. On CUDA the rows are a jagged nested tensor and SDPA runs
   one variable-length flash kernel per layer; where that is unavailable (the CPU, or a CUDA build
-  without it: checked once, then remembered) SDPA runs causally per row.
+  without it or its backward: probed once on small tensors, then remembered) SDPA runs causally
+  per row.
 - Without a mask or rows, SDPA runs with ``enable_gqa`` (its flash kernel needs no repeat).
 """
 
@@ -31,7 +32,7 @@ log = logging.getLogger("rlflow.backends.local")
 
 NAME = "rlflow_sdpa"
 _registered = False
-_nested_ok: dict[str, bool] = {}  # device type -> whether jagged SDPA ran there
+_nested_ok: dict[tuple, bool] = {}  # (device, dtype, heads, KV heads, head dim) -> whether jagged SDPA works
 
 
 @dataclass(frozen=True)
@@ -135,16 +136,41 @@ def grouped_masked(
 
 def _packed(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, varlen: Varlen, scaling) -> torch.Tensor:
     """Causal attention inside each packed row of ``[1, H, T, D]`` inputs."""
-    device = query.device.type
-    if device == "cuda" and _nested_ok.get(device, True):
-        try:
-            out = _packed_nested(query, key, value, varlen, scaling)
-            _nested_ok[device] = True
-            return out
-        except (RuntimeError, NotImplementedError) as error:  # no jagged flash kernel in this build
-            log.warning("packed attention: jagged SDPA unavailable on %s (%s); using one SDPA per row", device, error)
-            _nested_ok[device] = False
+    if query.device.type == "cuda" and _nested_works(query, key.shape[1]):
+        return _packed_nested(query, key, value, varlen, scaling)
     return _packed_per_row(query, key, value, varlen, scaling)
+
+
+def _nested_works(query: torch.Tensor, kv_heads: int) -> bool:
+    """Whether jagged SDPA runs forward and backward here and agrees with per-row SDPA (probed once per kind of input).
+
+    A probe on small tensors of the pass's dtype and head size, so that a torch build without the
+    kernel (or with a backward it cannot take) falls back before a real pass depends on it.
+    """
+    kind = (str(query.device), query.dtype, query.shape[1], kv_heads, query.shape[-1])
+    if kind not in _nested_ok:
+        try:
+            _nested_ok[kind] = _probe_nested(query, kv_heads)
+        except (RuntimeError, NotImplementedError, ValueError, TypeError) as error:
+            log.warning("packed attention: no jagged SDPA for %s (%s); one SDPA per row instead", kind, error)
+            _nested_ok[kind] = False
+    return _nested_ok[kind]
+
+
+def _probe_nested(query: torch.Tensor, kv_heads: int) -> bool:
+    with torch.enable_grad():  # the log-prob passes run under no_grad: the probe needs its own graph
+        gen = torch.Generator(device=query.device).manual_seed(0)
+        shapes = ((1, query.shape[1], 12, query.shape[-1]), (1, kv_heads, 12, query.shape[-1]))
+        q, k, v = (
+            torch.randn(shape, generator=gen, device=query.device).to(query.dtype).requires_grad_(True)
+            for shape in (shapes[0], shapes[1], shapes[1])
+        )
+        probe = Varlen.from_lengths([5, 7], query.device)
+        nested = _packed_nested(q, k, v, probe, None)
+        nested.float().square().sum().backward()
+    expected = _packed_per_row(q.detach(), k.detach(), v.detach(), probe, None)
+    tolerance = 1e-2 if query.dtype in (torch.bfloat16, torch.float16) else 1e-4
+    return bool(torch.allclose(nested.detach().float(), expected.float(), atol=tolerance))
 
 
 def _packed_per_row(query, key, value, varlen: Varlen, scaling) -> torch.Tensor:

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from rlflow.backends.local import static_decode
-from rlflow.backends.local.attention import grouped_masked
 from rlflow.backends.local.generation import SamplingParams, sample_hf, sample_with_log_probs
 from rlflow.backends.local.static_decode import (
     BATCH_QUANTUM,
@@ -139,22 +138,6 @@ def test_selection_keeps_todays_loop_on_the_cpu_and_refuses_unsupported_models(s
     assert not static_decode_supported(sliding)
     with pytest.raises(ValueError, match="sliding-window"):
         sample_static(sliding, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer))
-
-
-def test_grouped_attention_equals_attention_over_repeated_kv_heads():
-    """Query heads as rows over their shared KV head: the attention of repeated heads, prefill (q > 1) and decode."""
-    from transformers.integrations.sdpa_attention import repeat_kv
-
-    gen = torch.Generator().manual_seed(0)
-    for q in (1, 5):
-        query, key, value = (torch.randn(shape, generator=gen) for shape in ((3, 6, q, 8), (3, 2, 9, 8), (3, 2, 9, 8)))
-        allowed = torch.rand((3, 1, q, 9), generator=gen) > 0.3
-        allowed[..., 0] = True
-        mask = (~allowed).float() * torch.finfo(torch.float32).min
-        expected = torch.nn.functional.scaled_dot_product_attention(
-            query, repeat_kv(key, 3), repeat_kv(value, 3), attn_mask=mask
-        )
-        assert torch.allclose(grouped_masked(query, key, value, mask), expected, atol=1e-6)
 
 
 def test_gqa_decode_equals_the_repeated_head_decode(sharp_model, prompt_batch, tokenizer, monkeypatch):
