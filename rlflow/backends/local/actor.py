@@ -134,6 +134,8 @@ class Actor:
         )
         self.loss_config = verl_actor_config(pipeline)
         self.device = next(model.parameters()).device
+        # host-side counts need the device only for a collective: one rank keeps them on the host (no sync)
+        self.collective_device = self.device if world_size > 1 else torch.device("cpu")
         self.model_config = model.config  # the Hugging Face config verl's FLOPs formulas read
         self.peak_tflops = peak_tflops(self.device)
         self.packed = pipeline.model.use_remove_padding
@@ -149,7 +151,9 @@ class Actor:
                 f"add a ref_log_prob stage before update_actor"
             )
         total_rows = int(
-            distributed.all_reduce(torch.tensor([float(len(batch))], device=self.device), self.world_size).item()
+            distributed.all_reduce(
+                torch.tensor([float(len(batch))], device=self.collective_device), self.world_size
+            ).item()
         )
         num_mini = max(1, math.ceil(total_rows / (t.ppo_mini_batch_size * a.n)))
         self.model.train()
@@ -175,13 +179,13 @@ class Actor:
         local = (mini["prompt_mask"].sum(-1) + mini["response_mask"].sum(-1)).tolist() if len(mini) else []
         seqlens = distributed.all_gather_ints(local, self.world_size)
         mine = update_perf_metrics(self.model_config, self.device, self.peak_tflops, seqlens, seconds, self.world_size)
-        values = torch.tensor(list(mine.values()), dtype=torch.float64, device=self.device)
+        values = torch.tensor(list(mine.values()), dtype=torch.float64, device=self.collective_device)
         return dict(zip(mine, distributed.all_reduce(values, self.world_size, op="mean").tolist()))
 
     def _set_global_batch_info(self, mini: Batch) -> None:
         """Tell verl's loss aggregation the mini-batch's size over every data-parallel rank."""
         counts = torch.tensor(
-            [float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0], device=self.device
+            [float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0], device=self.collective_device
         )
         rows, tokens = distributed.all_reduce(counts, self.world_size).tolist()
         info = self.loss_config.global_batch_info
