@@ -1,8 +1,9 @@
-"""The static-cache decode loop: agreement with today's loop and HF generate, seeding, EOS handling, CUDA graphs.
+"""The static-cache decode loop: agreement with today's loop and HF generate, seeding, EOS handling, CUDA graphs,
+attention without repeated KV heads, and decoders reused across calls per shape bucket.
 
 The step function a CUDA graph captures runs eagerly on the CPU, so the CPU tests cover every
-op of it; the ``gpu`` tests (opt-in: ``RLFLOW_TEST_GPU=1`` on a CUDA machine) cover the capture
-and the replay.
+op of it (and the bucket cache, which keeps decoders with or without a graph); the ``gpu`` tests
+(opt-in: ``RLFLOW_TEST_GPU=1`` on a CUDA machine) cover the capture and the replay.
 """
 
 from __future__ import annotations
