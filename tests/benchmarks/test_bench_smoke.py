@@ -29,7 +29,7 @@ def _run(module: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
         cwd=common.ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,  # a hang guard: on a loaded 2-core machine bench_gpu --quick alone takes minutes
         env=env,
     )
 
@@ -84,9 +84,19 @@ def test_gpu_benchmark_measures_every_stage_and_a_run(results):
     assert rollout["over_hf"] == pytest.approx(
         rollout["rlflow"]["tokens_per_s"] / rollout["hf_generate"]["tokens_per_s"]
     )
-    passes = report["passes"]
+    passes, packed = report["passes"], report["packed"]
     for name in ("old_log_prob", "ref_log_prob", "update_actor"):
         assert passes[name]["seconds"] > 0 and passes[name]["mfu"] > 0, name
+        assert 0 < passes[name]["mfu_achieved"] < passes[name]["mfu"], (
+            name
+        )  # shared prompts: less work than verl counts
+        assert packed[name]["seconds"] > 0 and packed[name]["mfu_achieved"] > 0, name
+    assert not passes["packed"] and packed["packed"]
+    for name in ("old_log_prob", "ref_log_prob"):  # the profiler's trace of each pass, next to the JSON
+        trace = Path(passes["traces"][name])
+        assert trace.parent == results["folder"] / "gpu_quick_traces" and json.loads(trace.read_text())["traceEvents"]
+        assert "aten::" in (trace.parent / f"{name}.kernels.txt").read_text()
+    assert report["complete"] and "scale" not in report  # the 1.5B-class point needs a GPU
     run = report["run"]
     assert run["exit_code"] == 0 and run["step_s"] > 0
     assert {"generate", "reward", "old_log_prob", "ref_log_prob", "update_actor"} <= set(run["stage_s"])

@@ -31,13 +31,13 @@ def as_args(items: list[str]) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
 
+def python_path() -> str:
+    """The test plugins and the checkout first, then whatever PYTHONPATH already holds (packages carried along)."""
+    return os.pathsep.join(filter(None, [str(PLUGINS), str(REPO), os.environ.get("PYTHONPATH")]))
+
+
 def rlflow(*args: str, cwd: Path = REPO, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {
-        **os.environ,
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}",
-        **(env or {}),
-    }
+    full_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": python_path(), **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "rlflow.cli.main", *args],
         cwd=cwd,
@@ -54,7 +54,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def start_rlflow(*args: str, cwd: Path = REPO) -> subprocess.Popen:
     """``rlflow`` in the background, in its own session (so a test can signal or kill it)."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": f"{PLUGINS}{os.pathsep}{REPO}"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": python_path()}
     return subprocess.Popen(
         [sys.executable, "-m", "rlflow.cli.main", *args],
         cwd=cwd,

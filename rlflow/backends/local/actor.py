@@ -21,12 +21,15 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
   A batch that is not a multiple ends in a shorter mini-batch, where verl 0.9.1 pads it with
   no-op samples (``upsample_batch_to_divisible_size``): their loss mask is empty, and verl's
   ``global_batch_size`` stays the full mini-batch, so the loss here is normalised the same way.
-- A non-finite loss is never back-propagated: the ranks agree on it first (one all-reduce)
-  and all raise ``StageError`` before that mini-batch's optimizer step. A non-finite gradient
-  norm with a finite loss skips the step, as verl does.
+- A non-finite loss never reaches the weights: the ranks agree on it (one all-reduce, read
+  with the gradient norm and the metrics) and all raise ``StageError`` before that mini-batch's
+  optimizer step, its gradients dropped. A non-finite gradient norm with a finite loss skips
+  the step, as verl does.
 - Metrics: ``pg_loss``/``kl_loss``/``entropy_loss``/``loss`` add up over micro-batches (they
   are parts of one global mean), ``pg_clipfrac``/``pg_clipfrac_lower``/``ppo_kl`` average over
-  micro-batches; every metric then averages over mini-batches and epochs. The scheduler steps
+  micro-batches; every metric then averages over mini-batches and epochs. They stay on the
+  device until the mini-batch ends and are read once with the loss check and the gradient norm
+  (verl's loss function still reads its clip fractions per micro-batch). The scheduler steps
   once per update and ``actor/lr`` is the learning rate after that step (verl's v1 engine).
 - Micro-batches are ``ppo_micro_batch_size_per_gpu`` samples, or with ``use_dynamic_bsz`` at
   most ``ppo_max_token_len_per_gpu`` tokens each (``micro_batches``: verl's partition); the
@@ -169,6 +172,8 @@ class Actor:
         )
         self.loss_config = verl_actor_config(pipeline)
         self.device = next(model.parameters()).device
+        # host-side counts need the device only for a collective: one rank keeps them on the host (no sync)
+        self.collective_device = self.device if world_size > 1 else torch.device("cpu")
         self.model_config = model.config  # the Hugging Face config verl's FLOPs formulas read
         self.peak_tflops = peak_tflops(self.device)
         self.packed = pipeline.model.use_remove_padding
@@ -186,7 +191,9 @@ class Actor:
                 f"add a ref_log_prob stage before update_actor"
             )
         total_rows = int(
-            distributed.all_reduce(torch.tensor([float(len(batch))], device=self.device), self.world_size).item()
+            distributed.all_reduce(
+                torch.tensor([float(len(batch))], device=self.collective_device), self.world_size
+            ).item()
         )
         minis = mini_batches(batch, total_rows, t.ppo_mini_batch_size * a.n, self.world_size)
         self.model.train()
@@ -212,7 +219,7 @@ class Actor:
         local = (mini["prompt_mask"].sum(-1) + mini["response_mask"].sum(-1)).tolist() if len(mini) else []
         seqlens = distributed.all_gather_ints(local, self.world_size)
         mine = update_perf_metrics(self.model_config, self.device, self.peak_tflops, seqlens, seconds, self.world_size)
-        values = torch.tensor(list(mine.values()), dtype=torch.float64, device=self.device)
+        values = torch.tensor(list(mine.values()), dtype=torch.float64, device=self.collective_device)
         return dict(zip(mine, distributed.all_reduce(values, self.world_size, op="mean").tolist()))
 
     def _set_global_batch_info(self, mini: Batch) -> None:
@@ -222,7 +229,7 @@ class Actor:
         padding rows count as sequences); the token count is the real tokens (padding has none).
         """
         counts = torch.tensor(
-            [float(len(mini)), float(loss_mask(mini).sum()) if len(mini) else 0.0], device=self.device
+            [float(len(mini)), float(loss_mask(mini).sum()) if len(mini) else 0.0], device=self.collective_device
         )
         rows, tokens = distributed.all_reduce(counts, self.world_size).tolist()
         info = self.loss_config.global_batch_info
@@ -234,32 +241,38 @@ class Actor:
         )
 
     def _mini_batch(self, mini: Batch, temperature: float, where: tuple) -> dict[str, float]:
+        """Forwards and backwards of the micro-batches, then one read of the device: the loss check, norm, metrics."""
         self._set_global_batch_info(mini)
         self.optimizer.zero_grad(set_to_none=True)
-        sums = dict.fromkeys(self._metric_names(), 0.0)
-        micro_count, bad = 0, None
-        for j, rows in enumerate(self.micro_batch_rows(mini)):
+        sums: dict[str, Any] = dict.fromkeys(self._metric_names(), 0.0)
+        losses, micro_parts = [], []
+        for rows in self.micro_batch_rows(mini):
             loss, parts = self._micro_loss(mini.index(rows), temperature)
-            if not torch.isfinite(loss):
-                bad = (j, float(loss.detach()), parts)
-                break
-            loss.backward()
+            loss.backward()  # a non-finite loss is caught below, before any optimizer step
             if self.master is not None:
                 self.master.gather_grads()
-            micro_count += 1
+            losses.append(loss.detach())
+            micro_parts.append(parts)
             for k, v in parts.items():
-                sums[k] += v
-        self._raise_if_bad(bad, where)
+                sums[k] = sums[k] + v
+        losses_t = torch.stack(losses) if losses else torch.zeros(0, device=self.device)
+        bad = distributed.all_reduce((~torch.isfinite(losses_t)).any().double().reshape(1), self.world_size, op="max")
         distributed.average_gradients(self.stepped, self.world_size)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.stepped, max_norm=self.pipeline.trainer.grad_clip)
-        if torch.isfinite(grad_norm):
+        values = torch.cat([bad, grad_norm.detach().double().reshape(1), self._metric_sums(sums, len(losses))])
+        values = values.tolist()  # the mini-batch's one wait for the device
+        if values[0]:
+            bad = (~torch.isfinite(losses_t)).nonzero().flatten().tolist()
+            self._raise_bad_loss(_bad_detail(bad[0], losses_t[bad[0]], micro_parts[bad[0]]) if bad else None, where)
+        norm = values[1]
+        if math.isfinite(norm):
             self.optimizer.step()
             if self.master is not None:
                 self.master.copy_to_model()
         else:
-            log.warning("step %s: gradient norm is %s; skipping this mini-batch's optimizer step", where[0], grad_norm)
+            log.warning("step %s: gradient norm is %s; skipping this mini-batch's optimizer step", where[0], norm)
         self.optimizer.zero_grad(set_to_none=True)
-        return self._reduce_metrics(sums, micro_count, float(grad_norm))
+        return self._metrics_from(values[2:], norm)
 
     def _metric_names(self) -> tuple[str, ...]:
         return SUMMED + self.averaged
@@ -276,23 +289,22 @@ class Actor:
         )
 
     def _raise_if_bad(self, bad: tuple | None, where: tuple) -> None:
+        """The DeepSpeed actor's check: ``bad`` is (micro-batch, loss, parts) or None; raises if any rank had one."""
         flag = torch.tensor([0.0 if bad is None else 1.0], device=self.device)
-        if float(distributed.all_reduce(flag, self.world_size, op="max").item()) == 0.0:
-            return
+        if float(distributed.all_reduce(flag, self.world_size, op="max").item()) != 0.0:
+            self._raise_bad_loss(None if bad is None else _bad_detail(*bad), where)
+
+    def _raise_bad_loss(self, detail: str | None, where: tuple) -> None:
+        """Every rank raises (some rank saw a non-finite loss); no optimizer step was taken for the mini-batch."""
         self.optimizer.zero_grad(set_to_none=True)
         step, stage, epoch, index = where
-        detail = (
-            "on another rank"
-            if bad is None
-            else (f"in micro-batch {bad[0]}: loss={bad[1]}, " + ", ".join(f"{k}={v:.6g}" for k, v in bad[2].items()))
-        )
         raise StageError(
-            f"step {step}, stage {stage!r}: non-finite actor loss in epoch {epoch}, mini-batch {index} {detail}; "
-            f"no optimizer step was applied for it. Check the rewards and advantages for NaN/inf, "
-            f"or lower trainer.optim.lr"
+            f"step {step}, stage {stage!r}: non-finite actor loss in epoch {epoch}, mini-batch {index} "
+            f"{detail or 'on another rank'}; no optimizer step was applied for it. Check the rewards and "
+            f"advantages for NaN/inf, or lower trainer.optim.lr"
         )
 
-    def _micro_loss(self, micro: Batch, temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
+    def _micro_loss(self, micro: Batch, temperature: float) -> tuple[torch.Tensor, dict[str, Any]]:
         from verl.trainer.ppo import core_algos
 
         cfg, a = self.loss_config, self.pipeline.algorithm
@@ -318,24 +330,32 @@ class Actor:
             rollout_is_weights=weights,
         )
         loss = pg_loss
-        parts = {"actor/pg_loss": float(pg_loss.detach()), **pg_metrics}
+        parts = {"actor/pg_loss": pg_loss.detach(), **pg_metrics}
         if entropy is not None:
             entropy_loss = core_algos.agg_loss(entropy, mask, cfg.loss_agg_mode, **cfg.global_batch_info)
             loss = loss - a.entropy_coeff * entropy_loss
-            parts["actor/entropy_loss"] = float(entropy_loss.detach())
+            parts["actor/entropy_loss"] = entropy_loss.detach()
         if a.use_kl_loss:
             kld = core_algos.kl_penalty(log_prob, micro["ref_log_prob"].to(self.device), a.kl_loss_type)
             kl_loss = core_algos.agg_loss(kld, mask, cfg.loss_agg_mode, **cfg.global_batch_info)
             loss = loss + kl_loss * a.kl_loss_coef
-            parts["actor/kl_loss"] = float(kl_loss.detach())
-        parts["actor/loss"] = float(loss.detach())
+            parts["actor/kl_loss"] = kl_loss.detach()
+        parts["actor/loss"] = loss.detach()
         return loss, parts
 
-    def _reduce_metrics(self, sums: dict[str, float], micro_count: int, grad_norm: float) -> dict[str, float]:
+    def _reduce_metrics(self, sums: dict[str, Any], micro_count: int, grad_norm: float) -> dict[str, float]:
+        """``actor/*`` over ranks from this rank's sums (the DeepSpeed actor's path: one read)."""
+        return self._metrics_from(self._metric_sums(sums, micro_count).tolist(), grad_norm)
+
+    def _metric_sums(self, sums: dict[str, Any], micro_count: int) -> torch.Tensor:
+        """The metric sums and the micro-batch count, summed over ranks, as one float64 device tensor."""
+        values = [torch.as_tensor(sums[k], dtype=torch.float64, device=self.device) for k in self._metric_names()]
+        values.append(torch.tensor(float(micro_count), dtype=torch.float64, device=self.device))
+        return distributed.all_reduce(torch.stack(values), self.world_size)
+
+    def _metrics_from(self, values: list[float], grad_norm: float) -> dict[str, float]:
+        """``actor/*`` from the summed values of ``_metric_sums``."""
         a = self.pipeline.algorithm
-        names = self._metric_names()
-        values = torch.tensor([sums[k] for k in names] + [float(micro_count)], dtype=torch.float64, device=self.device)
-        values = distributed.all_reduce(values, self.world_size).tolist()
         count = max(values[-1], 1.0)
         out = {k: v / self.world_size for k, v in zip(SUMMED, values[: len(SUMMED)])}
         out.update({k: v / count for k, v in zip(self.averaged, values[len(SUMMED) : -1])})
@@ -361,3 +381,7 @@ class Actor:
                 self.master.load_state_dict(state["master_weights"])
             else:  # a checkpoint without them (written in fp32, or elsewhere): start from the loaded model
                 self.master.load_state_dict([p.detach().float() for p in self.params])
+
+
+def _bad_detail(j: int, loss, parts: dict[str, Any]) -> str:
+    return f"in micro-batch {j}: loss={float(loss)}, " + ", ".join(f"{k}={float(v):.6g}" for k, v in parts.items())

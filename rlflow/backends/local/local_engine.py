@@ -105,6 +105,7 @@ class LocalEngine(Engine):
         elif self.model is not None:
             self.model.requires_grad_(False)
         self.eos_token_ids = self._eos_ids()
+        self.decode_graphs = None  # the CUDA rollout's decoders by shape bucket, built on first use
 
     def _eos_ids(self) -> tuple[int, ...]:
         """The tokenizer's EOS plus the model's generation-config EOS ids (chat models list several)."""
@@ -172,7 +173,8 @@ class LocalEngine(Engine):
 
         Only the torch loops keep the sampled tokens' log-probs; HF ``generate`` would have to keep
         every step's full-vocabulary scores for them. On CUDA the torch engine decodes with the
-        static cache and a CUDA graph (``static_decode``), elsewhere with ``sample_with_log_probs``.
+        static cache and a CUDA graph (``static_decode``; its decoders, graphs included, are kept
+        between calls in ``decode_graphs``), elsewhere with ``sample_with_log_probs``.
         """
         from rlflow.backends.local import static_decode  # imports transformers: only once a model decodes
 
@@ -184,7 +186,9 @@ class LocalEngine(Engine):
             return (*generation.sample_in_chunks(sampler, prompts, prompt_mask, sp, max_rows), None)
         use_cache = bool(params.get("use_cache", True))
         if use_cache and static_decode.use_static_decode(model):
-            sampler = partial(static_decode.sample_static, model)
+            if self.decode_graphs is None:
+                self.decode_graphs = static_decode.DecodeGraphs()
+            sampler = partial(static_decode.sample_static, model, graphs=self.decode_graphs)
         else:
             sampler = partial(generation.sample_with_log_probs, model, use_cache=use_cache)
         return generation.sample_in_chunks(sampler, prompts, prompt_mask, sp, max_rows)
@@ -306,6 +310,7 @@ class LocalEngine(Engine):
         return {"path": str(checkpoint.rank_dir(path, self.rank)), "global_steps": meta["global_steps"]}
 
     def close(self) -> None:
+        self.decode_graphs = None  # frees the decoders' caches and graphs
         distributed.close_group()
 
 

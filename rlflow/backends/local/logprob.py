@@ -7,9 +7,11 @@ Design decisions:
   the logits that predict response tokens are needed.
 - Logits are divided by the rollout temperature before the softmax, as verl does, so that
   ``old_log_probs`` are the log-probs of the distribution the rollout sampled from.
-- The per-token math is verl's (``logprobs_from_logits``, ``entropy_from_logits``); both run
-  on the CPU. Positions outside ``response_mask`` hold finite values and are masked by every
-  consumer (a row with an empty mask contributes nothing).
+- The per-token math is verl's (``logprobs_from_logits``, ``entropy_from_logits``), computed by
+  ``token_log_probs`` over chunks of rows: without flash-attn verl falls back to a Python loop
+  with one kernel per row, which on packed [N, V] logits is one per token. Positions outside
+  ``response_mask`` hold finite values and are masked by every consumer (a row with an empty
+  mask contributes nothing).
 - Columns that no row of the micro-batch attends to are cut before the forward: the shared
   left padding of the prompts (the batch is padded to its longest prompt, while the n
   samples of one prompt sit together in a micro-batch) and the response padding after the
@@ -25,10 +27,11 @@ Design decisions:
   times; the log-probs and gradients are those of the one joint forward up to float rounding. Under gradient checkpointing (which switches the cache
   off in training) the update takes the one joint forward instead.
 - Packing (``model.use_remove_padding``, verl's remove-padding): the micro-batch's real tokens
-  are concatenated into one sequence [1, T] with position ids restarting at 0 for every row and
-  no attention mask; transformers then keeps attention inside each row (its masking utilities
-  find the rows from the position ids: a block-diagonal causal mask for sdpa and eager, the
-  rows' cumulative lengths for flash attention). Only the positions that predict a response
+  are concatenated into one sequence [1, T] with position ids restarting at 0 for every row.
+  With ``sdpa`` attention the rows' offsets go to ``attention.rlflow_attention``, which keeps
+  attention inside each row without any [T, T] mask (a variable-length kernel on CUDA);
+  other implementations get transformers' own handling (rows found from the position ids: a
+  dense block-diagonal mask for eager, cumulative lengths for flash attention). Only the positions that predict a response
   token go through the LM head (``logits_to_keep`` as indices), and the log-probs and entropy
   are computed on those alone and scattered back to [B, R]. No padding is computed at all, but
   each sample encodes its prompt again: packing replaces the shared-prefix path when on (a KV
@@ -43,9 +46,12 @@ from __future__ import annotations
 
 import torch
 
+from rlflow.backends.local import attention
 from rlflow.backends.local.generation import position_ids_from_mask, shared_prompt_starts
 from rlflow.backends.local.micro_batches import micro_batch_rows
 from rlflow.batch import Batch
+
+CHUNK_ELEMENTS = 1 << 26  # float32 logits per log-softmax chunk (256 MB)
 
 
 def forward_log_probs(
@@ -59,34 +65,72 @@ def forward_log_probs(
     with_entropy: bool = False,
     packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``log_probs`` [B, R] (and ``entropy`` [B, R] when asked) on the model's device; ``packed``: without padding."""
-    from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+    """``log_probs`` [B, R] (and ``entropy`` [B, R] when asked) on the model's device; ``packed``: without padding.
 
+    Everything that decides shapes (trimming, shared prompts, packing offsets) is computed on the
+    host from the host tensors, so the device is never asked for a value mid-pass.
+    """
     device = next(model.parameters()).device
     full_width = responses.shape[1]
-    prompts, prompt_mask, responses, response_mask = trim_padding(prompts, prompt_mask, responses, response_mask)
-    prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
-    responses, response_mask = responses.to(device), response_mask.to(device).long()
+    prompts, prompt_mask, responses, response_mask = trim_padding(
+        prompts.cpu(), prompt_mask.cpu().long(), responses.cpu(), response_mask.cpu().long()
+    )
     if packed:
         log_probs, entropy = _packed_log_probs(
-            model, prompts, prompt_mask, responses, response_mask, temperature, with_entropy
+            model, device, prompts, prompt_mask, responses, response_mask, temperature, with_entropy
         )
         return _pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width)
     starts = shared_prompt_starts(prompts, prompt_mask) if _may_share_prompts(model) else None
+    on = {"device": device, "non_blocking": True}
+    prompts, prompt_mask, responses, response_mask = (
+        t.to(**on) for t in (prompts, prompt_mask, responses, response_mask)
+    )
     if starts is None:
         logits = _joint_logits(model, prompts, prompt_mask, responses, response_mask)
     else:
         logits = _shared_prefix_logits(model, prompts, prompt_mask, responses, response_mask, starts)
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    log_probs = _pad_right(logprobs_from_logits(logits, responses), full_width)
-    entropy = _pad_right(entropy_from_logits(logits), full_width) if with_entropy else None
-    return log_probs, entropy
+    log_probs, entropy = token_log_probs(logits, responses, temperature=temperature, with_entropy=with_entropy)
+    return _pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width)
+
+
+def token_log_probs(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_elements: int = CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each label under ``logits / temperature`` ([..., V] -> [...], half read as float32), and entropy.
+
+    verl's ``logprobs_from_logits`` and ``entropy_from_logits`` math (``x[label] - logsumexp(x)``;
+    ``logsumexp(x) - sum(softmax(x) * x)``) over row chunks of at most ``chunk_elements`` values:
+    a few kernels per chunk instead of verl's fallback loop of one per row, and only one chunk of
+    float32 logits alive at a time.
+    """
+    shape = labels.shape
+    flat, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    rows = max(1, chunk_elements // max(flat.shape[-1], 1))
+    log_probs, entropys = [], []
+    for start in range(0, flat.shape[0], rows):
+        x = flat[start : start + rows]
+        x = x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+        if temperature != 1.0:
+            x = x / temperature
+        lse = x.logsumexp(-1)
+        log_probs.append(x.gather(-1, labels[start : start + rows, None]).squeeze(-1) - lse)
+        if with_entropy:
+            entropys.append(lse - (x.softmax(-1) * x).sum(-1))
+    if not log_probs:
+        empty = logits.new_zeros(shape, dtype=torch.promote_types(logits.dtype, torch.float32))
+        return empty, empty.clone() if with_entropy else None
+    out = torch.cat(log_probs).view(shape)
+    return out, torch.cat(entropys).view(shape) if with_entropy else None
 
 
 def _packed_log_probs(
     model,
+    device: torch.device,
     prompts: torch.Tensor,
     prompt_mask: torch.Tensor,
     responses: torch.Tensor,
@@ -94,29 +138,43 @@ def _packed_log_probs(
     temperature: float,
     with_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``log_probs`` (and ``entropy``) [B, R] from one forward over the rows' real tokens packed into one sequence."""
-    from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+    """``log_probs`` (and ``entropy``) [B, R] from one forward over the rows' real tokens packed into one sequence.
 
+    The packing (which tokens, their positions, the rows' offsets) is laid out on the host. With
+    ``sdpa`` attention the rows' offsets go to ``attention.rlflow_attention`` (no mask at all);
+    other attention implementations get transformers' own packed handling (rows found from the
+    position ids).
+    """
     mask = torch.cat([prompt_mask, response_mask], dim=1).bool()
     input_ids = torch.cat([prompts, responses], dim=1)
     slot = mask.flatten().long().cumsum(0).view_as(mask) - 1  # each kept token's place in the packed sequence
     scored = response_mask.bool()
     rows, cols = scored.nonzero(as_tuple=True)
-    logits = model(
-        input_ids=input_ids[mask][None],
-        position_ids=position_ids_from_mask(mask.long())[mask][None],
-        attention_mask=None,
-        use_cache=False,
-        logits_to_keep=slot[:, prompts.shape[1] :][scored] - 1,  # the token before each scored one predicts it
-    ).logits[0]
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
+    on = {"device": device, "non_blocking": True}
+    inner = getattr(model, "module", model)  # a DeepSpeed engine wraps the HF model
+    kwargs = {"attention_mask": None}
+    if attention.supported(inner):
+        layer_kinds = set(getattr(inner.config, "layer_types", None) or ["full_attention"])
+        kwargs = {
+            "attention_mask": dict.fromkeys(layer_kinds),
+            "varlen": attention.Varlen.from_lengths(mask.sum(-1).tolist(), device),
+        }
+    with attention.attention(inner):
+        logits = model(
+            input_ids=input_ids[mask][None].to(**on),
+            position_ids=position_ids_from_mask(mask.long())[mask][None].to(**on),
+            use_cache=False,
+            logits_to_keep=(slot[:, prompts.shape[1] :][scored] - 1).to(**on),  # the token before predicts it
+            **kwargs,
+        ).logits[0]
+    labels = responses[rows, cols].to(**on)
+    log_probs, entropy = token_log_probs(logits, labels, temperature=temperature, with_entropy=with_entropy)
+    rows, cols = rows.to(**on), cols.to(**on)
     shape = responses.shape
-    log_probs = logits.new_zeros(shape).index_put((rows, cols), logprobs_from_logits(logits, responses[rows, cols]))
-    if not with_entropy:
-        return log_probs, None
-    return log_probs, logits.new_zeros(shape).index_put((rows, cols), entropy_from_logits(logits))
+    out = log_probs.new_zeros(shape).index_put((rows, cols), log_probs)
+    if entropy is None:
+        return out, None
+    return out, entropy.new_zeros(shape).index_put((rows, cols), entropy)
 
 
 def _may_share_prompts(model) -> bool:
@@ -162,7 +220,7 @@ def _shared_prefix_logits(
     positions = position_ids_from_mask(mask)
     cache = DynamicCache()
     if head:
-        first = starts.nonzero().squeeze(-1)
+        first = starts.nonzero().squeeze(-1).to(prompts.device, non_blocking=True)
         model(
             input_ids=prompts[first, :head],
             attention_mask=prompt_mask[first, :head],
@@ -171,7 +229,7 @@ def _shared_prefix_logits(
             use_cache=True,
             logits_to_keep=1,
         )
-        cache.reorder_cache(starts.long().cumsum(0) - 1)  # row -> its group's cache entry
+        cache.reorder_cache((starts.long().cumsum(0) - 1).to(prompts.device, non_blocking=True))  # row -> its group
     return model(
         input_ids=feed, attention_mask=mask, position_ids=positions[:, head:], past_key_values=cache, use_cache=True
     ).logits

@@ -13,6 +13,11 @@ the model FLOPs utilisation, renamed ``perf/mfu/actor``. Design decisions:
   H100/H200, 312 for A100, ...; an unknown GPU is infinite, so its MFU is 0). On the CPU it is
   verl's ``CPU`` entry, 0.448 TFLOPS: verl's own nominal figure, not a measurement of this
   machine, so a CPU run's MFU compares runs with each other, not with a GPU's.
+- verl's formula counts every row's prompt and every token's LM head, while the local engine
+  encodes a prompt shared by n rows once and runs the LM head on response positions only, so
+  its figure overstates the work done (up to ~1.3x on the BIRD bench). ``useful_flops`` counts
+  what the engine needs to compute instead (each shared prompt once, no padding, the head on the
+  scored tokens), in verl's conventions otherwise; the GPU benchmark reports both.
 - Memory: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` in GiB since the process
   started (verl never resets the peak), and ``psutil``'s used host memory. On the CPU the device
   figures are 0, which is what verl's own code reports there (its device module falls back to
@@ -42,6 +47,45 @@ def achieved_tflops(model_config, seqlens: list[int], seconds: float) -> float:
     if estimate is None or seconds <= 0:
         return 0.0
     return float(estimate(model_config, sum(seqlens), seqlens, seconds))
+
+
+DENSE_TYPES = ("qwen2", "llama", "mistral")  # dense decoders with verl's Qwen2/Llama formula
+
+
+def flops(model_config, encoded_tokens: int, head_tokens: int, attention_pairs: int) -> float:
+    """Forward-and-backward FLOPs in verl's conventions (6 x weights x tokens; 6 x pairs x head dim x heads per layer).
+
+    ``encoded_tokens`` go through the decoder layers, ``head_tokens`` through a ``vocab x hidden``
+    matmul (verl counts two per token: embedding and LM head), ``attention_pairs`` is verl's sum of
+    squared sequence lengths.
+    """
+    c = model_config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    layer = c.hidden_size * c.intermediate_size * 3 + c.hidden_size * head_dim * (
+        2 * c.num_attention_heads + 2 * kv_heads
+    )
+    dense = 6 * (layer * c.num_hidden_layers * encoded_tokens + c.vocab_size * c.hidden_size * head_tokens)
+    return float(dense + 6 * attention_pairs * head_dim * c.num_attention_heads * c.num_hidden_layers)
+
+
+def useful_flops(model_config, groups: list[tuple[int, list[int]]], *, shared: bool) -> float | None:
+    """FLOPs of a forward and backward that computes only what is needed (None for a model type not covered).
+
+    ``groups``: (prompt tokens, [response tokens of each row]) per run of rows with one prompt;
+    ``shared``: the prompt is encoded once per run (the shared-prefix path), else once per row
+    (packing). The attention term keeps verl's full squares: a shared prompt's P^2 once, and each
+    row's (P + r)^2 - P^2.
+    """
+    if getattr(model_config, "model_type", None) not in DENSE_TYPES:
+        return None
+    encoded = scored = pairs = 0
+    for prompt, responses in groups:
+        copies = 1 if shared else len(responses)
+        encoded += copies * prompt + sum(responses)
+        scored += sum(responses)
+        pairs += copies * prompt * prompt + sum((prompt + r) ** 2 - prompt * prompt for r in responses)
+    return flops(model_config, encoded, scored, pairs)
 
 
 def update_perf_metrics(

@@ -3,8 +3,9 @@
 ``sample_static`` has the contract of ``generation.sample_with_log_probs`` (responses, response
 mask, log-probs as sampled). Design decisions:
 
-- The KV cache is our own per-layer tensors ``[B, kv_heads, W + R - 1, head_dim]`` (``SlotCache``,
-  W the prompt width, R ``max_new_tokens``; the last drawn token never enters the cache), written
+- The KV cache is our own per-layer tensors ``[B, kv_heads, L, head_dim]`` (``SlotCache``, L at
+  least W + R - 1, W the prompt width, R ``max_new_tokens``: the last drawn token never enters
+  the cache), written
   at a device-side slot index that the step moves on in place. It only implements the one call
   the attention layers make, ``update``, so nothing depends on how a transformers release lays
   out ``StaticCache`` (5.x moved its write position from ``cache_position`` to a counter).
@@ -15,23 +16,34 @@ mask, log-probs as sampled). Design decisions:
 - The attention mask is built here and handed to the model prepared (``attention_mask`` as a
   ``{layer type: 4-D additive mask}`` dict, which transformers' decoder models pass straight to
   their layers): a float ``[B, 1, q, kv]`` mask (0 or the dtype's minimum), which both the
-  ``sdpa`` and the ``eager`` attention take. The decode step keeps a ``[B, kv]`` "slot holds a
+  ``sdpa`` and the ``eager`` attention take. With ``sdpa`` the forwards run under
+  ``attention.attention``: the query heads that share a KV head are rows over it, so no KV head
+  is repeated (transformers' ``sdpa`` repeats them whenever a mask is given: 7x the cache
+  reads per step on Qwen2.5-0.5B). The decode step keeps a ``[B, kv]`` "slot holds a
   real token" tensor and sets the new slot in place, so mask construction has no host sync and
   no data-dependent shape. Other attention implementations (flash attention takes 2-D masks)
   and sliding-window layers are not supported: ``static_decode_supported`` says so and the
   engine keeps the dynamic loop for them.
 - Prefill: as in ``sample_with_log_probs``, a run of identical prompts (GRPO's n samples side
-  by side) is encoded once and its cache rows are fanned out (``index_select``) to the run.
+  by side) is encoded once (into a cache of the prompt's width) and its cache rows are copied
+  out (``index_select``) to the rows of the run in the decoder's cache.
   Every prompt position may attend to itself, so a left-padding position never has an
   all-masked row (its output would be NaN and poison the cache slots later masked out).
 - The step (the model on the last token, ``processed_logits``, the draw, the log-prob, writes
   into the ``[B, R]`` outputs at a device-side column, the done update) reads and writes only
-  tensors allocated before it first runs. On CUDA it is captured once into a
-  ``torch.cuda.CUDAGraph`` after ``WARMUP_STEPS`` real steps on a side stream (the warm-up the
-  torch docs ask for is real decoding, nothing is rolled back), then replayed once per token.
-  On the CPU the same function runs eagerly, so the CPU tests cover every op of the graph.
+  tensors allocated before it first runs. On CUDA it is captured into a ``torch.cuda.CUDAGraph``
+  after ``WARMUP_STEPS`` real steps on a side stream (the warm-up the torch docs ask for is real
+  decoding, nothing is rolled back), then replayed once per token. On the CPU the same function
+  runs eagerly, so the CPU tests cover every op of the graph.
+- Captured once per shape, not per call: the buffers, cache and graph of a ``StaticDecoder``
+  belong to a (batch bucket, cache-length bucket, sampling params) key in ``DecodeGraphs``, which
+  the engine keeps. A call resets the buffers, fills the first B rows (the bucket's other rows
+  are done from the start and decode pad) and replays the graph from the first step. Buckets are
+  multiples of ``BATCH_QUANTUM`` rows and ``LENGTH_QUANTUM`` slots, so GRPO steps whose longest
+  prompt differs by a few tokens share one graph; at most ``MAX_DECODERS`` are kept.
 - Randomness stays outside the graph: before each step the exponential-race noise for that
-  step is drawn into a static ``[B, V]`` buffer from a ``torch.Generator`` seeded per call.
+  step is drawn into the call's rows of a static ``[B, V]`` buffer from the decoder's
+  ``torch.Generator``, seeded per call.
   Drawing all steps up front would take ``R x B x V`` floats (20 GB for 256 x 128 x 152k); one
   step's buffer is ~80 MB and the draw is one kernel. Same seed, same tokens; greedy draws no
   noise at all. The first step's noise is the one ``sample_with_log_probs`` draws, so the two
@@ -42,9 +54,13 @@ mask, log-probs as sampled). Design decisions:
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import replace
+
 import torch
 from transformers import Cache
 
+from rlflow.backends.local.attention import attention
 from rlflow.backends.local.generation import (
     SamplingParams,
     position_ids_from_mask,
@@ -56,6 +72,9 @@ from rlflow.backends.local.generation import (
 SYNC_EVERY = 16
 WARMUP_STEPS = 3
 SUPPORTED_ATTENTION = ("sdpa", "eager")
+BATCH_QUANTUM = 8  # rows of a decoder are a multiple of this
+LENGTH_QUANTUM = 64  # and its cache slots (a multiple of 16 also keeps SDPA's mask rows aligned)
+MAX_DECODERS = 4  # shape buckets kept per engine
 
 
 def use_static_decode(model) -> bool:
@@ -95,13 +114,6 @@ class SlotCache(Cache):
         self.values[layer_idx].index_copy_(2, self.index, value_states)
         return self.keys[layer_idx], self.values[layer_idx]
 
-    def fan_out(self, rows: torch.Tensor, index: torch.Tensor) -> SlotCache:
-        """A cache whose row i is this cache's row ``rows[i]``, written next at ``index``."""
-        out = SlotCache(self.length, index)
-        out.keys = [k.index_select(0, rows) for k in self.keys]
-        out.values = [v.index_select(0, rows) for v in self.values]
-        return out
-
 
 def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """0 where ``allowed``, the dtype's minimum elsewhere (same shape, ``dtype``)."""
@@ -119,42 +131,76 @@ def prefill_mask(prompt_mask: torch.Tensor, length: int, dtype: torch.dtype) -> 
     return additive_mask(allowed[:, None], dtype)
 
 
+def bucket(n: int, quantum: int) -> int:
+    """``n`` rounded up to a multiple of ``quantum``."""
+    return -(-n // quantum) * quantum
+
+
 class StaticDecoder:
-    """The static tensors of one ``sample_static`` call and the fixed-shape ``step`` over them."""
+    """The static tensors of one shape bucket and the fixed-shape ``step`` over them, reused across calls.
 
-    def __init__(self, model, prompts: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams) -> None:
+    ``rows`` and ``length`` are the bucket's batch and cache length; a call (``start``) fills the
+    first ``B`` rows and marks the others done from the start (they decode pad, attending to one
+    slot). ``graph`` is the captured step once one has been captured (CUDA).
+    """
+
+    def __init__(self, model, rows: int, length: int, params: SamplingParams, device: torch.device) -> None:
         self.model, self.params = model, params
-        device = prompts.device
-        batch, width = prompts.shape
+        config = model.config
         steps = params.max_new_tokens
-        length = width + max(steps - 1, 0)
         self.dtype = next(model.parameters()).dtype
-        self.layer_kinds = sorted(set(getattr(model.config, "layer_types", None) or ["full_attention"]))
-        self.generator = None if params.greedy else torch.Generator(device=device).manual_seed(params.seed)
+        self.layer_kinds = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
+        self.generator = None if params.greedy else torch.Generator(device=device)
         self.eos = torch.tensor(params.eos_token_ids, device=device)
-        self.out = torch.full((batch, steps), params.pad_token_id, dtype=torch.long, device=device)
-        self.log_probs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
-        self.done = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.out = torch.full((rows, steps), params.pad_token_id, dtype=torch.long, device=device)
+        self.log_probs = torch.zeros((rows, steps), dtype=torch.float32, device=device)
+        self.done = torch.zeros(rows, dtype=torch.bool, device=device)
         self.column = torch.zeros(1, dtype=torch.long, device=device)  # where the next token goes in ``out``
-        self.slot = torch.full((1,), width, dtype=torch.long, device=device)  # where the next token's K/V go
-        self.pos = prompt_mask.sum(-1, keepdim=True)  # the next token's position id [B, 1]
-        self.real = torch.zeros((batch, length), dtype=torch.bool, device=device)  # slots holding a real token
-        self.real[:, :width] = prompt_mask.bool()
-        logits, self.cache = self._prefill(prompts, prompt_mask, length)
-        self.noise = None if params.greedy else torch.empty(logits.shape, dtype=torch.float32, device=device)
-        self.last = torch.zeros(batch, dtype=torch.long, device=device)
-        self.fill_noise()
-        self._emit(logits)
+        self.slot = torch.zeros(1, dtype=torch.long, device=device)  # where the next token's K/V go
+        self.pos = torch.zeros((rows, 1), dtype=torch.long, device=device)  # the next token's position id
+        self.real = torch.zeros((rows, length), dtype=torch.bool, device=device)  # slots holding a real token
+        self.last = torch.zeros(rows, dtype=torch.long, device=device)
+        self.noise: torch.Tensor | None = None  # [rows, V] once the vocabulary is seen (never when greedy)
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        shape = (rows, heads, length, head_dim)
+        self.cache = SlotCache(length, self.slot)
+        self.cache.keys = [torch.zeros(shape, dtype=self.dtype, device=device) for _ in range(config.num_hidden_layers)]
+        self.cache.values = [torch.zeros_like(k) for k in self.cache.keys]
+        self.batch = 0  # rows of the current call
+        self.graph = None
 
-    def _prefill(self, prompts: torch.Tensor, prompt_mask: torch.Tensor, length: int):
-        """Last-position logits [B, V] and the cache of every row; a repeated prompt is encoded once."""
-        width = prompts.shape[1]
-        starts = shared_prompt_starts(prompts, prompt_mask)
-        first = None if starts is None else starts.nonzero().squeeze(-1)
-        if first is not None:
+    def start(self, prompts: torch.Tensor, prompt_mask: torch.Tensor, starts: torch.Tensor | None, seed: int) -> None:
+        """Reset every buffer for a call on ``prompts`` [B, W] (``starts``: shared-prompt runs) and emit token 0."""
+        batch, width = prompts.shape
+        self.batch = batch
+        if self.generator is not None:
+            self.generator.manual_seed(seed)
+        self.out.fill_(self.params.pad_token_id)
+        self.log_probs.zero_()
+        self.done.fill_(True)
+        self.done[:batch] = False
+        self.column.zero_()
+        self.slot.fill_(width)
+        self.pos.zero_()
+        self.pos[:batch] = prompt_mask.sum(-1, keepdim=True)
+        self.real.zero_()
+        self.real[:batch, :width] = prompt_mask.bool()
+        self.real[batch:, 0] = True  # a padding row attends to one slot: finite, never read
+        logits = self._prefill(prompts, prompt_mask, starts)
+        if self.generator is not None and self.noise is None:
+            self.noise = logits.new_ones((self.out.shape[0], logits.shape[-1]), dtype=torch.float32)
+        self.fill_noise()
+        self._emit(torch.nn.functional.pad(logits, (0, 0, 0, self.out.shape[0] - batch)))
+
+    def _prefill(self, prompts: torch.Tensor, prompt_mask: torch.Tensor, starts: torch.Tensor | None) -> torch.Tensor:
+        """Last-position logits [B, V]; fills the cache's first B rows and W slots; a repeated prompt is encoded once."""
+        batch, width = prompts.shape
+        if starts is not None:
+            first = starts.nonzero().squeeze(-1).to(prompts.device)
             prompts, prompt_mask = prompts[first], prompt_mask[first]
-        cache = SlotCache(length, torch.arange(width, device=prompts.device))
-        mask = prefill_mask(prompt_mask, length, self.dtype)
+        cache = SlotCache(width, torch.arange(width, device=prompts.device))
+        mask = prefill_mask(prompt_mask, width, self.dtype)
         logits = self.model(
             input_ids=prompts,
             attention_mask=dict.fromkeys(self.layer_kinds, mask),
@@ -164,16 +210,15 @@ class StaticDecoder:
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1]
-        if first is None:
-            cache.index = self.slot
-            return logits, cache
-        row_to_group = starts.long().cumsum(0) - 1
-        return logits.index_select(0, row_to_group), cache.fan_out(row_to_group, self.slot)
+        row_to_group = None if starts is None else (starts.long().cumsum(0) - 1).to(prompts.device)
+        for mine, theirs in zip(self.cache.keys + self.cache.values, cache.keys + cache.values, strict=True):
+            mine[:batch, :, :width].copy_(theirs if row_to_group is None else theirs.index_select(0, row_to_group))
+        return logits if row_to_group is None else logits.index_select(0, row_to_group)
 
     def fill_noise(self) -> None:
-        """Draw the next step's exponential-race noise (nothing when greedy)."""
+        """Draw the next step's exponential-race noise for the call's rows (nothing when greedy)."""
         if self.noise is not None:
-            self.noise.exponential_(1.0, generator=self.generator)
+            self.noise[: self.batch].exponential_(1.0, generator=self.generator)
 
     def _emit(self, logits: torch.Tensor) -> None:
         """Draw from ``logits`` [B, V], write the token and its log-prob at ``column``, update ``done``."""
@@ -210,6 +255,44 @@ class StaticDecoder:
     def all_done(self) -> bool:
         return bool(self.done.all())
 
+    def results(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of the call's tokens and log-probs (the buffers belong to the next call)."""
+        return self.out[: self.batch].clone(), self.log_probs[: self.batch].clone()
+
+
+class DecodeGraphs:
+    """Static decoders by shape bucket, kept between calls (the engine holds one): each captures its graph once.
+
+    The key is (model, batch bucket, cache-length bucket, sampling params but the seed): the
+    captured step bakes in shapes, the sampling transform and the model's parameter addresses,
+    which stay put (updates and weight loads copy into them). At most ``max_entries`` are kept,
+    the least recently used dropped first, so the memory held for decoding stays bounded.
+    """
+
+    def __init__(self, max_entries: int = MAX_DECODERS) -> None:
+        self.max_entries = max_entries
+        self.entries: OrderedDict[tuple, StaticDecoder] = OrderedDict()
+        self.builds = 0  # decoders built, each with its own buffers and (on CUDA) one capture
+
+    def get(self, model, batch: int, length: int, params: SamplingParams, device: torch.device) -> StaticDecoder:
+        first = next(model.parameters())
+        key = (
+            id(model),
+            first.data_ptr(),
+            first.dtype,
+            bucket(batch, BATCH_QUANTUM),
+            bucket(length, LENGTH_QUANTUM),
+            replace(params, seed=0),
+        )
+        decoder = self.entries.pop(key, None)
+        if decoder is None:
+            decoder = StaticDecoder(model, key[3], key[4], params, device)
+            self.builds += 1
+            while len(self.entries) >= self.max_entries:
+                self.entries.popitem(last=False)
+        self.entries[key] = decoder
+        return decoder
+
 
 def _decode_eagerly(decoder: StaticDecoder, steps: int, check_every: int) -> None:
     for t in range(1, steps):
@@ -220,24 +303,26 @@ def _decode_eagerly(decoder: StaticDecoder, steps: int, check_every: int) -> Non
 
 
 def _decode_with_graph(decoder: StaticDecoder, steps: int, check_every: int) -> None:
-    """Steps 1.. : ``WARMUP_STEPS`` eagerly on a side stream, then one captured step replayed per token."""
+    """Steps 1.. by replaying the decoder's graph; the first call runs ``WARMUP_STEPS`` eagerly, then captures."""
     t = 1
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        while t < min(steps, 1 + WARMUP_STEPS):
-            decoder.fill_noise()
-            decoder.step()
-            t += 1
-    torch.cuda.current_stream().wait_stream(side)
-    if t >= steps or decoder.all_done():
-        return
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        decoder.step()  # recorded, not run: the state is still that of step t
+    if decoder.graph is None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            while t < min(steps, 1 + WARMUP_STEPS):
+                decoder.fill_noise()
+                decoder.step()
+                t += 1
+        torch.cuda.current_stream().wait_stream(side)
+        if t >= steps or decoder.all_done():
+            return
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            decoder.step()  # recorded, not run: the state is still that of step t
+        decoder.graph = graph
     while t < steps:
         decoder.fill_noise()
-        graph.replay()
+        decoder.graph.replay()
         t += 1
         if t % check_every == 0 and decoder.all_done():
             return
@@ -252,11 +337,13 @@ def sample_static(
     *,
     graph: bool | None = None,
     check_every: int | None = None,
+    graphs: DecodeGraphs | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``responses`` [B, R], ``response_mask`` [B, R] and log-probs as sampled [B, R] float32, on the model's device.
 
     ``graph``: replay the step as a CUDA graph (default: when the model is on CUDA; CUDA only).
     ``check_every``: steps between "all rows done?" checks (default 1 on the CPU, ``SYNC_EVERY`` else).
+    ``graphs``: where decoders are kept between calls (default: a fresh one, used for this call only).
     """
     device = next(model.parameters()).device
     graph = device.type == "cuda" if graph is None else graph
@@ -268,12 +355,17 @@ def sample_static(
             f"(model has {model.config._attn_implementation!r}); use generation.sample_with_log_probs"
         )
     check_every = check_every or (1 if device.type == "cpu" else SYNC_EVERY)
+    starts = shared_prompt_starts(prompts.cpu(), prompt_mask.cpu())  # on the host: no device sync
     prompts, prompt_mask = prompts.to(device), prompt_mask.to(device).long()
     steps = params.max_new_tokens
-    decoder = StaticDecoder(model, prompts, prompt_mask, params)
-    if graph:
-        _decode_with_graph(decoder, steps, check_every)
-    else:
-        _decode_eagerly(decoder, steps, check_every)
-    mask = response_mask_from_tokens(decoder.out, params.eos_token_ids)
-    return decoder.out, mask, decoder.log_probs.masked_fill(mask == 0, 0.0)
+    length = prompts.shape[1] + max(steps - 1, 0)  # the last drawn token never enters the cache
+    decoder = (graphs or DecodeGraphs(max_entries=1)).get(model, prompts.shape[0], length, params, device)
+    with attention(model):
+        decoder.start(prompts, prompt_mask, starts, params.seed)
+        if graph:
+            _decode_with_graph(decoder, steps, check_every)
+        else:
+            _decode_eagerly(decoder, steps, check_every)
+    out, log_probs = decoder.results()
+    mask = response_mask_from_tokens(out, params.eos_token_ids)
+    return out, mask, log_probs.masked_fill(mask == 0, 0.0)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from rlflow.backends.local.perf import achieved_tflops, peak_tflops, update_perf_metrics
+from rlflow.backends.local.perf import achieved_tflops, flops, peak_tflops, update_perf_metrics, useful_flops
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +47,47 @@ def test_update_metrics_on_the_cpu(qwen2_config):
     assert metrics["actor/perf/max_memory_allocated_gb"] == 0.0  # no device memory on the CPU, as verl reads it
     assert metrics["actor/perf/max_memory_reserved_gb"] == 0.0
     assert 0 < metrics["actor/perf/cpu_memory_used_gb"] < 1e5
+
+
+def test_flops_in_verls_conventions_equal_verls_formula():
+    from transformers import Qwen2Config
+    from verl.utils.flops_counter import ESTIMATE_FUNC
+
+    config = Qwen2Config(
+        vocab_size=1280,
+        hidden_size=96,
+        intermediate_size=200,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+    )
+    seqlens = [30, 17, 5]
+    tokens = sum(seqlens)
+    ours = flops(config, tokens, 2 * tokens, sum(s * s for s in seqlens))  # verl: embedding + head per token
+    assert ours / 1e12 == pytest.approx(ESTIMATE_FUNC["qwen2"](config, tokens, seqlens, 1.0), rel=1e-12)
+
+
+def test_useful_flops_count_a_shared_prompt_once_and_the_head_on_responses():
+    from transformers import Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=1280,
+        hidden_size=96,
+        intermediate_size=200,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+    )
+    groups = [(10, [3, 4]), (6, [2])]
+    shared = useful_flops(config, groups, shared=True)
+    assert shared == flops(config, 10 + 7 + 6 + 2, 9, 100 + (169 - 100) + (196 - 100) + 64 - 36 + 36)
+    assert useful_flops(config, groups, shared=False) == flops(config, 20 + 7 + 6 + 2, 9, 169 + 196 + 64)
+    assert useful_flops(copy_with_type(config, "gemma3"), groups, shared=True) is None
+
+
+def copy_with_type(config, model_type: str):
+    import copy
+
+    other = copy.deepcopy(config)
+    other.model_type = model_type
+    return other

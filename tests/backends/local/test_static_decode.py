@@ -1,20 +1,30 @@
-"""The static-cache decode loop: agreement with today's loop and HF generate, seeding, EOS handling, CUDA graphs.
+"""The static-cache decode loop: agreement with today's loop and HF generate, seeding, EOS handling, CUDA graphs,
+attention without repeated KV heads, and decoders reused across calls per shape bucket.
 
 The step function a CUDA graph captures runs eagerly on the CPU, so the CPU tests cover every
-op of it; the ``gpu`` tests (opt-in: ``RLFLOW_TEST_GPU=1`` on a CUDA machine) cover the capture
-and the replay.
+op of it (and the bucket cache, which keeps decoders with or without a graph); the ``gpu`` tests
+(opt-in: ``RLFLOW_TEST_GPU=1`` on a CUDA machine) cover the capture and the replay.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 
 import pytest
 import torch
 
+from rlflow.backends.local import static_decode
 from rlflow.backends.local.generation import SamplingParams, sample_hf, sample_with_log_probs
-from rlflow.backends.local.static_decode import sample_static, static_decode_supported, use_static_decode
+from rlflow.backends.local.static_decode import (
+    BATCH_QUANTUM,
+    DecodeGraphs,
+    bucket,
+    sample_static,
+    static_decode_supported,
+    use_static_decode,
+)
 
 
 def params(tokenizer, **kw) -> SamplingParams:
@@ -62,7 +72,7 @@ def test_finished_rows_get_pad_after_eos_and_the_batch_keeps_its_width(sharp_mod
     out, mask, log_probs = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], p)
     hook.remove()
     assert widths[0] == (len(rows) // 2, rows["prompts"].shape[1])  # one prefill per distinct prompt
-    assert set(widths[1:]) == {(len(rows), 1)}  # every decode step: all rows, one token
+    assert set(widths[1:]) == {(bucket(len(rows), BATCH_QUANTUM), 1)}  # every step: all rows (a bucket), one token
     for row, row_mask, row_lp in zip(out.tolist(), mask.tolist(), log_probs):
         n = next((i + 1 for i, tok in enumerate(row) if tok in p.eos_token_ids), len(row))
         assert row_mask == [1] * n + [0] * (len(row) - n)
@@ -131,6 +141,56 @@ def test_selection_keeps_todays_loop_on_the_cpu_and_refuses_unsupported_models(s
         sample_static(sliding, prompt_batch["prompts"], prompt_batch["prompt_mask"], params(tokenizer))
 
 
+def test_gqa_decode_equals_the_repeated_head_decode(sharp_model, prompt_batch, tokenizer, monkeypatch):
+    """The decode without repeated KV heads gives transformers' sdpa decode (which repeats them): greedy tokens
+    equal, log-probs to float rounding; so does seeded sampling."""
+    import transformers.integrations.sdpa_attention as sdpa
+
+    assert sharp_model.config.num_key_value_heads < sharp_model.config.num_attention_heads  # a GQA model
+    repeats = []
+    original = sdpa.repeat_kv
+    monkeypatch.setattr(sdpa, "repeat_kv", lambda x, n: repeats.append(n) or original(x, n))
+    rows = prompt_batch.repeat_interleave(2)
+    for p in (eos_at_different_steps(sharp_model, rows, tokenizer), params(tokenizer, temperature=0.8, seed=5)):
+        repeats.clear()
+        ours = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+        assert not repeats and sharp_model.config._attn_implementation == "sdpa"
+        with monkeypatch.context() as m:
+            m.setattr(static_decode, "attention", lambda model: contextlib.nullcontext())
+            repeated = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+        assert repeats  # transformers' sdpa repeated the KV heads there
+        assert torch.equal(ours[0], repeated[0]) and torch.equal(ours[1], repeated[1])
+        assert torch.allclose(ours[2], repeated[2], atol=1e-5)
+
+
+def test_decoders_are_built_once_per_bucket_and_reused_across_calls(sharp_model, prompt_batch, tokenizer):
+    graphs = DecodeGraphs(max_entries=2)
+    rows = prompt_batch.repeat_interleave(2)
+    greedy = eos_at_different_steps(sharp_model, rows, tokenizer)
+    sampled = params(tokenizer, temperature=0.8, seed=5)
+    fresh = {
+        name: sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], p)
+        for name, p in (("greedy", greedy), ("sampled", sampled))
+    }
+    for _ in range(2):  # the same shapes: one decoder, its buffers reset by each call
+        again = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], greedy, graphs=graphs)
+        assert all(torch.equal(a, b) for a, b in zip(again, fresh["greedy"]))
+    assert graphs.builds == 1
+    fewer = rows.index(list(range(len(rows) - 1)))  # one row less: the same batch bucket
+    out = sample_static(sharp_model, fewer["prompts"], fewer["prompt_mask"], greedy, graphs=graphs)
+    assert graphs.builds == 1 and torch.equal(out[0], fresh["greedy"][0][:-1])
+    other_seed = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], sampled, graphs=graphs)
+    assert graphs.builds == 2 and all(torch.equal(a, b) for a, b in zip(other_seed, fresh["sampled"]))
+    reseeded = dataclasses.replace(sampled, seed=6)  # the seed is not part of the key
+    sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], reseeded, graphs=graphs)
+    assert graphs.builds == 2
+    longer = dataclasses.replace(greedy, max_new_tokens=greedy.max_new_tokens + 100)  # another length bucket
+    sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], longer, graphs=graphs)
+    assert graphs.builds == 3 and len(graphs.entries) == 2  # the least recently used was dropped
+    again = sample_static(sharp_model, rows["prompts"], rows["prompt_mask"], greedy, graphs=graphs)
+    assert graphs.builds == 4 and all(torch.equal(a, b) for a, b in zip(again, fresh["greedy"]))
+
+
 @pytest.fixture
 def cuda_model(sharp_model):
     return sharp_model.to("cuda")
@@ -161,3 +221,17 @@ def test_cuda_graph_sampling_is_seeded_and_matches_the_eager_step(cuda_model, pr
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0], c[0])
     assert torch.equal(a[0], eager[0]) and torch.allclose(a[2], eager[2], atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_cuda_graphs_are_captured_once_per_bucket(cuda_model, prompt_batch, tokenizer):
+    graphs = DecodeGraphs()
+    rows = prompt_batch.repeat_interleave(4)
+    p = dataclasses.replace(eos_at_different_steps(cuda_model, rows, tokenizer), max_new_tokens=40)
+    first = sample_static(cuda_model, rows["prompts"], rows["prompt_mask"], p, graphs=graphs)
+    captured = [d.graph for d in graphs.entries.values()]
+    second = sample_static(cuda_model, rows["prompts"], rows["prompt_mask"], p, graphs=graphs)
+    assert graphs.builds == 1 and [d.graph for d in graphs.entries.values()] == captured and captured[0] is not None
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    hf, hf_mask = sample_hf(cuda_model, rows["prompts"], rows["prompt_mask"], p)
+    assert torch.equal(second[0], hf) and torch.equal(second[1], hf_mask)
