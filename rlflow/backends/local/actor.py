@@ -47,6 +47,7 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
