@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from rlflow.backends.local.factory import missing_extra
 from rlflow.backends.remote.registry import REMOTE_BACKENDS, forwarder_problem
 from rlflow.check import paths
+from rlflow.check.algorithm import check_algorithm
 from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
 from rlflow.plan.compile import dataflow_problems
@@ -55,6 +56,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
         check_required_kinds(subject, report)
         check_reference(subject, report)
     check_clip_ratio(subject, report)
+    check_algorithm(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
     check_training_engines(subject, report)

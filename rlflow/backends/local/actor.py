@@ -1,10 +1,12 @@
 """The GRPO actor update: mini-batches, micro-batches with gradient accumulation, epochs, clipping.
 
 Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the same):
-- The loss is verl's: ``core_algos.compute_policy_loss_vanilla`` (PPO clip with dual clip),
-  minus ``entropy_coeff`` x ``agg_loss(entropy)``, plus ``kl_loss_coef`` x
+- The loss is verl's: the policy loss verl registers under ``algorithm.loss_mode``
+  (``core_algos.get_policy_loss_fn``; ``vanilla`` is the PPO clip with dual clip), minus
+  ``entropy_coeff`` x ``agg_loss(entropy)``, plus ``kl_loss_coef`` x
   ``agg_loss(kl_penalty(logp, ref, kl_loss_type))`` when ``use_kl_loss``. Its config is a
-  real ``verl.workers.config.ActorConfig`` built from the pipeline's algorithm section.
+  real ``verl.workers.config.ActorConfig`` built from the pipeline's algorithm section; a loss
+  metric the chosen loss does not report (``gpg`` reports none) is left out, as in verl.
 - Scaling is verl's global-batch normalisation: every micro-batch loss is divided by the
   mini-batch's *global* token count (or sequence count, by ``loss_agg_mode``) and multiplied
   by the data-parallel size; gradients are summed over micro-batches and averaged over
@@ -58,9 +60,18 @@ AVERAGED = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
 
 def verl_actor_config(pipeline):
     """verl's ``ActorConfig`` carrying the pipeline's loss knobs (what verl's loss functions read)."""
-    from verl.workers.config import ActorConfig
+    from verl.workers.config import ActorConfig, PolicyLossConfig
 
     a, t = pipeline.algorithm, pipeline.trainer
+    policy_loss = PolicyLossConfig(
+        loss_mode=a.loss_mode,
+        clip_cov_ratio=a.clip_cov_ratio,
+        clip_cov_lb=a.clip_cov_lb,
+        clip_cov_ub=a.clip_cov_ub,
+        kl_cov_ratio=a.kl_cov_ratio,
+        ppo_kl_coef=a.ppo_kl_coef,
+        dro_beta=a.dro_beta,
+    )
     return ActorConfig(
         strategy="fsdp",
         rollout_n=a.n,
@@ -70,6 +81,9 @@ def verl_actor_config(pipeline):
         clip_ratio_low=a.clip_ratio_low,
         clip_ratio_high=a.clip_ratio_high,
         clip_ratio_c=a.clip_ratio_c,
+        policy_loss=policy_loss,
+        tau_pos=a.tau_pos,
+        tau_neg=a.tau_neg,
         loss_agg_mode=a.loss_agg_mode,
         entropy_coeff=a.entropy_coeff,
         use_kl_loss=a.use_kl_loss,
@@ -134,6 +148,7 @@ class Actor:
         self.model_config = model.config  # the Hugging Face config verl's FLOPs formulas read
         self.peak_tflops = peak_tflops(self.device)
         self.packed = pipeline.model.use_remove_padding
+        self.loss_metric_keys: set[str] = set()  # the pg metrics the chosen policy loss reports
 
     # ---- one update -------------------------------------------------------------------------
     def update(
@@ -158,6 +173,8 @@ class Actor:
                 history.append({**metrics, **self._perf_metrics(mini, time.perf_counter() - start)})
         self.scheduler.step()
         metrics = {k: sum(h[k] for h in history) / len(history) for k in history[0]}
+        for key in set(AVERAGED) - self.loss_metric_keys:
+            metrics.pop(key, None)
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         if a.use_kl_loss:
             metrics["actor/kl_coef"] = a.kl_loss_coef
@@ -260,7 +277,7 @@ class Actor:
             with_entropy=a.entropy_coeff != 0,
             packed=self.packed,
         )
-        pg_loss, pg_metrics = core_algos.compute_policy_loss_vanilla(
+        pg_loss, pg_metrics = core_algos.get_policy_loss_fn(cfg.policy_loss.loss_mode)(
             old_log_prob=micro["old_log_probs"].to(self.device),
             log_prob=log_prob,
             advantages=micro["advantages"].to(self.device),
@@ -269,6 +286,7 @@ class Actor:
             config=cfg,
         )
         loss = pg_loss
+        self.loss_metric_keys.update(pg_metrics)
         parts = {"actor/pg_loss": float(pg_loss.detach()), **pg_metrics}
         if entropy is not None:
             entropy_loss = core_algos.agg_loss(entropy, mask, cfg.loss_agg_mode, **cfg.global_batch_info)
