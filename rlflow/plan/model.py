@@ -14,6 +14,9 @@ Design decisions:
   The resume entry (``RESUME``, role ``resume``) is not a stage kind but the runtime's own
   phase, listed in the plan so that the init phase reads as verl's does (load, sync, validate).
 - Data-loader fields come from a pseudo-stage named ``DATA_SOURCE`` in ``edges``.
+- ``refill`` names the step's first stages (rollout through the last reward) when DAPO's
+  dynamic sampling is on: the runtime repeats them on new prompts until the batch is full
+  (``rlflow.runtime.dynamic_sampling``), and the renderers draw that loop.
 - A local pool with ``device: auto`` stays ``auto`` here; the runtime resolves the device and
   calls ``Placement.with_device`` to get the bundles it will reserve. Placement choices
   (bundles, PACK / SPREAD) are explained in rlflow.plan.placement.
@@ -148,6 +151,7 @@ class Plan:
     step: tuple[PlanStage, ...]
     resources: Mapping[str, Placement]
     edges: tuple[Edge, ...]
+    refill: tuple[str, ...] = ()  # step stages repeated until the batch is full (algorithm.filter_groups)
 
     def stage(self, name: str) -> PlanStage:
         """The step entry named ``name`` (else the init entry)."""

@@ -1,7 +1,8 @@
 """A Plan as a Mermaid flowchart (pastes into Markdown on GitHub, GitLab and most wikis).
 
 One subgraph per resource around its stages, the data loader as a database node, data edges
-labelled with their fields, the loop edge (sync_weights back to the next generate) dashed,
+labelled with their fields, the loop edge (sync_weights back to the next generate) and DAPO's
+refill loop (its last stage back to its first) dashed,
 and the init phase as a chain of its own. Node ids are prefixed and sanitised (``s_``,
 ``i_``, ``r_``) because stage names may contain dots and dashes and may collide with Mermaid
 keywords such as ``end``; labels are quoted.
@@ -48,4 +49,7 @@ def render_mermaid(plan: Plan) -> str:
         fields = ", ".join(edge.fields) + (" (next step)" if edge.loop else "")
         arrow = "-.->" if edge.loop else "-->"
         lines.append(f"  {src} {arrow}|{_label(fields)}| {_id('s_', edge.dst)}")
+    if plan.refill:
+        label = _label("refill until the batch is full")
+        lines.append(f"  {_id('s_', plan.refill[-1])} -.->|{label}| {_id('s_', plan.refill[0])}")
     return "\n".join(lines) + "\n"

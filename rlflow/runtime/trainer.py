@@ -28,7 +28,7 @@ from typing import Any
 from rlflow.batch import Batch
 from rlflow.errors import ResumeError, StageError
 from rlflow.plan.model import Plan, PlanStage
-from rlflow.runtime import checkpoints, interrupts
+from rlflow.runtime import checkpoints, dynamic_sampling, interrupts
 from rlflow.runtime.console import QUIET, RunConsole
 from rlflow.runtime.executor import Executor
 from rlflow.runtime.run_dir import RunDir
@@ -135,13 +135,18 @@ class StepLoop:
     def run_step(self, step: int) -> dict[str, Any]:
         timer = StepTimer()
         epoch = self.data.sampler.epoch
-        batch = self.data.train.to_batch(self.data.sampler.next_indices(), self.data.tokenizer.pad_token_id, step=step)
+        step_start = time.perf_counter()
+        if self.plan.refill:  # DAPO's dynamic sampling runs the refill stages until the batch is full
+            batch = dynamic_sampling.fill_batch(self.executor, self.plan, self.data, self.spec, step, timer)
+        else:
+            batch = self.data.train.to_batch(
+                self.data.sampler.next_indices(), self.data.tokenizer.pad_token_id, step=step
+            )
         val_metrics: dict[str, Any] = {}
         timing_end: float | None = None  # timing_s/step covers verl's steps 1-10, not validation
-        step_start = time.perf_counter()
         for stage in self.plan.step:
             interrupts.raise_if_requested()
-            if not self._due(stage, step):
+            if not self._due(stage, step) or stage.name in self.plan.refill:
                 continue
             if stage.role == "validation":
                 timing_end = time.perf_counter()
