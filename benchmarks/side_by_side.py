@@ -55,9 +55,10 @@ def run_recipe(algorithm: str, seed: int, sets: list[str], run_dir: Path, minute
         cmd += ["--set", setting]
     print("$", " ".join(cmd), flush=True)
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    with subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True) as proc:
-        returncode = _wait(proc, run_dir, minutes)
-    if returncode not in (0, 143):
+    with subprocess.Popen(cmd, cwd=ROOT, env=env) as proc:
+        returncode, stopped = _wait(proc, run_dir, minutes)
+    # stopped at the budget: 143, or 130 when the signal lands inside a Ray call (which raises it as Ctrl-C)
+    if returncode != 0 and not (stopped and returncode in (130, 143)):
         raise SystemExit(f"{algorithm}: rlflow run exited with {returncode}")
     records = read_metrics(run_dir)
     at = step_minutes(run_dir)
@@ -82,20 +83,21 @@ def run_recipe(algorithm: str, seed: int, sets: list[str], run_dir: Path, minute
     }
 
 
-def _wait(proc: subprocess.Popen, run_dir: Path, minutes: float | None) -> int:
-    """Wait for the run; past the budget (counted from its first stage) stop it as Ctrl-C would."""
+def _wait(proc: subprocess.Popen, run_dir: Path, minutes: float | None) -> tuple[int, bool]:
+    """Wait for the run; past the budget (counted from its first stage) stop it as Ctrl-C would.
+    Its exit status, and whether it was stopped."""
     if minutes is None:
-        return proc.wait()
+        return proc.wait(), False
     trace = run_dir / "trace.jsonl"
     started = None
     while proc.poll() is None:
         if started is None and trace.exists() and trace.stat().st_size:
             started = time.time()
         if started is not None and time.time() - started > minutes * 60:
-            os.killpg(proc.pid, signal.SIGTERM)
-            return proc.wait()
+            proc.send_signal(signal.SIGTERM)  # rlflow alone: it stops its Ray processes itself
+            return proc.wait(), True
         time.sleep(1.0)
-    return proc.returncode
+    return proc.returncode, False
 
 
 def step_minutes(run_dir: Path) -> dict[int, float]:
