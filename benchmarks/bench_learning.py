@@ -6,6 +6,11 @@
     python -m benchmarks.bench_learning --plot results/learning.json results/learning_async.json -o docs/learning_async.png
     python -m benchmarks.bench_learning --quick               # a 2-step smoke of the same path, seed 1
     python -m benchmarks.bench_learning --seeds 2 --set trainer.total_steps=10
+    python -m benchmarks.bench_learning --task ranking --algorithm dapo   # a GRPO-family recipe, seeds 1 2 3
+    python -m benchmarks.bench_learning --task ranking --side-by-side    # grpo, dr_grpo, dapo, gspo, rloo
+
+``--algorithm NAME`` runs ``pipelines/ranking_<NAME>.yaml`` instead of the task's GRPO pipeline;
+``--side-by-side`` runs the recipes one seed each at equal wall time (``benchmarks.side_by_side``).
 
 For each seed it runs ``rlflow run <pipeline> --set trainer.seed=S --run-dir DIR`` as a
 subprocess (exactly what a user types), times it, and reads ``DIR/metrics.jsonl``: the mean
@@ -41,7 +46,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import common
+from benchmarks import common, side_by_side
 
 ROOT, RESULTS = common.ROOT, common.RESULTS
 
@@ -72,6 +77,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-delta", type=float, default=None, help="required rise of acc (default: the task's goal)")
     p.add_argument("--max-minutes", type=float, default=15.0, help="required wall time per run")
     p.add_argument(
+        "--algorithm",
+        nargs="+",
+        choices=side_by_side.ALGORITHMS,
+        default=None,
+        help="ranking recipes (pipelines/ranking_<name>.yaml); one unless --side-by-side",
+    )
+    p.add_argument("--side-by-side", action="store_true", help="the recipes one seed each at equal wall time")
+    p.add_argument("--minutes", type=float, default=10.0, help="--side-by-side: wall minutes per recipe")
+    p.add_argument(
         "--plot",
         nargs="+",
         type=Path,
@@ -82,7 +96,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--allow-dirty", action="store_true", help="run with uncommitted code changes (recorded as <commit>-dirty)"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.algorithm and args.task != "ranking":
+        p.error("--algorithm and --side-by-side run the ranking recipes: add --task ranking")
+    if args.side_by_side and args.task != "ranking":
+        p.error("--side-by-side runs the ranking recipes: add --task ranking")
+    if args.algorithm and len(args.algorithm) > 1 and not args.side_by_side:
+        p.error("name one --algorithm, or compare several with --side-by-side")
+    return args
 
 
 def val_accuracy(records: list[dict]) -> dict[int, float]:
@@ -214,7 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         plot_against_wall_time(args.plot, args.picture)
         return 0
+    if args.side_by_side:
+        runs_root = Path(args.runs_root) / "side-by-side" / time.strftime("%Y%m%d-%H%M%S")
+        algorithms = args.algorithm or list(side_by_side.ALGORITHMS)
+        seed = (args.seeds or [1])[0]
+        return side_by_side.side_by_side(algorithms, seed, args.minutes, args.quick, args.sets, runs_root, args.out)
     task = TASKS[args.task]
+    if args.algorithm and args.algorithm[0] != "grpo":
+        name = args.algorithm[0]
+        task = Task(side_by_side.pipeline_of(name), task.min_delta, f"learning_ranking_{name}.json")
     min_delta = task.min_delta if args.min_delta is None else args.min_delta
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     sets = (list(QUICK_SETS) if args.quick else []) + args.sets

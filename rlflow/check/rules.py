@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from rlflow.backends.local.factory import missing_extra
 from rlflow.backends.remote.registry import REMOTE_BACKENDS, forwarder_problem
 from rlflow.check import paths
+from rlflow.check.algorithm import check_algorithm
 from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
 from rlflow.plan.compile import dataflow_problems
@@ -60,6 +61,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
         check_reference(subject, report)
     check_clip_ratio(subject, report)
     check_rollout_log_probs(subject, report)
+    check_algorithm(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
     check_trainer_mode(subject, report)
@@ -368,6 +370,13 @@ def check_trainer_mode(subject: Subject, report: Reporter) -> None:
         )
     if mode != "separate_async":
         return
+    if subject.algorithm is not None and subject.algorithm.filter_groups.enable:
+        report(
+            ("algorithm", "filter_groups", "enable"),
+            "dynamic sampling refills a step's batch before it trains, which trainer_mode separate_async does not "
+            "do yet (it samples whole batches ahead of the trainer)",
+            "set trainer_mode: sync with filter_groups, or turn filter_groups off",
+        )
     actor = {stage.on for _, stage in with_role(subject, "update")}
     for i, stage in with_role(subject, "rollout"):
         if stage.on in actor:

@@ -222,8 +222,9 @@ class _Converter:
         section = "custom_reward_function" if any(v is not None for v in legacy.values()) else None
         section = section or "reward.custom_reward_function"
         path, name = self.cfg.get(f"{section}.path"), self.cfg.get(f"{section}.name")
+        overlong = self._overlong_buffer()
         if not path:
-            return {"function": VERL_DEFAULT_REWARD, "max_memory_mb": None}
+            return {"function": VERL_DEFAULT_REWARD, "max_memory_mb": None, **overlong}
         if not name:
             self._problem(f"{section}.name", "verl needs the function's name with its path", f"set {section}.name")
             return {}
@@ -232,7 +233,20 @@ class _Converter:
                 f"{section}.path={path}: relative paths start at the project root (the folder of rlflow.yaml), "
                 "not at the directory verl was launched from"
             )
-        return {"function": f"{path}:{name}"}
+        return {"function": f"{path}:{name}", **overlong}
+
+    def _overlong_buffer(self) -> dict:
+        """DAPO's overlong buffer from whichever of verl's spellings the user set (the recipe's scripts use
+        ``reward_model.overlong_buffer``, its config ``reward.reward_kwargs.overlong_buffer_cfg``)."""
+        for section in ("reward.reward_kwargs.overlong_buffer_cfg", "reward_model.overlong_buffer"):
+            if self.cfg.is_set(section):
+                values = {k: self.cfg.get(f"{section}.{k}") for k in ("enable", "len", "penalty_factor", "log")}
+                values = {k: v for k, v in values.items() if v is not None}
+                if values.get("enable"):
+                    for key in values:
+                        self.out.origins[f"stages.reward_function.with.overlong_buffer.{key}"] = f"{section}.{key}"
+                    return {"overlong_buffer": values}
+        return {}
 
     def _assemble(self, stages: list[dict]) -> dict:
         pipeline: dict[str, Any] = {"name": self._name()}

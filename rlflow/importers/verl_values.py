@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlflow.importers.verl_config import VerlConfig
+from rlflow.schemas.algorithms import NEEDS
 
 SKIP = object()  # "this key gives no value": the next key of the same rlflow field is tried
 
@@ -165,11 +166,17 @@ def _strategy(value: Any, conv: Context) -> Any:
     )
 
 
-def _estimator(value: Any, conv: Context) -> Any:
-    if value == "grpo":
+def _needs(key: str) -> Converter:
+    """A registered name rlflow's step can run passes; one that needs more (``NEEDS``) is refused with why."""
+
+    def convert(value: Any, conv: Context) -> Any:
+        if value in NEEDS:
+            message, fix = NEEDS[value]
+            default = " (gae is verl's default: set the estimator)" if value == "gae" else ""
+            raise Unsupported(f"{message}{default}", f"{fix}: {key}=...")
         return value
-    default = " (verl's default: PPO with a critic)" if value == "gae" else ""
-    raise Unsupported(f"rlflow trains GRPO only{default}", "set algorithm.adv_estimator=grpo")
+
+    return convert
 
 
 def _device(value: Any, conv: Context) -> Any:
@@ -243,7 +250,9 @@ CONVERTERS: dict[str, Converter] = {
     "actor_rollout_ref.actor.clip_ratio_high": _nullable,
     "actor_rollout_ref.actor.strategy": _strategy,
     "actor_rollout_ref.rollout.name": _rollout,
-    "algorithm.adv_estimator": _estimator,
+    "algorithm.adv_estimator": _needs("algorithm.adv_estimator"),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": _needs("actor_rollout_ref.actor.policy_loss.loss_mode"),
+    "actor_rollout_ref.actor.policy_loss.dro_beta": _nullable,
     "trainer.device": _device,
     "trainer.v1.trainer_mode": _trainer_mode,
     "trainer.v1.separate_async.num_warmup_batches": _warmup_batches,

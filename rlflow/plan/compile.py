@@ -17,6 +17,8 @@ What runs, mirroring verl's ``PPOTrainerSync``:
   ``trainer.balance_batch`` is on and the ``update`` stage's pool has more than one
   data-parallel worker (verl balances across its actor's data-parallel ranks; with one there is
   nothing to balance). They are marked ``implicit``.
+- the refill loop: with ``algorithm.filter_groups.enable`` the step's stages up to its last
+  reward stage are ``Plan.refill`` (DAPO's dynamic sampling repeats them until the batch is full).
 
 Stages are found by the role their kind declares, never by kind name. The trainer mode, what
 may run at once within a step and across two steps (rlflow.plan.concurrency) and, in an async
@@ -92,12 +94,21 @@ def compile_plan(spec: Pipeline) -> Plan:
         groups=step_groups(step, edges),
         overlap=cross_step_overlap(step, edges, mode),
         staleness=_staleness(spec) if mode in ASYNC_MODES else None,
+        refill=_refill(spec, step),
     )
 
 
 def _staleness(spec: Pipeline) -> Staleness:
     t = spec.trainer
     return Staleness(t.max_off_policy_threshold, t.max_off_policy_strategy, t.num_warmup_batches)
+
+
+def _refill(spec: Pipeline, step: tuple[PlanStage, ...]) -> tuple[str, ...]:
+    """With dynamic sampling, the step's stages up to its last reward: what generates and scores a group."""
+    rewards = [i for i, s in enumerate(step) if s.role == "reward"]
+    if not spec.algorithm.filter_groups.enable or not rewards:
+        return ()
+    return tuple(s.name for s in step[: rewards[-1] + 1])
 
 
 def _analyse(spec: Pipeline) -> tuple[list[_Stage], list[_Stage], Flow]:

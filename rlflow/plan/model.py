@@ -17,6 +17,9 @@ Design decisions:
 - What may run at once (``groups`` within a step, ``overlap`` across two steps in an async
   trainer mode) is derived by rlflow.plan.concurrency; ``staleness`` holds the bound the
   relaxed weight edge (sync_weights back to the next generate) runs under.
+- ``refill`` names the step's first stages (rollout through the last reward) when DAPO's
+  dynamic sampling is on: the runtime repeats them on new prompts until the batch is full
+  (``rlflow.runtime.dynamic_sampling``), and the renderers draw that loop.
 - A local pool with ``device: auto`` stays ``auto`` here; the runtime resolves the device and
   calls ``Placement.with_device`` to get the bundles it will reserve. Placement choices
   (bundles, PACK / SPREAD) are explained in rlflow.plan.placement.
@@ -182,6 +185,7 @@ class Plan:
     groups: tuple[tuple[str, ...], ...] = ()  # the step in levels: a group's stages read nothing from each other
     overlap: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage of step t+1, stages of step t it may run beside)
     staleness: Staleness | None = None  # the bound of an async mode; None in sync mode
+    refill: tuple[str, ...] = ()  # step stages repeated until the batch is full (algorithm.filter_groups)
 
     def stage(self, name: str) -> PlanStage:
         """The step entry named ``name`` (else the init entry)."""

@@ -11,6 +11,8 @@ Layout choices:
 - the init phase is a dashed cluster of its own, chained and leading to the first stage;
 - in an async trainer mode the rollout's and the trainer's clusters are labelled as lanes, and
   the weight edge is the staleness edge: bold, orange, labelled with its bound.
+- DAPO's refill loop (``Plan.refill``) is a dashed edge from its last stage back to its first,
+  labelled, and, like the loop edge, does not constrain the layout.
 Every id and label is quoted and escaped, since stage and resource names may hold dots or
 dashes.
 """
@@ -110,5 +112,9 @@ def render_dot(plan: Plan) -> str:
             )
             lines.append(f"  {quote(name + ':forwarder')} -> {backend} [style=bold, label={quote('relays calls')}];")
     lines += _edges(plan)
+    if plan.refill:
+        label = quote("refill until the batch is full\n(algorithm.filter_groups)")
+        first, last = quote(plan.refill[0]), quote(plan.refill[-1])
+        lines.append(f'  {last} -> {first} [label={label}, style=dashed, color="#1a73e8", constraint=false];')
     lines.append("}")
     return "\n".join(lines) + "\n"

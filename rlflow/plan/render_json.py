@@ -1,6 +1,6 @@
 """A Plan as JSON, for scripts and dashboards.
 
-Shape: ``{"pipeline", "init": [...], "stages": [...], "resources": {...}, "edges": [...]}``.
+Shape: ``{"pipeline", "init": [...], "stages": [...], "resources": {...}, "edges": [...], "refill": [...]}``.
 ``stages`` is an ordered list (the step order), each entry carrying at least ``name``, ``kind``,
 ``resource``, ``reads``, ``writes``, ``cadence`` and ``verl_timer``; the rest of each PlanStage
 and Placement rides along so that nothing the plan knows is lost. Keys keep the dataclass
@@ -40,6 +40,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "stages": _plain(plan.step),
         "resources": _plain(plan.resources),
         "edges": _plain(plan.edges),
+        "refill": list(plan.refill),
     }
     if plan.is_async:
         data |= {

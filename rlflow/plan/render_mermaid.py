@@ -1,10 +1,10 @@
 """A Plan as a Mermaid flowchart (pastes into Markdown on GitHub, GitLab and most wikis).
 
 One subgraph per resource around its stages, the data loader as a database node, data edges
-labelled with their fields, the loop edge (sync_weights back to the next generate) dashed,
-and the init phase as a chain of its own. In an async trainer mode the rollout's and the
-trainer's resources are named as lanes and the weight edge is the staleness edge, labelled with
-its bound. Node ids are prefixed and sanitised (``s_``,
+labelled with their fields, the loop edge (sync_weights back to the next generate) and DAPO's
+refill loop (its last stage back to its first) dashed, and the init phase as a chain of its own.
+In an async trainer mode the rollout's and the trainer's resources are named as lanes and the
+weight edge is the staleness edge, labelled with its bound. Node ids are prefixed and sanitised (``s_``,
 ``i_``, ``r_``) because stage names may contain dots and dashes and may collide with Mermaid
 keywords such as ``end``; labels are quoted.
 """
@@ -56,4 +56,7 @@ def render_mermaid(plan: Plan) -> str:
         arrow = "-.->" if edge.loop else "-->"
         lines.append(f"  {src} {arrow}|{_label(fields)}| {_id('s_', edge.dst)}")
     lines += [f"  linkStyle {links + plan.edges.index(e)} stroke:#e37400,stroke-width:2px" for e in stale]
+    if plan.refill:
+        label = _label("refill until the batch is full")
+        lines.append(f"  {_id('s_', plan.refill[-1])} -.->|{label}| {_id('s_', plan.refill[0])}")
     return "\n".join(lines) + "\n"

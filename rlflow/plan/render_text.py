@@ -1,4 +1,4 @@
-"""A Plan as plain text for the terminal: the init phase, the numbered step, the loop, the resources.
+"""A Plan as plain text for the terminal: the init phase, the numbered step, the loops, the resources.
 
 Plain aligned columns rather than rich tables: the output is stable (golden-tested), reads
 the same in a pipe, a log or a CI job, and costs no import. ``placement_summary`` and
@@ -121,6 +121,11 @@ def render_text(plan: Plan) -> str:
     lines += _stage_lines("i", plan.init)
     lines += ["", "step (every training step, in this order)"]
     lines += _stage_lines("", plan.step)
+    if plan.refill:
+        lines.append(
+            f"  refill: {' -> '.join(plan.refill)} again on new prompts until the batch is full "
+            "(algorithm.filter_groups: groups whose metric does not vary are dropped)"
+        )
     for edge in plan.loop_edges():
         lines.append(f"  loop: {edge.src} --{', '.join(edge.fields)}--> {edge.dst} of the next step")
     if plan.is_async:

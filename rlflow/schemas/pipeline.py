@@ -15,10 +15,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rlflow.schemas.algorithms import AdvEstimator, LossMode
+
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 DRIVER = "driver"
 
-LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LossAggMode = Literal["token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
 DataFormat = Literal["bird", "jsonl", "parquet", "verl"]
 TEXT2SQL_FORMATS = ("bird", "jsonl", "parquet")  # records of questions over databases, prompts from a template
@@ -189,10 +191,32 @@ def _bounds(spec: float | str, what: str) -> tuple[float, ...]:
     return bounds
 
 
-class AlgorithmSpec(StrictModel):
-    """GRPO knobs, with verl's names and defaults (actor.* and algorithm.* in verl)."""
+class FilterGroupsSpec(StrictModel):
+    """DAPO's dynamic sampling (verl: algorithm.filter_groups): refill the batch with groups whose metric varies."""
 
-    adv_estimator: Literal["grpo"] = "grpo"
+    enable: bool = False
+    metric: str | None = Field(
+        "reward",
+        description="`reward` (the row's score) or a key the reward function returns (DAPO's recipe: acc); "
+        "groups whose metric is the same for every sample are dropped.",
+    )
+    max_num_gen_batches: int = Field(
+        0, description="Generation batches a step may take before it fails; 0 or less: one pass over the data."
+    )
+    max_inflight_gen_batches: int = Field(
+        1, ge=1, description="Generation batches generated at once in one refill round (each train_batch_size)."
+    )
+
+
+class AlgorithmSpec(StrictModel):
+    """GRPO-family knobs, with verl's names and defaults (actor.*, actor.policy_loss.* and algorithm.* in verl)."""
+
+    adv_estimator: AdvEstimator = Field(
+        "grpo", description="verl's registered advantage estimator (docs/algorithms.md)."
+    )
+    loss_mode: LossMode = Field(
+        "vanilla", description="verl's registered policy loss (verl: actor.policy_loss.loss_mode)."
+    )
     n: int = Field(8, ge=1, description="Samples per prompt (verl: actor_rollout_ref.rollout.n).")
     clip_ratio: float = Field(0.2, gt=0, description="Used only where clip_ratio_low/high are null (as in verl).")
     clip_ratio_low: float | None = Field(0.2, gt=0, description="Lower PPO clip: ratio >= 1 - clip_ratio_low.")
@@ -211,6 +235,23 @@ class AlgorithmSpec(StrictModel):
         default_factory=RolloutCorrectionSpec,
         description="Off-policy correction from the rollout's log-probs (verl: algorithm.rollout_correction).",
     )
+    gamma: float = Field(
+        1.0, ge=0, le=1, description="Discount of reinforce_plus_plus's returns (verl: algorithm.gamma)."
+    )
+    gdpo_reward_keys: list[str] | None = Field(
+        None, description="gdpo: the reward function's keys normalised one by one (verl: algorithm.gdpo_reward_keys)."
+    )
+    gdpo_reward_weights: list[float] | None = Field(None, description="gdpo: a weight per key (equal when null).")
+    filter_groups: FilterGroupsSpec = FilterGroupsSpec()
+    # policy-loss settings (verl: actor.policy_loss.* and actor.tau_pos/tau_neg)
+    clip_cov_ratio: float = Field(0.0002, gt=0, description="clip_cov: fraction of tokens whose gradient is cut.")
+    clip_cov_lb: float = Field(1.0, description="clip_cov: lower bound of the covariance picked.")
+    clip_cov_ub: float = Field(5.0, description="clip_cov: upper bound of the covariance picked.")
+    kl_cov_ratio: float = Field(0.0002, gt=0, description="kl_cov: fraction of tokens given the KL penalty.")
+    ppo_kl_coef: float = Field(0.1, ge=0, description="kl_cov: coefficient of that penalty.")
+    dro_beta: float | None = Field(None, gt=0, description="dro: quadratic log-ratio penalty (required for dro).")
+    tau_pos: float = Field(1.0, gt=0, description="sapo: gate temperature for positive advantages.")
+    tau_neg: float = Field(1.05, gt=0, description="sapo: gate temperature for negative advantages.")
 
     @property
     def uses_reference(self) -> bool:

@@ -147,8 +147,24 @@ VERL_NAMES: tuple[VerlName, ...] = (
         "actor_rollout_ref.ref.log_prob_micro_batch_size", "micro_batch_size", "stage", "ref_log_prob", global_size=True
     ),
     # algorithm
-    VerlName("algorithm.adv_estimator", "algorithm.adv_estimator", note="grpo only"),
-    *_same("algorithm", "norm_adv_by_std_in_grpo use_kl_in_reward kl_penalty", "algorithm"),
+    VerlName("algorithm.adv_estimator", "algorithm.adv_estimator", note="the critic-free ones (docs/algorithms.md)"),
+    *_same(
+        "algorithm",
+        "norm_adv_by_std_in_grpo use_kl_in_reward kl_penalty gamma gdpo_reward_keys gdpo_reward_weights",
+        "algorithm",
+    ),
+    *_same(
+        "algorithm.filter_groups",
+        "enable metric max_num_gen_batches max_inflight_gen_batches",
+        "algorithm.filter_groups",
+    ),
+    VerlName(f"{ACTOR}.policy_loss.loss_mode", "algorithm.loss_mode", note="bypass_mode has no counterpart"),
+    *_same(
+        f"{ACTOR}.policy_loss",
+        "clip_cov_ratio clip_cov_lb clip_cov_ub kl_cov_ratio ppo_kl_coef dro_beta",
+        "algorithm",
+    ),
+    *_same(ACTOR, "tau_pos tau_neg", "algorithm"),
     VerlName("algorithm.kl_ctrl.kl_coef", "algorithm.kl_coef", note="a fixed coefficient, verl's kl_ctrl.type: fixed"),
     *_same(
         "algorithm.rollout_correction",
@@ -161,6 +177,13 @@ VERL_NAMES: tuple[VerlName, ...] = (
     VerlName("reward.custom_reward_function.name", "function", "stage", "reward_function", note="path.py:name"),
     VerlName("custom_reward_function.path", "function", "stage", "reward_function", note="path.py:name"),
     VerlName("custom_reward_function.name", "function", "stage", "reward_function", note="path.py:name"),
+    *[
+        VerlName(
+            f"{section}.{key}", f"overlong_buffer.{key}", "stage", "reward_function", note="DAPO's overlong shaping"
+        )
+        for section in ("reward.reward_kwargs.overlong_buffer_cfg", "reward_model.overlong_buffer")
+        for key in ("enable", "len", "penalty_factor", "log")
+    ],
     VerlName("reward.num_workers", "workers", "pool", "cpu"),
     VerlName("reward_model.num_workers", "workers", "pool", "cpu"),
     # trainer
@@ -200,7 +223,7 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     ("actor_rollout_ref.ref.fsdp_config.", "the reference is a frozen replica per worker"),
     (f"{ACTOR}.ulysses_sequence_parallel_size", "rlflow has no sequence parallelism"),
     (f"{ACTOR}.checkpoint.", "a checkpoint always holds the model, optimizer, data position and RNG"),
-    (f"{ACTOR}.policy_loss.", "rlflow's loss is verl's vanilla PPO clip (with dual clip)"),
+    (f"{ACTOR}.policy_loss.rollout_correction.", "rlflow trains on-policy: rollout and actor hold the same weights"),
     ("actor_rollout_ref.model.lora", "rlflow fine-tunes all weights (no LoRA)"),
     (
         "trainer.v1.separate_async.parameter_sync_step",
@@ -226,8 +249,23 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
         "reward.reward_model.",
         "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)",
     ),
-    ("reward.reward_manager.", "rlflow scores row by row on the cpu pool, as verl's naive manager"),
-    ("reward_model.reward_manager", "rlflow scores row by row on the cpu pool, as verl's naive manager"),
+    (
+        "reward.reward_manager.",
+        "rlflow scores row by row on the cpu pool, as verl's naive manager; dapo's overlong buffer is "
+        "with.overlong_buffer of the reward_function stage",
+    ),
+    (
+        "reward_model.reward_manager",
+        "rlflow scores row by row on the cpu pool, as verl's naive manager; dapo's overlong buffer is "
+        "with.overlong_buffer of the reward_function stage",
+    ),
+    ("reward.reward_kwargs.max_resp_len", "the overlong buffer measures against data.max_response_length"),
+    ("reward_model.reward_kwargs.max_resp_len", "the overlong buffer measures against data.max_response_length"),
+    (
+        "data.gen_batch_size",
+        "dynamic sampling generates train_batch_size prompts a batch, filter_groups.max_inflight_gen_batches "
+        "batches at a time",
+    ),
     (
         "reward.custom_reward_function.reward_kwargs",
         "rlflow calls the function with verl's four keywords only; bind extra arguments in a wrapper function",
@@ -247,7 +285,6 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     ("data.reward_fn_key", "rlflow hands the column `data_source` to the reward"),
     ("data.custom_cls.", "rlflow reads verl's parquet columns with its own reader"),
     ("algorithm.kl_ctrl.", "rlflow's KL coefficient in the reward is fixed (kl_ctrl.type: fixed)"),
-    ("algorithm.filter_groups.", "a group_filter stage drops groups whose rewards do not vary (min_std)"),
 )
 
 

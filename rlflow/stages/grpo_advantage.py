@@ -1,9 +1,11 @@
-"""Stage ``grpo_advantage``: token-level rewards and GRPO advantages grouped by ``uid``.
+"""Stage ``grpo_advantage``: token-level rewards and the advantages of ``algorithm.adv_estimator``.
 
 verl step 7 ([adv]). Design decisions:
 - The math is verl's own: ``core_algos.kl_penalty`` for the in-reward KL (applied as verl's
-  ``apply_kl_penalty`` does, with a fixed coefficient) and
-  ``core_algos.compute_grpo_outcome_advantage`` grouped by ``uid``; nothing is re-derived here.
+  ``apply_kl_penalty`` does, with a fixed coefficient), then the estimator verl registers under
+  ``adv_estimator`` (``core_algos.get_adv_estimator_fn``), called with the arguments verl's
+  ``compute_advantage`` gives it (``grpo`` its own way, every other one ``config`` and ``index``;
+  ``gdpo`` also the reward function's per-key values); nothing is re-derived here.
 - It runs on the driver over the whole batch, because a group must be complete to be
   normalised (groups never straddle workers, but filters may have reshaped the batch).
 - With verl's decoupled rollout correction (``algorithm.rollout_correction``) it also computes
@@ -55,7 +57,7 @@ class GrpoAdvantage(StageKind):
     writes_fields = ("token_level_rewards", "advantages", "returns")
     allowed_on = frozenset({"driver", "cpu", "local"})
     dispatch = "driver"
-    description = "GRPO outcome advantages (verl core_algos), grouped by uid."
+    description = "Advantages of algorithm.adv_estimator (verl's registered function), grouped by uid."
 
     @classmethod
     def reads(cls, pipeline, stage):
@@ -86,12 +88,57 @@ class GrpoAdvantage(StageKind):
         if rollout_correction.decoupled(ctx.pipeline):
             corrected, corr_metrics = rollout_correction.correct(batch, algorithm.rollout_correction)
             metrics.update(corr_metrics)
-        advantages, returns = core_algos.compute_grpo_outcome_advantage(
-            token_level_rewards=rewards,
-            response_mask=corrected.get(rollout_correction.RS_MASK, batch["response_mask"]),
-            index=np.array(batch["uid"], dtype=object),
-            epsilon=1e-6,
-            norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
-        )
+        mask = corrected.get(rollout_correction.RS_MASK, batch["response_mask"])
+        index = np.array(batch["uid"], dtype=object)
+        if algorithm.adv_estimator == "grpo":
+            advantages, returns = core_algos.compute_grpo_outcome_advantage(
+                token_level_rewards=rewards,
+                response_mask=mask,
+                index=index,
+                epsilon=1e-6,
+                norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+            )
+        else:
+            kwargs = {"config": verl_algo_config(algorithm), "index": index}
+            if algorithm.adv_estimator == "gdpo":
+                kwargs.update(gdpo_inputs(batch, algorithm, ctx))
+            advantages, returns = core_algos.get_adv_estimator_fn(algorithm.adv_estimator)(
+                token_level_rewards=rewards, response_mask=mask, **kwargs
+            )
         out = {"token_level_rewards": rewards, "advantages": advantages, "returns": returns, **corrected}
         return Batch(out, metrics=metrics)
+
+
+def verl_algo_config(algorithm):
+    """verl's ``AlgoConfig`` with the pipeline's estimator knobs (what verl's estimators read from ``config``)."""
+    from verl.trainer.config import AlgoConfig
+
+    return AlgoConfig(
+        gamma=algorithm.gamma,
+        adv_estimator=algorithm.adv_estimator,
+        norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+        use_kl_in_reward=algorithm.use_kl_in_reward,
+        kl_penalty=algorithm.kl_penalty,
+        gdpo_reward_keys=list(algorithm.gdpo_reward_keys) if algorithm.gdpo_reward_keys else None,
+        gdpo_reward_weights=list(algorithm.gdpo_reward_weights) if algorithm.gdpo_reward_weights else None,
+    )
+
+
+def gdpo_inputs(batch: Batch, algorithm, ctx: StageContext) -> dict:
+    """What verl hands gdpo: the reward function's per-key values and the prompts with verl's attention mask."""
+    import numpy as np
+    import torch
+
+    extras = batch["reward_extra"] if "reward_extra" in batch else [{}] * len(batch)
+    columns = {}
+    for key in algorithm.gdpo_reward_keys:
+        missing = [row for row, extra in enumerate(extras) if key not in extra]
+        if missing:
+            known = sorted(extras[missing[0]])
+            raise StageError(
+                f"step {ctx.step}, stage {ctx.stage_name!r}: algorithm.gdpo_reward_keys names {key!r}, which the "
+                f"reward did not return for row {missing[0]} (it returned {known}); return it from the reward function"
+            )
+        columns[key] = np.array([extra[key] for extra in extras], dtype=np.float32)
+    attention = torch.cat([batch["prompt_mask"], batch["response_mask"]], dim=-1)
+    return {"non_tensor_batch": columns, "batch": {"prompts": batch["prompts"], "attention_mask": attention}}

@@ -16,6 +16,9 @@ Design decisions:
 - ``check_in_project`` loads every function at ``rlflow validate`` time, with the loader the
   child uses, so a wrong reference is an error at its line in the pipeline file, not at step 1.
 - The score sits on the last valid response token (``rlflow.stages.token_scores``).
+- ``overlong_buffer`` is DAPO's overlong reward shaping, added to each row's score as verl's
+  DAPO reward manager adds it (``rlflow.reward.overlong``), so dynamic sampling, the advantage
+  and ``critic/score/*`` all see the shaped score.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from rlflow.reward.function_scores import WeightedFunction, call_arguments, combine
 from rlflow.reward.functions import FunctionLoadError, load_function, parse_reference
+from rlflow.reward.overlong import OverlongBuffer, shape_scores
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import register_stage
 from rlflow.stages.token_scores import place_on_last_token
@@ -56,6 +60,11 @@ class RewardFunctionConfig(StageConfig):
     timeout_s: float = Field(5.0, gt=0, allow_inf_nan=False, description="Time limit of one call of a function.")
     max_memory_mb: int | None = Field(
         4096, ge=256, description="Address-space limit of the functions' process (MB); null for none."
+    )
+    overlong_buffer: OverlongBuffer = Field(
+        OverlongBuffer(),
+        description="DAPO's overlong reward shaping (verl: reward_model.overlong_buffer), measured against "
+        "data.max_response_length.",
     )
 
     @model_validator(mode="after")
@@ -111,6 +120,10 @@ class RewardFunction(StageKind):
         except ValidationError:
             return []  # reported by the rule that checks each `with:`
         problems: list[tuple[str, ...]] = []
+        overlong = config.overlong_buffer.problem(pipeline.data.max_response_length)
+        if overlong:
+            fix = f"set it between 1 and {pipeline.data.max_response_length}, or enable: false"
+            problems.append(("with.overlong_buffer.len", overlong, fix))
         for path, reference in config.reference_paths():
             try:
                 load_function(parse_reference(reference), project_root)
@@ -138,6 +151,13 @@ class RewardFunction(StageKind):
         sources = [str(s) for s in batch["data_source"]]
         outcomes = runner.run(call_arguments(sources, batch["response_text"], batch["reward_info"]))
         scored = combine(functions, outcomes, sources, warned, ctx.step)
+        if config.overlong_buffer.enable:
+            lengths = np.asarray(batch["response_mask"]).sum(axis=-1)
+            max_len = ctx.pipeline.data.max_response_length
+            scored.scores, metrics = shape_scores(
+                scored.scores, lengths, config.overlong_buffer, max_len, scored.extras
+            )
+            scored.metrics.update(metrics)
         batch["token_level_scores"] = place_on_last_token(scored.scores, batch["response_mask"])
         batch["scores"] = np.asarray(scored.scores, dtype=np.float32)
         batch["reward_extra"] = scored.extras

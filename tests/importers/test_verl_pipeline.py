@@ -189,8 +189,9 @@ def test_unsupported_values_are_errors_naming_each_verl_key_at_once():
     lines = {d.path: str(d) for d in info.value.diagnostics}
     assert len(lines) == len(info.value.diagnostics) == 6
     assert lines["algorithm.adv_estimator"] == (
-        "algorithm.adv_estimator: 'gae': rlflow trains GRPO only (verl's default: PPO with a critic) "
-        "(set algorithm.adv_estimator=grpo)"
+        "algorithm.adv_estimator: 'gae': gae needs a critic (a value model and its update); rlflow trains "
+        "critic-free estimators only (gae is verl's default: set the estimator) "
+        "(use grpo, rloo or reinforce_plus_plus_baseline: algorithm.adv_estimator=...)"
     )
     assert lines["data.truncation"].startswith("data.truncation: 'right' (a command-line override): rlflow keeps")
     assert lines["actor_rollout_ref.actor.strategy"].startswith("actor_rollout_ref.actor.strategy: 'megatron' (a ")

@@ -21,6 +21,7 @@ from rlflow.schemas.pipeline import (
     AlgorithmSpec,
     CpuPool,
     DataSpec,
+    FilterGroupsSpec,
     LocalPool,
     ModelSpec,
     OptimSpec,
@@ -70,6 +71,18 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
         f"algorithm.rollout_correction.{k}": f"algorithm.rollout_correction.{k}"
         for k in RolloutCorrectionSpec.model_fields
     },
+    "algorithm.gamma": "algorithm.gamma",
+    **{
+        f"algorithm.filter_groups.{name}": f"algorithm.filter_groups.{name}"
+        for name in ("enable", "metric", "max_num_gen_batches", "max_inflight_gen_batches")
+    },
+    "algorithm.loss_mode": f"{ACTOR}.policy_loss.loss_mode",
+    **{
+        f"algorithm.{name}": f"{ACTOR}.policy_loss.{name}"
+        for name in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta")
+    },
+    "algorithm.tau_pos": f"{ACTOR}.tau_pos",
+    "algorithm.tau_neg": f"{ACTOR}.tau_neg",
     "trainer.train_batch_size": "data.train_batch_size",
     "trainer.ppo_mini_batch_size": f"{ACTOR}.ppo_mini_batch_size",
     "trainer.ppo_micro_batch_size_per_gpu": f"{ACTOR}.ppo_micro_batch_size_per_gpu",
@@ -114,6 +127,8 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
 }
 
 RLFLOW_ONLY = {  # knobs (or whole sections, ending in *) verl has no counterpart for
+    "algorithm.gdpo_reward_keys": "verl's AlgoConfig field, absent from its YAML (+algorithm.gdpo_reward_keys)",
+    "algorithm.gdpo_reward_weights": "verl's AlgoConfig field, absent from its YAML",
     "description": "free text",
     "model.dtype": "the policy's dtype; verl sets precision per engine (fsdp mixed_precision)",
     "data.format": "rlflow reads text-to-SQL records as well as verl's parquet rows",
@@ -166,6 +181,7 @@ def rlflow_defaults() -> dict:
         ("data.", DataSpec),
         ("algorithm.", AlgorithmSpec),
         ("algorithm.rollout_correction.", RolloutCorrectionSpec),
+        ("algorithm.filter_groups.", FilterGroupsSpec),
         ("trainer.", TrainerSpec),
         ("trainer.optim.", OptimSpec),
         ("resources.<local>.", LocalPool),

@@ -28,7 +28,11 @@ def test_every_stage_and_pool_target_is_a_key_of_that_kind_or_pool():
     pools = {"local": LocalPool, "cpu": CpuPool}
     for name in VERL_NAMES:
         if name.place == "stage":
-            assert name.rlflow in STAGE_KINDS.get(name.owner).config_model.model_fields, name
+            model = STAGE_KINDS.get(name.owner).config_model
+            *parents, leaf = name.rlflow.split(".")  # a nested setting: overlong_buffer.len
+            for parent in parents:
+                model = model.model_fields[parent].annotation
+            assert leaf in model.model_fields, name
         elif name.place == "pool":
             assert name.rlflow in pools[name.owner].model_fields, name
 

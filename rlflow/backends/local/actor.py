@@ -1,10 +1,12 @@
 """The GRPO actor update: mini-batches, micro-batches with gradient accumulation, epochs, clipping.
 
 Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the same):
-- The loss is verl's: ``core_algos.compute_policy_loss_vanilla`` (PPO clip with dual clip),
-  minus ``entropy_coeff`` x ``agg_loss(entropy)``, plus ``kl_loss_coef`` x
+- The loss is verl's: the policy loss verl registers under ``algorithm.loss_mode``
+  (``core_algos.get_policy_loss_fn``; ``vanilla`` is the PPO clip with dual clip), minus
+  ``entropy_coeff`` x ``agg_loss(entropy)``, plus ``kl_loss_coef`` x
   ``agg_loss(kl_penalty(logp, ref, kl_loss_type))`` when ``use_kl_loss``. Its config is a
-  real ``verl.workers.config.ActorConfig`` built from the pipeline's algorithm section.
+  real ``verl.workers.config.ActorConfig`` built from the pipeline's algorithm section; a loss
+  metric the chosen loss does not report (``gpg`` reports none) is left out, as in verl.
   ``algorithm.rollout_correction`` as verl applies it: its importance weights
   (``rollout_is_weights``) multiply the policy loss and its rejection mask (``rollout_rs_mask``)
   is the loss mask; in bypass mode the old policy is the rollout's log-probs and the policy loss
@@ -70,14 +72,19 @@ AVERAGED = ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower")
 def verl_actor_config(pipeline):
     """verl's ``ActorConfig`` carrying the pipeline's loss knobs (what verl's loss functions read)."""
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
-    from verl.workers.config import ActorConfig
-    from verl.workers.config.actor import PolicyLossConfig
+    from verl.workers.config import ActorConfig, PolicyLossConfig
 
     a, t = pipeline.algorithm, pipeline.trainer
     rc = a.rollout_correction
     policy_loss = PolicyLossConfig(
-        loss_mode="bypass_mode" if rc.bypass_mode else "vanilla",
+        loss_mode="bypass_mode" if rc.bypass_mode else a.loss_mode,
         rollout_correction=RolloutCorrectionConfig(**rc.model_dump()),
+        clip_cov_ratio=a.clip_cov_ratio,
+        clip_cov_lb=a.clip_cov_lb,
+        clip_cov_ub=a.clip_cov_ub,
+        kl_cov_ratio=a.kl_cov_ratio,
+        ppo_kl_coef=a.ppo_kl_coef,
+        dro_beta=a.dro_beta,
     )
     return ActorConfig(
         strategy="fsdp",
@@ -89,6 +96,8 @@ def verl_actor_config(pipeline):
         clip_ratio_low=a.clip_ratio_low,
         clip_ratio_high=a.clip_ratio_high,
         clip_ratio_c=a.clip_ratio_c,
+        tau_pos=a.tau_pos,
+        tau_neg=a.tau_neg,
         loss_agg_mode=a.loss_agg_mode,
         entropy_coeff=a.entropy_coeff,
         use_kl_loss=a.use_kl_loss,
@@ -180,6 +189,7 @@ class Actor:
         self.packed = pipeline.model.use_remove_padding
         self.bypass = pipeline.algorithm.rollout_correction.bypass_mode
         self.averaged = AVERAGED + loss_metric_names(self.loss_config)
+        self.loss_metric_keys: set[str] = set()  # the pg metrics the chosen policy loss reports
 
     # ---- one update -------------------------------------------------------------------------
     def update(
@@ -206,6 +216,8 @@ class Actor:
                 history.append({**metrics, **self._perf_metrics(mini, time.perf_counter() - start)})
         self.scheduler.step()
         metrics = {k: sum(h[k] for h in history) / len(history) for k in history[0]}
+        for key in set(AVERAGED) - self.loss_metric_keys:
+            metrics.pop(key, None)
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         if a.use_kl_loss:
             metrics["actor/kl_coef"] = a.kl_loss_coef
@@ -331,6 +343,7 @@ class Actor:
             rollout_is_weights=weights,
         )
         loss = pg_loss
+        self.loss_metric_keys.update(pg_metrics)
         parts = {"actor/pg_loss": pg_loss.detach(), **pg_metrics}
         if entropy is not None:
             entropy_loss = core_algos.agg_loss(entropy, mask, cfg.loss_agg_mode, **cfg.global_batch_info)

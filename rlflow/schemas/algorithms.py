@@ -1,0 +1,81 @@
+"""The GRPO family by verl's names: every advantage estimator and policy loss verl 0.9.1 registers.
+
+verl registers estimators with ``core_algos.register_adv_est`` and policy losses with
+``register_policy_loss``; a pipeline names them as verl's config does (``algorithm.adv_estimator``,
+``actor.policy_loss.loss_mode``). The names are kept here as ``Literal`` types so that the schema
+(and ``rlflow schema``'s JSON Schema) knows them and a misspelt name gets a did-you-mean at its
+line, without importing verl at validate time; ``tests/schemas/test_algorithms.py`` checks the
+lists against verl's registries, so a verl upgrade that adds or drops a name fails that test.
+
+Some registered names need more than the step rlflow runs; ``NEEDS`` says what, and
+``rlflow validate`` refuses them with that sentence. Pure: no torch, Ray or verl.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+AdvEstimator = Literal[
+    "gae",
+    "grpo",
+    "grpo_vectorized",
+    "gdpo",
+    "grpo_passk",
+    "reinforce_plus_plus_baseline",
+    "rloo",
+    "opo",
+    "reinforce_plus_plus",
+    "remax",
+    "gpg",
+    "rloo_vectorized",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
+]
+LossMode = Literal[
+    "vanilla",
+    "dppo_tv",
+    "dppo_kl",
+    "gspo",
+    "sapo",
+    "gpg",
+    "clip_cov",
+    "kl_cov",
+    "geo_mean",
+    "dro",
+    "cispo",
+    "bypass_mode",
+]
+ADV_ESTIMATORS: tuple[str, ...] = get_args(AdvEstimator)
+LOSS_MODES: tuple[str, ...] = get_args(LossMode)
+
+# Registered names whose step needs a part rlflow does not run: what is missing, and what to use instead.
+NEEDS: dict[str, tuple[str, str]] = {
+    "gae": (
+        "gae needs a critic (a value model and its update); rlflow trains critic-free estimators only",
+        "use grpo, rloo or reinforce_plus_plus_baseline",
+    ),
+    "remax": (
+        "remax needs a greedy baseline rollout scored by the reward (verl's reward_baselines) in every step, "
+        "which rlflow's step does not run",
+        "use rloo or grpo, whose baseline is the group's other samples",
+    ),
+    "optimal_token_baseline": (
+        "optimal_token_baseline needs sum_pi_squared from the actor's log-prob pass "
+        "(verl: actor.calculate_sum_pi_squared), which rlflow's log-prob stages do not compute",
+        "use grpo or rloo",
+    ),
+    "tir_optimal_token_baseline": (
+        "tir_optimal_token_baseline needs sum_pi_squared from the actor's log-prob pass "
+        "(verl: actor.calculate_sum_pi_squared), which rlflow's log-prob stages do not compute",
+        "use grpo or rloo",
+    ),
+    "bypass_mode": (
+        "bypass_mode needs the rollout's own log-probs in place of old_log_probs and verl's "
+        "rollout_correction settings; rlflow's step computes old_log_probs in its old_log_prob stage",
+        "use vanilla, the same PPO clip on the old_log_prob stage's log-probs",
+    ),
+}
+
+# Estimators that read algorithm.norm_adv_by_std_in_grpo as verl's trainer calls them (verl's
+# compute_advantage hands it to grpo; grpo_passk reads it from the config; the others never see it).
+READS_NORM_BY_STD = frozenset({"grpo", "grpo_passk"})
