@@ -1,6 +1,7 @@
 """A Plan as JSON, for scripts and dashboards.
 
-Shape: ``{"pipeline", "init": [...], "stages": [...], "resources": {...}, "edges": [...], "refill": [...]}``.
+Shape: ``{"pipeline", "init": [...], "stages": [...], "resources": {...}, "edges": [...]}``, with
+``refill`` (DAPO's dynamic-sampling loop: the stages repeated until the batch is full) when there is one.
 ``stages`` is an ordered list (the step order), each entry carrying at least ``name``, ``kind``,
 ``resource``, ``reads``, ``writes``, ``cadence`` and ``verl_timer``; the rest of each PlanStage
 and Placement rides along so that nothing the plan knows is lost. Keys keep the dataclass
@@ -40,8 +41,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "stages": _plain(plan.step),
         "resources": _plain(plan.resources),
         "edges": _plain(plan.edges),
-        "refill": list(plan.refill),
     }
+    if plan.refill:
+        data["refill"] = list(plan.refill)
     if plan.is_async:
         data |= {
             "trainer_mode": plan.trainer_mode,

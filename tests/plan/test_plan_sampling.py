@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import pytest
 from plan_helpers import spec_from_yaml
 from pydantic import Field
 
@@ -17,7 +18,6 @@ from rlflow.plan.compile import compile_plan, rollout_sampling
 from rlflow.stages.base import StageConfig, StageContext, logprob_temperature
 from rlflow.stages.generate import Generate
 from rlflow.stages.old_log_prob import OldLogProb
-from rlflow.stages.registry import register_stage
 
 
 class BeamishConfig(StageConfig):
@@ -25,7 +25,6 @@ class BeamishConfig(StageConfig):
     beams: int = 2
 
 
-@register_stage
 class Beamish(Generate):
     """A plugin rollout: its own name and config model, sampling at 0.7 unless told otherwise."""
 
@@ -49,6 +48,11 @@ stages:
   - {name: update_actor, uses: update_actor, on: pool}
   - {name: sync_weights, uses: sync_weights, on: pool}
 """
+
+
+@pytest.fixture(autouse=True)
+def _plugin(register_kinds):
+    register_kinds(Beamish)
 
 
 def test_a_plugin_rollouts_temperature_reaches_the_log_prob_and_update_stages():
