@@ -64,7 +64,9 @@ def run(
     from rlflow.runtime.launch import run_pipeline
 
     try:
-        result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force, console=console)
+        result = run_pipeline(
+            loaded, project, run_dir=run_dir, resume=resume, force=force, console=console, supervise=True
+        )
     except KeyboardInterrupt as exc:
         # the runtime has already stopped workers and backends on its way out
         terminated = isinstance(exc, Terminated)
