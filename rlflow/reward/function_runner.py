@@ -235,7 +235,7 @@ class FunctionRunner:
         self.timeout_s = timeout_s
         self.log_path = str(log_path or "")
         if log_path is not None:
-            Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(log_path).parent.mkdir(exist_ok=True)  # not its parents: a run directory swept away stays away
         self._calls = 0  # call ids: each answer must name the call it answers
         self._init = {
             "sys_path": list(sys.path),

@@ -47,7 +47,7 @@ def descendants(root: int) -> list[int]:
     """Live (not zombie) descendants of ``root``, from /proc."""
     children: dict[int, list[int]] = {}
     zombies = set()
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
             continue
         try:
@@ -92,6 +92,11 @@ class _Supervisor:
 
     def kill_all(self) -> None:
         """SIGKILL every descendant until none is left (orphans of the killed come to us: we are their reaper)."""
+        if self.worker_status is None:  # the worker first, even where /proc cannot list the rest
+            try:
+                os.kill(self.worker, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for _ in range(_KILL_ROUNDS):
             alive = descendants(os.getpid())
             if not alive:

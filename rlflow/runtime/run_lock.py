@@ -49,7 +49,7 @@ class RunLock:
     def acquire(self) -> None:
         fh = (self.path / LOCK).open("a+")
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_soon(fh)
         except BlockingIOError:
             fh.seek(0)
             holder = _describe(fh.read())
@@ -94,6 +94,19 @@ def claim_run_dir(path: Path) -> RunLock:
     return lock
 
 
+def _flock_soon(fh) -> None:
+    """Take the lock, allowing a few milliseconds for another command that only looks (``sweep_abandoned``,
+    ``holders``) to let go of it; a live run holds it for good, so a second run still fails at once."""
+    for attempt in range(5):
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == 4:
+                raise
+            time.sleep(0.01)
+
+
 def _remove_created(created: list[Path]) -> None:
     for attempt in range(3):  # a process of the dead run may still be creating a file in it
         try:
@@ -125,24 +138,31 @@ def sweep_abandoned(root: Path, resumable: Callable[[Path], bool]) -> list[Path]
     but the file still names a holder on this host) before it made them ``resumable``; returns them."""
     swept = []
     for path in sorted(root.iterdir()) if root.is_dir() else ():
-        if not (path / LOCK).is_file():
-            continue
+        lock_file = path / LOCK
+        if not lock_file.is_file() or _abandoned(lock_file.read_text(), path) is None:
+            continue  # the usual case, read without taking the lock: released cleanly, or being claimed
         with _tried(path) as text:
-            try:
-                holder = json.loads(text or "")
-                created = [Path(p) for p in holder["created"]]
-            except (ValueError, KeyError, TypeError):  # released cleanly (empty), or not ours to read
+            holder = _abandoned(text or "", path)  # read again under the lock: a run may have ended meanwhile
+            if holder is None or resumable(path):
                 continue
-            if holder.get("host") != socket.gethostname() or not created or created[0] != path.absolute():
-                continue
-            if resumable(path):
-                continue
-            _remove_created(created)
+            _remove_created([Path(p) for p in holder["created"]])
             swept.append(path)
             log.warning(
                 "removed %s: its run (pid %s) died before its first checkpoint and left it behind", path, holder["pid"]
             )
     return swept
+
+
+def _abandoned(text: str, path: Path) -> dict | None:
+    """The holder a lock file names if it is this host's and its directory is ``path``, which it created."""
+    try:
+        holder = json.loads(text)
+        created = holder["created"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if holder.get("host") != socket.gethostname() or not created or Path(created[0]) != path.absolute():
+        return None
+    return holder
 
 
 @contextlib.contextmanager

@@ -175,6 +175,7 @@ def test_extra_metrics_are_capped_and_their_names_sanitised(runner_of):
 
 
 def test_output_goes_to_a_capped_log_file(tmp_path):
+    (tmp_path / "run").mkdir()
     log = tmp_path / "run" / "rewards" / "reward.rank0.log"
     runner = FunctionRunner(["rewards.py:chatty"], PLUGINS, 5.0, 1024, log)
     assert runner.run(calls("x"))[0][0].score == 1.0
