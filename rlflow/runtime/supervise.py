@@ -8,27 +8,29 @@ file both share), calls ``on_death`` with the signal, and exits with the shell's
 (128 + the signal). A driver that ends by itself cleaned up on its way out; the parent exits with
 its status and does nothing else.
 
-- The driver has its own process group: the parent forwards SIGINT, SIGTERM and SIGHUP to it
-  exactly once (a terminal's Ctrl-C reaches only the parent's group), so its clean-up is never
-  cut short by a second copy of the same Ctrl-C.
+- The driver has its own process group, which becomes the terminal's foreground group when the
+  parent's was: a terminal's Ctrl-C and reads from the terminal reach the driver (and what it
+  started) as they did without a parent, and the parent forwards SIGINT, SIGTERM and SIGHUP sent
+  to its own pid; either way the driver gets each signal once, so its clean-up is never cut short
+  by a second copy of the same Ctrl-C.
 - The driver gets SIGKILL when the parent dies (``PR_SET_PDEATHSIG``): killing the process a user
   or scheduler started ends the run as it did before there was a parent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import NoReturn
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 
 
-def fork_driver(on_death: Callable[[signal.Signals], None]) -> None:
+def fork_driver(on_death: Callable[[signal.Signals], None]) -> None:  # the parent ends in os._exit
     """Fork; return in the child (the driver). The parent never returns: it waits and exits as the driver did."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -38,7 +40,30 @@ def fork_driver(on_death: Callable[[signal.Signals], None]) -> None:
         os.setpgid(0, 0)
         _die_with(parent)
         return
-    _supervise(pid, on_death)
+    with contextlib.suppress(OSError):  # both sides set it, so neither races the other
+        os.setpgid(pid, pid)
+    terminal = _hand_terminal_to(pid)
+    code = _supervise(pid, on_death)
+    if terminal is not None:
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(terminal, os.getpgrp())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _hand_terminal_to(pgid: int) -> int | None:
+    """Make ``pgid`` the foreground group of the terminal on stdin if ours is; the terminal's fd, or None."""
+    try:
+        fd = sys.stdin.fileno()
+        if not os.isatty(fd) or os.tcgetpgrp(fd) != os.getpgrp():
+            return None
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a group handing the terminal over is not stopped
+        os.tcsetpgrp(fd, pgid)
+        os.killpg(pgid, signal.SIGCONT)  # had it touched the terminal a moment too early, it was stopped
+        return fd
+    except (OSError, ValueError, AttributeError):  # no stdin, or not a terminal we control
+        return None
 
 
 def _die_with(parent: int) -> None:
@@ -48,16 +73,14 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _supervise(pid: int, on_death: Callable[[signal.Signals], None]) -> NoReturn:
+def _supervise(pid: int, on_death: Callable[[signal.Signals], None]) -> int:
+    """Wait for the driver; its exit status for the shell (128 + the signal that killed it)."""
     for signum in _FORWARDED:
         signal.signal(signum, lambda s, _frame: _forward(pid, s))
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)  # retried by Python after each forwarded signal
-            break
-        except ChildProcessError:  # pragma: no cover - reaped elsewhere; nothing left to wait for
-            status = 0
-            break
+    try:
+        _, status = os.waitpid(pid, 0)  # retried by Python after each forwarded signal
+    except ChildProcessError:  # pragma: no cover - reaped elsewhere; nothing left to wait for
+        status = 0
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
         signum = signal.Signals(-code)
@@ -66,9 +89,7 @@ def _supervise(pid: int, on_death: Callable[[signal.Signals], None]) -> NoReturn
         except BaseException as exc:  # report and still exit with the driver's status
             print(f"rlflow run: cleaning up after the driver failed: {exc}", file=sys.stderr)
         code = 128 + signum
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    return code
 
 
 def _forward(pid: int, signum: int) -> None:

@@ -3,6 +3,7 @@ with it when killed."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,14 @@ elif sys.argv[1] == "abort":
     os.abort()
 elif sys.argv[1] == "exit":
     sys.exit(3)
+elif sys.argv[1] == "count":  # counts the SIGINTs it gets, then says how many
+    got = []
+    signal.signal(signal.SIGINT, lambda *_: got.append(1))
+    while not got:
+        time.sleep(0.01)
+    time.sleep(1.0)
+    print("sigints", len(got), "foreground", os.tcgetpgrp(0) == os.getpgrp(), flush=True)
+    sys.exit(0)
 time.sleep(60)
 """
 
@@ -60,3 +69,34 @@ def test_sigterm_reaches_the_driver_once_and_killing_the_parent_kills_the_driver
     while psutil.pid_exists(driver) and psutil.Process(driver).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the driver outlived its killed parent"
         time.sleep(0.05)
+
+
+def test_ctrl_c_at_a_terminal_reaches_the_driver_once():
+    """The driver's group is the terminal's foreground group (it may read the terminal), and it gets one SIGINT."""
+    import fcntl
+    import pty
+    import termios
+
+    master, slave = pty.openpty()
+
+    def own_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER, "count"], stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal
+    )
+    os.close(slave)
+    output = b""
+    deadline = time.monotonic() + 30
+    while b"\n" not in output and time.monotonic() < deadline:  # the driver's pid: it is running
+        output += os.read(master, 1024)
+    os.write(master, b"\x03")  # Ctrl-C, as typed
+    while b"sigints" not in output and time.monotonic() < deadline:
+        try:
+            output += os.read(master, 1024)
+        except OSError:
+            break
+    assert proc.wait(timeout=30) == 0
+    os.close(master)
+    assert b"sigints 1 foreground True" in output, output
