@@ -66,6 +66,7 @@ _BOOT = (
 _TIMEOUT = object()
 _DIED = object()
 _NOT_A_NAME = re.compile(r"[^A-Za-z0-9_.:-]|\.\.+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class RewardFunctionError(StageError):
@@ -103,6 +104,11 @@ def _text(value) -> bool:
     return isinstance(value, str) and len(value) <= 2000
 
 
+def _line(text: str) -> str:
+    """A text from the child as one log line: control characters (newlines, terminal escapes) become spaces."""
+    return _CONTROL.sub(" ", text)
+
+
 def answer_of(raw: bytes, due: int) -> Outcome:
     """The Outcome of one answer of the child to call ``due``, checked field by field (see the module docstring)."""
     try:
@@ -113,7 +119,7 @@ def answer_of(raw: bytes, due: int) -> Outcome:
         return _bad("a message that is not a list starting with its kind")
     kind, fields = message[0], message[1:]
     if kind == "fatal" and len(fields) == 1 and _text(fields[0]):
-        return Outcome(failure="error", kind="process died", detail=f"the reward process failed: {fields[0]}")
+        return Outcome(failure="error", kind="process died", detail=f"the reward process failed: {_line(fields[0])}")
     if not fields or fields[0] != due or isinstance(fields[0], bool):
         return _bad(f"an answer to call {str(fields[0] if fields else None)[:40]!r} while call {due} was due")
     fields = fields[1:]
@@ -123,15 +129,20 @@ def answer_of(raw: bytes, due: int) -> Outcome:
             if all(isinstance(k, str) and _number(v) for k, v in extras.items()):
                 return _clean(float(score), extras, dropped)
     elif kind == "bad" and len(fields) == 1 and _text(fields[0]):
-        return Outcome(failure="error", kind="bad return", detail=fields[0])
+        return Outcome(failure="error", kind="bad return", detail=_line(fields[0]))
     elif kind == "raised" and len(fields) == 2 and all(_text(f) for f in fields):
-        name = fields[0][:100]
-        return Outcome(failure="error", kind=f"raised {name}", detail=f"{name} at {fields[1]}")
+        name = _line(fields[0][:100])
+        return Outcome(failure="error", kind=f"raised {name}", detail=f"{name} at {_line(fields[1])}")
     return _bad(f"a malformed {kind[:20]!r} message")
 
 
 def _number(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _clean(score: float, extras: dict, dropped: int) -> Outcome:

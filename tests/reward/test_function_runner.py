@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlflow.reward.function_runner import FunctionRunner, RewardFunctionError
+from rlflow.reward.function_runner import FunctionRunner, RewardFunctionError, answer_of
 
 PLUGINS = Path(__file__).parent / "reward_plugins"
 RAISE_LINE = next(
@@ -147,6 +147,30 @@ def test_a_forged_or_malformed_message_is_that_rows_error_and_costs_the_child(ru
     assert out[1][0].failure == "error" and out[1][0].kind == "bad message", out[1][0]
     assert [row[0].score for row in out] == [0.5, 0.0, 0.5, 0.5], "no row took the forged score"
     assert runner.starts == 2
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x80\x04pickle",
+        b"{}",
+        b"[]",
+        b'["ok", 6, 1.0, {}, 0]',  # another call's answer
+        b'["ok", true, 1.0, {}, 0]',
+        b'["ok", 5, "1.0", {}, 0]',
+        b'["ok", 5, 1e999, {}, 0]',
+        b'["ok", 5, 1.0, {"a": null}, 0]',
+        b'["ok", 5, 1.0, {}, -1]',
+        b'["ok", 5, 1.0, {}]',
+        b'["raised", 5, "X"]',
+        b'["bad", 5, 3]',
+        b'["exec", 5, "import os"]',
+        b'["ok", 5, ' + b"1" * 5000 + b", {}, 0]",
+    ],
+)
+def test_a_malformed_answer_is_refused_without_running_anything(raw):
+    outcome = answer_of(raw, 5)
+    assert outcome.failure == "error" and outcome.kind == "bad message" and outcome.distrusted
 
 
 def test_a_process_that_leaves_the_session_is_ended_with_the_child(runner_of, tmp_path):
