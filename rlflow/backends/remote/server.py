@@ -233,6 +233,7 @@ class BackendServer:
             self._served.discard(sock)
 
     def busy(self) -> ServerBusy:
+        """The refusal an authenticated connection over ``max_connections`` gets."""
         return ServerBusy(
             f"the backend server already serves max_connections={self.max_connections} connections; "
             "stop idle clients or raise max_connections in the resource config"
@@ -500,11 +501,11 @@ def serve(
     if parent_pid is not None:
         threading.Thread(target=_watch_parent, args=(parent_pid, stop), daemon=True).start()
     handle = server.handle()
-    if handle_file is not None:
-        write_handle(handle_file, handle)
-    if print_handle:
-        print(json.dumps(handle), flush=True)
-    try:
+    try:  # a Ctrl-C right after the handle is announced stops the server as cleanly as a later one
+        if handle_file is not None:
+            write_handle(handle_file, handle)
+        if print_handle:
+            print(json.dumps(handle), flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         log.info("interrupted")
