@@ -35,11 +35,29 @@ def fork_driver(on_death: Callable[[signal.Signals], None]) -> None:  # the pare
     sys.stdout.flush()
     sys.stderr.flush()
     parent = os.getpid()
+    driver: list[int] = []
+    pending: list[int] = []  # signals that came before the fork: passed on once there is a driver
+
+    def forward(signum: int, _frame) -> None:
+        if driver:
+            _forward(driver[0], signum)
+        else:
+            pending.append(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED}
+    before_fork = len(pending)
     pid = os.fork()
     if pid == 0:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         os.setpgid(0, 0)
         _die_with(parent)
+        for signum in pending:
+            signal.raise_signal(signum)
         return
+    driver.append(pid)
+    for signum in pending[before_fork:]:  # came between the fork and the line above
+        _forward(pid, signum)
     with contextlib.suppress(OSError):  # both sides set it, so neither races the other
         os.setpgid(pid, pid)
     terminal = _hand_terminal_to(pid)
@@ -75,8 +93,6 @@ def _die_with(parent: int) -> None:
 
 def _supervise(pid: int, on_death: Callable[[signal.Signals], None]) -> int:
     """Wait for the driver; its exit status for the shell (128 + the signal that killed it)."""
-    for signum in _FORWARDED:
-        signal.signal(signum, lambda s, _frame: _forward(pid, s))
     try:
         _, status = os.waitpid(pid, 0)  # retried by Python after each forwarded signal
     except ChildProcessError:  # pragma: no cover - reaped elsewhere; nothing left to wait for
