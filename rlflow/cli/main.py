@@ -12,12 +12,15 @@ from __future__ import annotations
 import os
 import sys
 
+import rlflow.cli
 from rlflow.errors import RlflowError
 
 
 def main() -> None:
     """Console-script entry point: known errors as one line and their exit code."""
     from rlflow.cli.validate_files import fast_path
+
+    rlflow.cli.standalone = True
 
     code = fast_path(sys.argv[1:])
     if code is not None:

@@ -60,11 +60,20 @@ def run(
 
     for warning in loaded.warnings:
         typer.echo(warning_line(warning), err=True)
+    from rlflow import cli
     from rlflow.runtime.interrupts import Terminated
     from rlflow.runtime.launch import run_pipeline
 
     try:
-        result = run_pipeline(loaded, project, run_dir=run_dir, resume=resume, force=force, console=console)
+        result = run_pipeline(
+            loaded,
+            project,
+            run_dir=run_dir,
+            resume=resume,
+            force=force,
+            console=console,
+            supervise=cli.standalone,
+        )
     except KeyboardInterrupt as exc:
         # the runtime has already stopped workers and backends on its way out
         terminated = isinstance(exc, Terminated)

@@ -1,27 +1,34 @@
-"""The reward functions' own process: load them once, then call them on the rows the parent sends.
+"""The worker that loads the reward functions once, then calls them on the rows the parent sends.
 
-Started by ``rlflow.reward.function_runner`` as ``python -c ... main(fd)`` with one end of a
-socket pair as ``fd``. The protocol, over ``multiprocessing.connection.Connection`` messages:
+Forked by ``rlflow.reward.function_supervisor`` (which owns its output and its descendants) with
+one end of a socket pair as ``fd``. The protocol, over ``multiprocessing.connection.Connection``:
 
-- parent -> child, first: ``{"sys_path", "references", "root", "max_memory_mb"}``; the child caps
-  its address space, loads every function (``rlflow.reward.functions.load_function``) and
-  answers ``("ready",)`` or ``("failed", index, text)``;
-- parent -> child, then: lists of calls ``(function index, keyword arguments)``; the child answers
-  each call with one message, in order: ``("ok", score, extras)``, ``("bad", text)`` for a
-  return that is not a finite number or a dict with a finite numeric ``score``, or
-  ``("raised", exception type, text)`` where the text names the traceback's last frame.
+- runner -> worker, first (pickled): ``{"sys_path", "references", "root", "max_memory_mb"}``;
+  the worker caps its address space, loads every function (``rlflow.reward.functions``) and
+  answers ``["ready"]`` or ``["failed", index, text]``;
+- runner -> worker, then (pickled): lists of calls ``(call id, function index, keyword
+  arguments)``; the worker answers each call, in order, with one message: ``["ok", id, score,
+  extras, dropped]``, ``["bad", id, text]`` for a return that is not a finite number or a dict
+  with a finite numeric ``score``, or ``["raised", id, exception type, text]`` where the text
+  names the traceback's last frame; ``["fatal", text]`` if the worker itself fails.
 
 Design decisions:
-- The child normalises what a function returns into floats before sending it, so the parent
-  only ever unpickles tuples of strings and floats.
+- Answers are JSON of strings, finite floats and ints, never pickles: the runner parses them
+  without running anything and checks every field and the call id (``function_runner``), since
+  the functions share this process and could write to the pipe themselves.
+- The address-space cap lowers the hard limit too, and a worker running as root drops
+  ``CAP_SYS_RESOURCE``, so a function cannot lift its own limit.
+- At most ``MAX_EXTRAS`` extra numbers per answer (the others are counted in ``dropped``).
 - Text written by a model reaches a function only as the ``solution_str`` argument. Messages
   quoting it (an exception's, a bad return's repr) are cut short, so a log line stays a line.
-- The child ends when its pipe closes (the parent closed it or died) and, should a function
-  never return, when a watchdog thread sees that its parent is gone.
+- The worker ends when its pipe closes and, should a function never return, when a watchdog
+  thread sees that the supervisor is gone.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import math
 import numbers
 import os
@@ -36,6 +43,9 @@ from typing import Any
 from rlflow.reward.functions import FunctionLoadError, load_function, parse_reference
 
 _MAX_TEXT = 300  # characters of an exception message or a repr kept in a report
+MAX_EXTRAS = 64  # extra numbers one answer may carry
+_CAP_SYS_RESOURCE = 24
+_PR_CAPBSET_DROP = 24
 
 
 def _short(text: str) -> str:
@@ -57,11 +67,12 @@ def normalise(value: Any) -> tuple:
         score = _finite(value)
         if score is None:
             return ("bad", f"returned {type(value).__name__} {_short(repr(value))}, not a finite number")
-        return ("ok", score, {})
+        return ("ok", score, {}, 0)
     score = _finite(value.get("score"))
     if score is None:
         return ("bad", f"returned a dict whose 'score' is {_short(repr(value.get('score')))}, not a finite number")
-    extras = {}
+    extras: dict[str, float] = {}
+    dropped = 0
     for key, item in value.items():
         if key == "score" or not isinstance(item, numbers.Real):
             continue  # other values (a parsed answer, a string) are not metrics
@@ -69,9 +80,12 @@ def normalise(value: Any) -> tuple:
             return ("bad", f"returned a dict with the key {_short(repr(key))}; keys must be strings")
         number = _finite(item)
         if number is None:
-            return ("bad", f"returned a dict whose {key!r} is {item!r}, not a finite number")
-        extras[key] = number
-    return ("ok", score, extras)
+            return ("bad", f"returned a dict whose {_short(repr(key))} is {item!r}, not a finite number")
+        if len(extras) < MAX_EXTRAS:
+            extras[key] = number
+        else:
+            dropped += 1
+    return ("ok", score, extras, dropped)
 
 
 def last_frame(exc: BaseException) -> str:
@@ -104,16 +118,66 @@ def _exit_with_parent() -> None:
 
 
 def _limit_memory(megabytes: int | None) -> None:
+    """Cap the address space, hard limit included, so a function cannot raise its own."""
     if megabytes is None:
         return
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = megabytes * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+    limit = megabytes * 2**20 if hard == resource.RLIM_INFINITY else min(megabytes * 2**20, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if os.geteuid() == 0:
+        _drop_resource_capability()
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_resource_capability() -> None:
+    """Root may raise a hard limit (CAP_SYS_RESOURCE): drop it from this process and whatever it execs."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_RESOURCE, 0, 0, 0)
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        return
+    bit = ~(1 << _CAP_SYS_RESOURCE) & 0xFFFFFFFF
+    data[0].effective &= bit
+    data[0].permitted &= bit
+    data[0].inheritable &= bit
+    libc.capset(ctypes.byref(header), data)
+
+
+def _send(conn: Connection, message: list) -> None:
+    conn.send_bytes(json.dumps(message, allow_nan=False).encode())
 
 
 def main(fd: int) -> None:
+    """Serve calls until the pipe closes; a failure of the worker itself is reported as ``fatal``."""
+    sys.stdout.reconfigure(line_buffering=True)
     conn = Connection(fd)
     _exit_with_parent()
+    try:
+        _serve(conn)
+    except BaseException as exc:
+        traceback.print_exc()
+        line = traceback.format_exception_only(exc)[-1].strip()
+        try:
+            _send(conn, ["fatal", _short(line)])
+        except BaseException:  # the pipe is gone too: the supervisor reports the exit code
+            pass
+        raise
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _serve(conn: Connection) -> None:
     try:
         init = conn.recv()
     except EOFError:
@@ -125,16 +189,17 @@ def main(fd: int) -> None:
         try:
             functions.append(load_function(parse_reference(text), init["root"]))
         except FunctionLoadError as exc:
-            conn.send(("failed", i, str(exc)))
+            _send(conn, ["failed", i, str(exc)])
             return
         except MemoryError:
-            conn.send(("failed", i, "MemoryError while loading it"))
+            _send(conn, ["failed", i, "MemoryError while loading it"])
             return
-    conn.send(("ready",))
+    _send(conn, ["ready"])
     while True:
         try:
             calls = conn.recv()
         except EOFError:
             return
-        for index, kwargs in calls:
-            conn.send(call(functions[index], kwargs))
+        for call_id, index, kwargs in calls:
+            kind, *rest = call(functions[index], kwargs)
+            _send(conn, [kind, call_id, *rest])

@@ -3,17 +3,27 @@
 ``FunctionRunner`` owns one child (``rlflow.reward.function_child``) that loads the functions
 once and serves every step after; a stage keeps the runner in its per-worker state. ``run``
 sends a shard's calls in one message and reads the answers one by one, each within
-``timeout_s`` of the previous one. A call past its deadline gets the child killed (SIGKILL, with
-any process it started: the child leads its own process group) and restarted, and the remaining calls go to the new child; a child that dies mid-call (a crash,
-``os._exit``, the kernel's OOM killer) is an error for that call and is restarted the same way.
+``timeout_s`` of the previous one. A call past its deadline gets the child killed, with every
+process it started, and restarted, and the remaining calls go to the new child; a child that dies
+mid-call (a crash, ``os._exit``, a native abort, the kernel's OOM killer) is an error for that
+call, reported with the real cause (its exception's last line, exit code or signal), and is
+restarted the same way.
 
 Design decisions:
-- The child is started with ``subprocess`` running ``python -c`` (as multiprocessing's
-  ``spawn`` does) rather than through ``spawn`` itself: ``spawn`` re-imports the parent's main
-  module in the child, which in a Ray worker is Ray's worker script with all of Ray behind it;
-  starting bare keeps a (re)start at the cost of Python plus the reward module. The pipe is
+- The child is a supervisor (``rlflow.reward.function_supervisor``, no user code) that forks
+  the worker calling the functions (``rlflow.reward.function_child``): it is a subreaper, so a
+  process a function starts cannot escape the clean-up by leaving the session, and it writes the
+  functions' stdout and stderr to a capped ``log_path`` (the run directory's ``rewards/``).
+- It is started with ``subprocess`` running ``python -c`` (as multiprocessing's ``spawn`` does)
+  rather than through ``spawn`` itself: ``spawn`` re-imports the parent's main module in the
+  child, which in a Ray worker is Ray's worker script with all of Ray behind it; starting bare
+  keeps a (re)start at the cost of Python plus the reward module. The pipe is
   multiprocessing's ``Connection`` over a socket pair, and the child gets the parent's
   ``sys.path`` so module references resolve as they do in the parent.
+- The worker's answers are checked before they are believed (``answer_of``): JSON only, each
+  field's type, the call id it answers, at most ``MAX_MESSAGE_BYTES``. A forged or malformed
+  message is that call's error and costs the child (a restart), never another row's score.
+  Extra metric names are sanitised (``metric_name``) and at most ``MAX_EXTRAS`` are kept.
 - One message per batch out, one per result back: the per-call cost is a pickle round of a
   few hundred bytes, not a process or a thread per call.
 - A function that times out ``GIVE_UP_AFTER`` (3) times in a row within one ``run`` is not
@@ -28,7 +38,10 @@ Design decisions:
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,14 +52,21 @@ from multiprocessing import Pipe
 from pathlib import Path
 
 from rlflow.errors import StageError
+from rlflow.reward.function_child import MAX_EXTRAS
 
 START_TIMEOUT_S = 120.0  # loading the functions may import heavy packages
+STOP_TIMEOUT_S = 5.0  # for the supervisor to kill what the functions started and report
 GIVE_UP_AFTER = 3  # timeouts in a row after which a function's other calls of the run are timeouts unrun
+MAX_MESSAGE_BYTES = 1 << 20  # one answer: a score, 64 extras and a few short texts
+OUTPUT_CAP_BYTES = 1 << 20  # of the functions' stdout and stderr kept in the log file
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from rlflow.reward.function_child import main; main(int(sys.argv[2]))"
+    "import sys; sys.path.insert(0, sys.argv[1]); from rlflow.reward.function_supervisor import main; "
+    "main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))"
 )
 _TIMEOUT = object()
 _DIED = object()
+_NOT_A_NAME = re.compile(r"[^A-Za-z0-9_.:-]|\.\.+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class RewardFunctionError(StageError):
@@ -63,47 +83,128 @@ class Outcome:
     failure: str | None = None
     kind: str = ""
     detail: str = ""
+    dropped: int = 0  # extra metrics past MAX_EXTRAS, left out
+
+    @property
+    def distrusted(self) -> bool:
+        """The child broke the protocol or is dying: it is replaced before the next call."""
+        return self.kind in ("bad message", "process died")
 
 
-def outcome_of(message: tuple) -> Outcome:
-    """The Outcome of one answer of the child."""
-    if message[0] == "ok":
-        return Outcome(message[1], message[2])
-    if message[0] == "raised":
-        return Outcome(failure="error", kind=f"raised {message[1]}", detail=f"{message[1]} at {message[2]}")
-    return Outcome(failure="error", kind="bad return", detail=message[1])
+def metric_name(key: str) -> str:
+    """``key`` as a metric name: no control characters, no path parts (``/``, ``..``), at most 64 characters."""
+    return _NOT_A_NAME.sub("_", key).lstrip(".")[:64] or "_"
+
+
+def _bad(detail: str) -> Outcome:
+    return Outcome(failure="error", kind="bad message", detail=f"the reward process sent {detail}")
+
+
+def _text(value) -> bool:
+    return isinstance(value, str) and len(value) <= 2000
+
+
+def _line(text: str) -> str:
+    """A text from the child as one log line: control characters (newlines, terminal escapes) become spaces."""
+    return _CONTROL.sub(" ", text)
+
+
+def answer_of(raw: bytes, due: int) -> Outcome:
+    """The Outcome of one answer of the child to call ``due``, checked field by field (see the module docstring)."""
+    try:
+        message = json.loads(raw, parse_constant=lambda c: None)  # NaN and Infinity are not scores
+    except (ValueError, RecursionError):
+        return _bad("a message that is not JSON (a function writing to its pipe?)")
+    if not isinstance(message, list) or not message or not isinstance(message[0], str):
+        return _bad("a message that is not a list starting with its kind")
+    kind, fields = message[0], message[1:]
+    if kind == "fatal" and len(fields) == 1 and _text(fields[0]):
+        return Outcome(failure="error", kind="process died", detail=f"the reward process failed: {_line(fields[0])}")
+    if not fields or fields[0] != due or isinstance(fields[0], bool):
+        return _bad(f"an answer to call {str(fields[0] if fields else None)[:40]!r} while call {due} was due")
+    fields = fields[1:]
+    if kind == "ok" and len(fields) == 3:
+        score, extras, dropped = fields
+        if _number(score) and isinstance(extras, dict) and isinstance(dropped, int) and dropped >= 0:
+            if all(isinstance(k, str) and _number(v) for k, v in extras.items()):
+                return _clean(float(score), extras, dropped)
+    elif kind == "bad" and len(fields) == 1 and _text(fields[0]):
+        return Outcome(failure="error", kind="bad return", detail=_line(fields[0]))
+    elif kind == "raised" and len(fields) == 2 and all(_text(f) for f in fields):
+        name = _line(fields[0][:100])
+        return Outcome(failure="error", kind=f"raised {name}", detail=f"{name} at {_line(fields[1])}")
+    return _bad(f"a malformed {kind[:20]!r} message")
+
+
+def _number(value) -> bool:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _clean(score: float, extras: dict, dropped: int) -> Outcome:
+    kept: dict[str, float] = {}
+    for key, value in extras.items():
+        name = metric_name(key)
+        if name in kept:
+            continue
+        if len(kept) < MAX_EXTRAS:
+            kept[name] = float(value)
+        else:
+            dropped += 1
+    return Outcome(score, kept, dropped=dropped)
 
 
 class _Child:
-    """One child process and the parent's end of its pipe; stopped when dropped."""
+    """One supervised child process and the parent's end of its pipe; stopped when dropped."""
 
-    def __init__(self, init: dict) -> None:
+    def __init__(self, init: dict, log_path: str) -> None:
         parent_end, child_end = Pipe(duplex=True)
+        status_r, status_w = os.pipe()
         self.started = time.monotonic()
+        args = [str(Path(__file__).resolve().parents[2]), str(child_end.fileno()), str(status_w)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, str(Path(__file__).resolve().parents[2]), str(child_end.fileno())],
-            pass_fds=(child_end.fileno(),),
+            [sys.executable, "-c", _BOOT, *args, log_path, str(OUTPUT_CAP_BYTES)],
+            pass_fds=(child_end.fileno(), status_w),
             stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: stopping it stops what it started too
+            start_new_session=True,  # its own process group: the last resort of stop() reaches all of it
         )
         child_end.close()
+        os.close(status_w)
         self.conn = parent_end
-        self._finalizer = weakref.finalize(self, _stop, self.proc, self.conn)
+        self.status_fd = status_r
+        self._finalizer = weakref.finalize(self, _stop, self.proc, self.conn, status_r)
         try:
             self.conn.send(init)
         except OSError:  # it died at once: receive() reports it
             pass
 
     def receive(self, timeout_s: float):
-        """The next message, ``_TIMEOUT`` when none came within ``timeout_s``, ``_DIED`` when the child is gone."""
+        """The next message's bytes, ``_TIMEOUT`` when none came within ``timeout_s``, ``_DIED`` when the
+        child is gone, or an Outcome for a message over ``MAX_MESSAGE_BYTES``."""
         try:
             if not self.conn.poll(timeout_s):
                 return _TIMEOUT
-            return self.conn.recv()
-        except (EOFError, OSError):
+            return self.conn.recv_bytes(MAX_MESSAGE_BYTES)
+        except EOFError:
+            return _DIED
+        except OSError as exc:
+            if "bad message length" in str(exc):
+                return _bad(f"a message over {MAX_MESSAGE_BYTES} bytes")
             return _DIED
 
     def exit_status(self) -> str:
+        """How the functions' process ended, as its supervisor saw it (waiting for the report a little)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(STOP_TIMEOUT_S)
+        with contextlib.suppress(OSError):
+            os.set_blocking(self.status_fd, False)
+            said = os.read(self.status_fd, 200).decode(errors="replace").strip()
+            if said:
+                return said
         code = self.proc.poll()
         if code is None:
             return "gone"
@@ -113,20 +214,40 @@ class _Child:
         self._finalizer()
 
 
-def _stop(proc: subprocess.Popen, conn) -> None:
+def _stop(proc: subprocess.Popen, conn, status_fd: int) -> None:
+    """Ask the supervisor to end everything (SIGTERM); if it does not within STOP_TIMEOUT_S, kill its group."""
     conn.close()
-    if proc.returncode is None:  # not reaped yet, so its pid is still its group's id
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    with contextlib.suppress(OSError):
+        os.close(status_fd)
 
 
 class FunctionRunner:
     """Calls ``references`` (``module:callable`` or ``file.py:callable``) in a child process."""
 
-    def __init__(self, references: list[str], root: str | Path, timeout_s: float, max_memory_mb: int | None) -> None:
+    def __init__(
+        self,
+        references: list[str],
+        root: str | Path,
+        timeout_s: float,
+        max_memory_mb: int | None,
+        log_path: str | Path | None = None,
+    ) -> None:
+        """``log_path``: where the functions' stdout and stderr go (capped); None: this process's stderr."""
         self.references = list(references)
         self.timeout_s = timeout_s
+        self.log_path = str(log_path or "")
+        if log_path is not None:
+            Path(log_path).parent.mkdir(exist_ok=True)  # not its parents: a run directory swept away stays away
+        self._calls = 0  # call ids: each answer must name the call it answers
         self._init = {
             "sys_path": list(sys.path),
             "references": self.references,
@@ -157,12 +278,15 @@ class FunctionRunner:
             if not todo:
                 break
             child = self._ready_child()
+            first = self._calls
+            self._calls += len(todo)
+            batch = [(first + i, index, calls[row]) for i, (row, index) in enumerate(todo)]
             try:
-                child.conn.send([(index, calls[row]) for row, index in todo])
+                child.conn.send(batch)
             except OSError:  # the child died while idle: start another and send again
                 self._drop_child()
                 child = self._ready_child()
-                child.conn.send([(index, calls[row]) for row, index in todo])
+                child.conn.send(batch)
             for position, (row, index) in enumerate(todo):
                 message = child.receive(self.timeout_s)
                 if message is _TIMEOUT or message is _DIED:
@@ -170,39 +294,53 @@ class FunctionRunner:
                     streak[index] += message is _TIMEOUT
                     todo = todo[position + 1 :]
                     break
-                outcomes[row][index] = outcome_of(message)
+                outcome = message if isinstance(message, Outcome) else answer_of(message, first + position)
+                outcomes[row][index] = outcome
                 streak[index] = 0
+                if outcome.distrusted:
+                    if outcome.kind == "process died":  # its own last words: add how it ended
+                        outcome = outcomes[row][index] = Outcome(
+                            failure="error", kind=outcome.kind, detail=f"{outcome.detail} ({child.exit_status()})"
+                        )
+                    self._drop_child()
+                    todo = todo[position + 1 :]
+                    break
             else:
                 todo = []
         return outcomes  # type: ignore[return-value]
 
     def _lost(self, message, child: _Child) -> Outcome:
-        self._drop_child()
         if message is _TIMEOUT:
+            self._drop_child()
             return Outcome(failure="timeout", kind="timeout", detail=f"no result within timeout_s {self.timeout_s:g} s")
-        return Outcome(failure="error", kind="process died", detail=f"the reward process {child.exit_status()}")
+        said = child.exit_status()  # before the clean-up, which would report its own SIGKILL
+        self._drop_child()
+        return Outcome(failure="error", kind="process died", detail=f"the reward process {said}")
 
     def _ready_child(self) -> _Child:
         if self._child is not None:
             return self._child
-        child = _Child(self._init)
+        child = _Child(self._init, self.log_path)
         message = child.receive(START_TIMEOUT_S)
-        if message is _TIMEOUT or message is _DIED or message[0] != "ready":
+        if message is _TIMEOUT:
+            child.stop()
+            raise RewardFunctionError(
+                f"the reward functions' process did not load {', '.join(self.references)} within "
+                f"{START_TIMEOUT_S:g} s (a module that hangs on import?)"
+            )
+        answer = _start_answer(message, len(self.references)) if isinstance(message, bytes) else None
+        if answer is None or answer[0] != "ready":
             status = child.exit_status()
             child.stop()
-            if message is _TIMEOUT:
-                raise RewardFunctionError(
-                    f"the reward functions' process did not load {', '.join(self.references)} within "
-                    f"{START_TIMEOUT_S:g} s (a module that hangs on import?)"
-                )
-            if message is _DIED:
+            if answer is None:
                 raise RewardFunctionError(
                     f"the reward functions' process {status} while loading {', '.join(self.references)} "
                     "(if max_memory_mb is set, raise it: the imports may need more address space)"
                 )
+            which = f"reward function {self.references[answer[1]]!r}" if answer[1] is not None else "its process"
             raise RewardFunctionError(
-                f"reward function {self.references[message[1]]!r} cannot be loaded: {message[2]}"
-                + (" (raise max_memory_mb: its imports need more address space)" if "MemoryError" in message[2] else "")
+                f"{which} cannot be loaded: {answer[2]}"
+                + (" (raise max_memory_mb: its imports need more address space)" if "MemoryError" in answer[2] else "")
             )
         self.starts += 1
         self.start_seconds = time.monotonic() - child.started
@@ -217,3 +355,19 @@ class FunctionRunner:
     def close(self) -> None:
         """Stop the child (it also stops by itself when this process ends)."""
         self._drop_child()
+
+
+def _start_answer(raw: bytes, functions: int) -> list:
+    """The child's first answer: ``["ready"]``, or ``["failed", index or None, text]`` for anything else."""
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        message = None
+    if message == ["ready"]:
+        return message
+    if isinstance(message, list) and len(message) == 3 and message[0] == "failed" and _text(message[2]):
+        index = message[1] if isinstance(message[1], int) and 0 <= message[1] < functions else None
+        return ["failed", index, message[2]]
+    if isinstance(message, list) and len(message) == 2 and message[0] == "fatal" and _text(message[1]):
+        return ["failed", None, message[1]]
+    return ["failed", None, "its process answered the start with a malformed message"]

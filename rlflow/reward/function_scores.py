@@ -9,6 +9,8 @@ Design decisions:
   row lacks it (a failed call), so validation statistics see one value per row.
 - Metrics: ``reward/<key>`` (the mean of each extra key), ``reward/error_rate`` and
   ``reward/timeout_rate`` (the fraction of rows with at least one failed call of that kind).
+  A function adds at most ``MAX_EXTRAS`` (64) keys, sanitised by the runner (no control
+  characters, no path parts); past that the rest are left out, with one warning naming it.
 - Failures are logged once per function and kind of failure per process, with the row, its
   data source and the failure's last frame. A function that failed on every row of the batch
   fails the step (``RewardFunctionError``): a reward that is 0 by mistake trains nothing.
@@ -20,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from rlflow.reward.function_child import MAX_EXTRAS
 from rlflow.reward.function_runner import Outcome, RewardFunctionError
 
 log = logging.getLogger(__name__)
@@ -80,6 +83,19 @@ def _warn_once(fn: WeightedFunction, row: int, source: str, outcome: Outcome, wa
     )
 
 
+def _cap_keys(fn: WeightedFunction, keys: list[str], column: list[Outcome], warned: set) -> None:
+    left_out = max(len(keys) - MAX_EXTRAS, 0) + sum(o.dropped for o in column)
+    if left_out and (fn.reference, "too many metrics") not in warned:
+        warned.add((fn.reference, "too many metrics"))
+        log.warning(
+            "reward function %s returned more than %d extra numbers; %d were left out of reward_extra and the "
+            "metrics (logged once)",
+            fn.reference,
+            MAX_EXTRAS,
+            left_out,
+        )
+
+
 def _check_not_all_failed(fn: WeightedFunction, column: list[Outcome], sources: list[str], step: int) -> None:
     if not column or any(o.failure is None for o in column):
         return
@@ -106,6 +122,8 @@ def combine(
                 _warn_once(fn, row, sources[row], outcome, warned)
         _check_not_all_failed(fn, column, sources, step)
         keys = sorted({k for o in column for k in o.extras})
+        _cap_keys(fn, keys, column, warned)
+        keys = keys[:MAX_EXTRAS]
         prefix = "" if len(functions) == 1 else f"{fn.name}/"
         for extra, outcome in zip(extras, column):
             if prefix:

@@ -7,7 +7,10 @@ fraction of a second, and a bad file fails before anything starts), start (or jo
 that the cluster can hold every pool (fail within seconds, shortfall named), start the pools
 (the driver imports torch while their workers start), then train.
 Whatever happens (an error, a dead worker, Ctrl-C) the pools are stopped and remote backends
-destroyed; the last complete checkpoint stays usable. With ``trainer.max_restarts > 0`` a
+destroyed; the last complete checkpoint stays usable. A run that fails before its first checkpoint
+leaves no run directory; one that fails later leaves it resumable; the lock is released either
+way. ``rlflow run`` supervises the driver (``supervise``), so a driver that dies natively is
+cleaned up after too; a directory left by a run nobody supervised is swept by the next run. With ``trainer.max_restarts > 0`` a
 dead worker makes the run stop the pools, start them again and resume from the last
 checkpoint, truncating metrics past it so no step is lost or repeated.
 
@@ -21,15 +24,16 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlflow.errors import ResumeError
+from rlflow.errors import ResumeError, RunDirInUse
 from rlflow.runtime import checkpoints, interrupts
 from rlflow.runtime.console import RunConsole
-from rlflow.runtime.run_dir import RESOLVED, STARTUP, WORKERS, RunDir, latest_run, new_run_id
-from rlflow.runtime.run_lock import RunLock, claim_run_dir
+from rlflow.runtime.run_dir import CHECKPOINTS, RunDir, latest_run, new_run_id
+from rlflow.runtime.run_lock import RunLock, claim_run_dir, holders, sweep_abandoned
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.runtime.trainer import DataState
@@ -50,6 +54,7 @@ def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) ->
     before any file is read or written; on a refusal it is released and what it created removed."""
     runs_dir = project.resolve(project.runs_dir)
     name = loaded.spec.name
+    sweep_abandoned(runs_dir / name, _resumable)
     if resume is None:
         path = Path(run_dir) if run_dir else runs_dir / name / new_run_id()
         lock = claim_run_dir(path)
@@ -60,6 +65,12 @@ def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) ->
             )
         return RunDir(path), None, lock
     target = latest_run(runs_dir, name) if resume == "latest" else Path(resume)
+    if target is None and resume == "latest":
+        for path, holder in holders(runs_dir / name):
+            raise RunDirInUse(
+                f"nothing to resume yet: the run of {name} in {path} is live ({holder}) and has not started "
+                "training; wait for it to end or stop it"
+            )
     if target is None or not target.is_dir():
         raise ResumeError(
             f"nothing to resume: no run {'of ' + name + ' under ' + str(runs_dir) if resume == 'latest' else 'at ' + resume}"
@@ -89,17 +100,44 @@ def run_pipeline(
     resume: str | None = None,
     force: bool = False,
     console: RunConsole | None = None,
+    supervise: bool = False,
 ) -> RunResult:
-    """Run under the run directory's lock; a run that fails before writing a step leaves no directory behind."""
+    """Run under the run directory's lock; a run that fails before its first checkpoint leaves no directory.
+
+    ``supervise`` (``rlflow run``): fork a parent that cleans up should this process die natively
+    (``rlflow.runtime.supervise``); only for a process that exits when the run ends, not a test's."""
     console = console or RunConsole()
     rd, ckpt, lock = prepare_run_dir(loaded, project, run_dir, resume)
+    if supervise:
+        from rlflow.runtime.supervise import fork_driver
+
+        fork_driver(lambda signum: _after_driver_death(rd, lock, signum))
     try:
         return _run_locked(loaded, project, rd, ckpt, force, console)
     except BaseException:
-        lock.discard((RESOLVED, WORKERS, STARTUP))
+        if not _resumable(rd.path):
+            lock.discard()
         raise
     finally:
         lock.release()
+
+
+def _resumable(path: Path) -> bool:
+    return checkpoints.latest(path / CHECKPOINTS) is not None
+
+
+def _after_driver_death(rd: RunDir, lock: RunLock, signum) -> None:
+    """In the supervising parent: the driver died of ``signum`` without cleaning up."""
+    cause = f"the driver process died of {signum.name}" + (" (out of memory?)" if signum == 9 else "")
+    ckpt = checkpoints.latest(rd.checkpoints)
+    if ckpt is None:
+        removed = bool(lock.created)
+        lock.discard()
+        said = f"{rd.path} removed: it had no checkpoint yet" if removed else f"{rd.path} has no checkpoint"
+    else:
+        said = f"{rd.path} is resumable from {ckpt.name}: continue with --resume {rd.path}"
+    lock.release()
+    print(f"error: {cause}; {said}", file=sys.stderr)
 
 
 def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool, console: RunConsole) -> RunResult:

@@ -4,8 +4,9 @@
 (one object per step), ``trace.jsonl`` (one object per stage execution), ``startup.jsonl``
 (one object per start-up phase: loading data, starting Ray, starting each pool), ``workers.json``
 (where each resource's workers run), ``checkpoints/step_<N>/``, ``backends/`` (remote backends'
-logs, which they write themselves: ``main_config["run_dir"]``) and ``run.lock`` (held by the
-live run, see ``run_lock``). Lines are appended and flushed one at a time so a crash loses at
+logs, which they write themselves: ``main_config["run_dir"]``), ``rewards/`` (what reward
+functions print, capped, see ``rlflow.reward.function_runner``) and ``run.lock`` (held by the
+live run, see ``run_lock``). A run that fails before its first checkpoint removes the directory. Lines are appended and flushed one at a time so a crash loses at
 most the line being written; a resumed run truncates metrics past its checkpoint so no step
 appears twice.
 """

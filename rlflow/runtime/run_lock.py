@@ -10,23 +10,32 @@ is per open file: it excludes processes on one machine and on file systems that 
 across machines (local disks, most NFS v4 mounts); a run directory on a file system without
 working locks is not protected.
 
-``claim_run_dir`` also remembers which directories it had to create, so a run that fails before
-it has written a step, a trace line or a checkpoint can remove them again (``discard``) rather
-than leave an empty ``runs/<name>/<id>/checkpoints/`` behind.
+``claim_run_dir`` also remembers which directories it had to create, in memory and in the lock
+file, so a run that fails before its first checkpoint can remove them again (``discard``) rather
+than leave a half-made ``runs/<name>/<id>/`` behind. A run whose process died without a word (a
+native abort, the kernel's OOM killer, ``kill -9``) cannot clean up after itself: its lock file
+still names it although nobody holds the lock, and ``sweep_abandoned`` (called by the next run
+of that pipeline) removes such a directory unless it holds a checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import logging
 import os
+import shutil
 import socket
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rlflow.errors import RunDirInUse
 
 LOCK = "run.lock"
+
+log = logging.getLogger("rlflow.runtime")
 
 
 class RunLock:
@@ -40,7 +49,7 @@ class RunLock:
     def acquire(self) -> None:
         fh = (self.path / LOCK).open("a+")
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_soon(fh)
         except BlockingIOError:
             fh.seek(0)
             holder = _describe(fh.read())
@@ -51,7 +60,8 @@ class RunLock:
             ) from None
         fh.seek(0)
         fh.truncate()
-        fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        fh.write(json.dumps({**holder, "created": [str(p.absolute()) for p in self.created]}))
         fh.flush()
         self._fh = fh
 
@@ -63,23 +73,11 @@ class RunLock:
         self._fh.close()
         self._fh = None
 
-    def discard(self, known_files: tuple[str, ...]) -> None:
-        """Remove the directories this claim created if the run left no file in them but ``known_files``
-        (and the lock); anything else (a metrics line, a checkpoint) keeps them. Call it before ``release``."""
-        if not self.created:
-            return
-        files = [p for p in self.path.rglob("*") if not p.is_dir()]
-        if any(p.relative_to(self.path).as_posix() not in (*known_files, LOCK) for p in files):
-            return
-        for p in files:
-            p.unlink()
-        for folder in sorted((p for p in self.path.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-            folder.rmdir()
-        for folder in self.created:  # the run dir itself, then the parents it needed
-            try:
-                folder.rmdir()
-            except OSError:  # not empty: another run's directory lives there
-                return
+    def discard(self) -> None:
+        """Remove the run directory and the parents it needed if this claim created them (a directory the
+        user made is left, with what the run wrote in it). Call it before ``release``."""
+        _remove_created(self.created)
+        self.created = []
 
 
 def claim_run_dir(path: Path) -> RunLock:
@@ -94,6 +92,92 @@ def claim_run_dir(path: Path) -> RunLock:
         lock.created = []  # the holder's directory: never ours to remove
         raise
     return lock
+
+
+def _flock_soon(fh) -> None:
+    """Take the lock, allowing a few milliseconds for another command that only looks (``sweep_abandoned``,
+    ``holders``) to let go of it; a live run holds it for good, so a second run still fails at once."""
+    for attempt in range(5):
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == 4:
+                raise
+            time.sleep(0.01)
+
+
+def _remove_created(created: list[Path]) -> None:
+    for attempt in range(3):  # a process of the dead run may still be creating a file in it
+        try:
+            if created and created[0].exists():
+                shutil.rmtree(created[0])
+            break
+        except OSError:
+            if attempt == 2:
+                raise
+            time.sleep(0.2)
+    for folder in created[1:]:  # the parents it needed, while empty
+        try:
+            folder.rmdir()
+        except OSError:  # not empty: another run's directory lives there
+            return
+
+
+def holders(root: Path) -> Iterator[tuple[Path, str]]:
+    """The run directories under ``root`` whose lock is held now, with their holder ("pid N on host H")."""
+    for path in sorted(root.iterdir()) if root.is_dir() else ():
+        if (path / LOCK).is_file():
+            with _tried(path) as text:
+                if text is None:
+                    yield path, _describe((path / LOCK).read_text())
+
+
+def sweep_abandoned(root: Path, resumable: Callable[[Path], bool]) -> list[Path]:
+    """Remove run directories under ``root`` whose run died without releasing its lock (the lock is free
+    but the file still names a holder on this host) before it made them ``resumable``; returns them."""
+    swept = []
+    for path in sorted(root.iterdir()) if root.is_dir() else ():
+        lock_file = path / LOCK
+        if not lock_file.is_file() or _abandoned(lock_file.read_text(), path) is None:
+            continue  # the usual case, read without taking the lock: released cleanly, or being claimed
+        with _tried(path) as text:
+            holder = _abandoned(text or "", path)  # read again under the lock: a run may have ended meanwhile
+            if holder is None or resumable(path):
+                continue
+            _remove_created([Path(p) for p in holder["created"]])
+            swept.append(path)
+            log.warning(
+                "removed %s: its run (pid %s) died before its first checkpoint and left it behind", path, holder["pid"]
+            )
+    return swept
+
+
+def _abandoned(text: str, path: Path) -> dict | None:
+    """The holder a lock file names if it is this host's and its directory is ``path``, which it created."""
+    try:
+        holder = json.loads(text)
+        created = holder["created"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if holder.get("host") != socket.gethostname() or not created or Path(created[0]) != path.absolute():
+        return None
+    return holder
+
+
+@contextlib.contextmanager
+def _tried(path: Path) -> Iterator[str | None]:
+    """The lock file's text with the lock taken for the block, or None when another process holds it."""
+    with (path / LOCK).open("r") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        try:
+            yield fh.read()
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _describe(text: str) -> str:

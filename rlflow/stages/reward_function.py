@@ -12,7 +12,8 @@ Design decisions:
   ``timeout_s`` and one that crashes or leaks takes only its child down. A call that raises,
   returns something that is not a finite score, or times out is that row's 0 for that
   function; the metrics count them, and a function that fails on every row fails the step
-  (``rlflow.reward.function_scores``).
+  (``rlflow.reward.function_scores``). The functions' stdout and stderr go to
+  ``<run dir>/rewards/<stage>.rank<N>.log``, capped at 1 MiB.
 - ``check_in_project`` loads every function at ``rlflow validate`` time, with the loader the
   child uses, so a wrong reference is an error at its line in the pipeline file, not at step 1.
 - The score sits on the last valid response token (``rlflow.stages.token_scores``).
@@ -145,7 +146,9 @@ class RewardFunction(StageKind):
             if held is not None:
                 held[1].close()
             root = ctx.project_root or str(Path.cwd())
-            runner = FunctionRunner([f.reference for f in functions], root, config.timeout_s, config.max_memory_mb)
+            log_path = Path(ctx.run_dir) / "rewards" / f"{ctx.stage_name}.rank{ctx.rank}.log" if ctx.run_dir else None
+            references = [f.reference for f in functions]
+            runner = FunctionRunner(references, root, config.timeout_s, config.max_memory_mb, log_path)
             held = ctx.state[key] = (config, runner, set())
         _, runner, warned = held
         sources = [str(s) for s in batch["data_source"]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlflow.reward.function_runner import FunctionRunner, RewardFunctionError
+from rlflow.reward.function_runner import FunctionRunner, RewardFunctionError, answer_of
 
 PLUGINS = Path(__file__).parent / "reward_plugins"
 RAISE_LINE = next(
@@ -124,6 +124,89 @@ def test_a_child_that_dies_is_an_error_and_is_replaced(runner_of):
     assert out[0][0].failure == "error" and out[0][0].kind == "process died"
     assert "exited with code 3" in out[0][0].detail
     assert out[1][0].score == 1.0 and runner.starts == 2
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("abort", "the reward process killed by signal 6 (SIGABRT)"),
+        ("interrupt", "the reward process failed: KeyboardInterrupt: stop here (exited with code 1)"),
+    ],
+)
+def test_a_child_that_dies_is_reported_with_the_real_cause(runner_of, text, said):
+    runner = runner_of("on_cue")
+    out = runner.run(calls(text, "ok"))
+    assert out[0][0].kind == "process died" and out[0][0].detail == said
+    assert out[1][0].score == 1.0 and runner.starts == 2
+
+
+@pytest.mark.parametrize("text", ["forge", "garbage", "nan"])
+def test_a_forged_or_malformed_message_is_that_rows_error_and_costs_the_child(runner_of, text):
+    runner = runner_of("forger")
+    out = runner.run(calls("ok", text, "ok", "ok"))
+    assert out[1][0].failure == "error" and out[1][0].kind == "bad message", out[1][0]
+    assert [row[0].score for row in out] == [0.5, 0.0, 0.5, 0.5], "no row took the forged score"
+    assert runner.starts == 2
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"\x80\x04pickle",
+        b"{}",
+        b"[]",
+        b'["ok", 6, 1.0, {}, 0]',  # another call's answer
+        b'["ok", true, 1.0, {}, 0]',
+        b'["ok", 5, "1.0", {}, 0]',
+        b'["ok", 5, 1e999, {}, 0]',
+        b'["ok", 5, 1.0, {"a": null}, 0]',
+        b'["ok", 5, 1.0, {}, -1]',
+        b'["ok", 5, 1.0, {}]',
+        b'["raised", 5, "X"]',
+        b'["bad", 5, 3]',
+        b'["exec", 5, "import os"]',
+        b'["ok", 5, ' + b"1" * 5000 + b", {}, 0]",
+    ],
+)
+def test_a_malformed_answer_is_refused_without_running_anything(raw):
+    outcome = answer_of(raw, 5)
+    assert outcome.failure == "error" and outcome.kind == "bad message" and outcome.distrusted
+
+
+def test_a_process_that_leaves_the_session_is_ended_with_the_child(runner_of, tmp_path):
+    runner = runner_of("detach")
+    call = {"data_source": "d", "solution_str": "", "ground_truth": "", "extra_info": {"pid_file": str(tmp_path / "p")}}
+    assert runner.run([call])[0][0].score == 1.0
+    daemon = int((tmp_path / "p").read_text())
+    assert _alive(daemon) and os.getsid(daemon) != os.getsid(runner._child.proc.pid), "it left the session"
+    runner.close()
+    deadline = time.monotonic() + 5
+    while _alive(daemon) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(daemon)
+
+
+def test_a_function_cannot_lift_its_own_memory_limit(runner_of):
+    out = runner_of("lift_memory_limit", max_memory_mb=512).run(calls("x"))
+    assert out[0][0].kind == "raised MemoryError", out[0][0]
+
+
+def test_extra_metrics_are_capped_and_their_names_sanitised(runner_of):
+    out = runner_of("many_metrics").run(calls("x"))[0][0]
+    assert len(out.extras) == 64 and out.dropped == 103 - 64
+    assert list(out.extras)[:3] == ["____etc_passwd", "a_b", "red__31m_"]
+    assert not any(part in key for key in out.extras for part in ("/", "..", "\x1b", "\n"))
+
+
+def test_output_goes_to_a_capped_log_file(tmp_path):
+    (tmp_path / "run").mkdir()
+    log = tmp_path / "run" / "rewards" / "reward.rank0.log"
+    runner = FunctionRunner(["rewards.py:chatty"], PLUGINS, 5.0, 1024, log)
+    assert runner.run(calls("x"))[0][0].score == 1.0
+    runner.close()
+    text = log.read_text()
+    assert text.startswith("hello from stdout\n") and len(text) < 2**20 + 200
+    assert "more bytes of output dropped past the cap" in text
 
 
 def test_memory_is_capped_in_the_child(runner_of):

@@ -48,7 +48,9 @@ def _wait(predicate, proc, timeout: float) -> bool:
 
 def test_backend_killed_mid_step_fails_within_the_watchdog_naming_it(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_rlflow("run", PIPELINE, "--run-dir", str(run_dir), *small_sets(*TINY, "trainer.total_steps=6"))
+    # a checkpoint at step 1: a run that fails before its first one leaves no directory (test_run_failures.py)
+    sets = small_sets(*TINY, "trainer.total_steps=6", "trainer.save_freq=1")
+    proc = start_rlflow("run", PIPELINE, "--run-dir", str(run_dir), *sets)
     try:
         assert _wait(lambda: 1 in _steps(run_dir), proc, timeout=600)
         trace = run_dir / "trace.jsonl"

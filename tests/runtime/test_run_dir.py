@@ -10,7 +10,7 @@ import pytest
 
 from rlflow.errors import RunDirInUse
 from rlflow.runtime.run_dir import RunDir, latest_run
-from rlflow.runtime.run_lock import claim_run_dir
+from rlflow.runtime.run_lock import claim_run_dir, holders, sweep_abandoned
 
 
 def test_metrics_truncation_drops_later_steps_and_torn_lines(tmp_path):
@@ -60,26 +60,58 @@ def test_a_second_claim_fails_at_once_naming_the_holder_until_it_dies(tmp_path):
     claim_run_dir(path).release()
 
 
-def test_discard_removes_only_what_the_claim_created_and_only_if_unused(tmp_path):
+def test_discard_removes_only_what_the_claim_created(tmp_path):
     (tmp_path / "runs").mkdir()
     lock = claim_run_dir(tmp_path / "runs" / "p" / "r1")
-    RunDir(lock.path).write_resolved("name: p\n")
-    lock.discard(("pipeline.resolved.yaml",))
+    RunDir(lock.path).append_metrics({"step": 1})  # steps without a checkpoint: nothing to resume
+    lock.discard()
     lock.release()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not any((tmp_path / "runs").iterdir())
 
+    kept = tmp_path / "runs" / "p" / "other"
+    kept.mkdir(parents=True)
     lock = claim_run_dir(tmp_path / "runs" / "p" / "r2")
-    RunDir(lock.path).append_metrics({"step": 1})
-    lock.discard(("pipeline.resolved.yaml",))
+    lock.discard()
     lock.release()
-    assert (tmp_path / "runs" / "p" / "r2" / "metrics.jsonl").exists(), "a run that wrote a step is kept"
+    assert [p.name for p in (tmp_path / "runs" / "p").iterdir()] == ["other"], "another run's parent stays"
 
     existing = tmp_path / "mine"
     existing.mkdir()
     lock = claim_run_dir(existing)
-    lock.discard(())
+    lock.discard()
     lock.release()
     assert existing.is_dir(), "a directory the user made is never removed"
+
+
+def _die_holding(path, *, checkpoint: bool = False) -> None:
+    """A process that claims ``path`` (and may write a checkpoint), then aborts natively: no clean-up runs."""
+    code = (
+        "import os, sys\nfrom rlflow.runtime.run_lock import claim_run_dir\n"
+        "lock = claim_run_dir(sys.argv[1])\n"
+        "if sys.argv[2] == '1':\n    os.makedirs(os.path.join(sys.argv[1], 'checkpoints', 'step_1'))\n"
+        "os.abort()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(int(checkpoint))], capture_output=True)
+    assert proc.returncode == -6, proc.stderr
+
+
+def test_a_run_that_died_natively_is_swept_unless_resumable_and_a_live_one_never(tmp_path):
+    root = tmp_path / "runs" / "p"
+    _die_holding(root / "dead")
+    _die_holding(root / "resumable", checkpoint=True)
+    RunDir(root / "finished").write_resolved("name: p\n")
+    claim_run_dir(root / "finished").release()  # a clean release empties the lock file: never swept
+    holder = hold_lock_in_subprocess(root / "live")
+    try:
+        assert [(p.name, who) for p, who in holders(root)] == [
+            ("live", f"pid {holder.pid} on host {socket.gethostname()}")
+        ]
+        swept = sweep_abandoned(root, lambda p: (p / "checkpoints" / "step_1").is_dir())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [p.name for p in swept] == ["dead"]
+    assert sorted(p.name for p in root.iterdir()) == ["finished", "live", "resumable"]
 
 
 def test_run_and_resume_of_a_directory_in_use_are_refused_at_once(project_dir):
@@ -97,3 +129,17 @@ def test_run_and_resume_of_a_directory_in_use_are_refused_at_once(project_dir):
         holder.kill()
         holder.wait()
     assert sorted(p.name for p in run.iterdir()) == ["run.lock"], "the refused runs wrote nothing"
+
+
+def test_resume_latest_while_the_only_run_is_live_names_its_holder(project_dir):
+    from runtime_helpers import REPO, rlflow
+
+    (project_dir / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text())
+    holder = hold_lock_in_subprocess(project_dir / "runs" / "bird-grpo" / "starting")  # no step written yet
+    try:
+        result = rlflow("run", "p.yaml", "--resume", "latest", cwd=project_dir)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"is live (pid {holder.pid} on host {socket.gethostname()})" in result.stderr

@@ -164,3 +164,22 @@ def test_a_cpu_worker_resolves_file_references_from_the_project_root():
     finally:
         worker.state["reward_function:reward"][1].close()
     assert out["scores"].tolist() == [pytest.approx(0.4)]
+
+
+def test_more_than_64_extra_metrics_are_cut_with_one_warning_naming_the_function(context, caplog):
+    ctx = context(function="rewards.py:many_metrics")
+    with caplog.at_level(logging.WARNING, logger="rlflow.reward.function_scores"):
+        out = run(["a", "b"], ctx)
+        run(["c"], ctx)
+    assert len(out["reward_extra"][0]) == 64 and len([k for k in out.metrics if k.startswith("reward/m")]) == 61
+    assert "reward/a_b" in out.metrics and not any(".." in k or "\n" in k for k in out.metrics)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "rewards.py:many_metrics returned more than 64 extra numbers" in messages[0]
+
+
+def test_the_functions_output_goes_to_the_run_directory(context, tmp_path):
+    ctx = context(function="rewards.py:chatty")
+    ctx.run_dir = str(tmp_path)
+    run(["a"], ctx)
+    ctx.state["reward_function:reward"][1].close()
+    assert (tmp_path / "rewards" / "reward.rank0.log").read_text().startswith("hello from stdout")

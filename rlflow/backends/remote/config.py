@@ -34,7 +34,15 @@ class ServerSettings(_Strict):
     max_message_bytes: int = Field(DEFAULT_MAX_MESSAGE_BYTES, gt=0, description="Cap on one message, either way.")
     remember_calls: int = Field(64, ge=1, description="Replies of this many update calls are kept for retries.")
     handshake_timeout_s: float = Field(10.0, gt=0, description="A new connection's whole hello must arrive in this.")
-    max_connections: int = Field(64, ge=1, description="Connections served at once; more are refused with a message.")
+    max_connections: int = Field(
+        64, ge=1, description="Authenticated connections served at once; more are refused with a message."
+    )
+    max_handshakes: int = Field(
+        16,
+        ge=1,
+        description="Connections not yet authenticated held at once; a newer one cuts the oldest (strangers "
+        "never take an authenticated client's place).",
+    )
     idle_timeout_s: float | None = Field(
         3600.0, gt=0, description="Close an authenticated connection silent this long (clients reconnect); None: never."
     )

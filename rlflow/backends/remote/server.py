@@ -15,10 +15,15 @@ Design decisions:
   trickling a byte a second is cut off too). Until it has, frames are capped at 64 KiB, so an
   unauthenticated peer cannot make the server allocate a large buffer; a refusal is logged,
   answered, and the connection closed before anything runs.
-- At most ``max_connections`` connections are served at once; one more is answered with an
-  error naming the cap (on a small, bounded set of short-lived threads) and closed, so a crowd
-  of slow or idle peers holds a bounded number of threads. An authenticated connection silent
-  for ``idle_timeout_s`` is closed (a forwarder reconnects on its next call).
+- Connections that have not authenticated yet have their own small cap (``max_handshakes``)
+  besides the deadline and never count against ``max_connections``, which counts authenticated
+  ones only. When that cap is full a newcomer takes the slot of the oldest unauthenticated
+  connection, which is closed unanswered: a forwarder sends its hello as soon as it connects and
+  is through within milliseconds, so a crowd of strangers reconnecting as fast as they are cut
+  cannot keep it out, and threads stay bounded by ``max_handshakes + max_connections``.
+- One authenticated connection over ``max_connections`` is answered with an error naming the
+  cap and closed. An authenticated connection silent for ``idle_timeout_s`` is closed (a
+  forwarder reconnects on its next call).
 - A frame that cannot be decoded (bad magic, other protocol version, oversized, malformed
   header) is answered with an error and closes that connection only; the server keeps
   serving every other connection.
@@ -35,6 +40,7 @@ Design decisions:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
 import json
 import logging
@@ -63,7 +69,7 @@ log = logging.getLogger("rlflow.backends.remote.server")
 HELLO_MAX_BYTES = 64 * 1024
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_MAX_BYTES = 4 << 20
-MAX_REFUSING = 8  # threads answering connections over the cap at once; past that they are closed unanswered
+ACCEPT_BACKLOG = 128  # pending accepts the kernel queues: a client waits its turn behind a crowd, not SYN retries
 
 
 class ServerBusy(wire.WireError):
@@ -145,6 +151,7 @@ class BackendServer:
         backend: str = "reference",
         handshake_timeout_s: float = 10.0,
         max_connections: int = 64,
+        max_handshakes: int = 16,
         idle_timeout_s: float | None = 3600.0,
         advertise_host: str | None = None,
     ) -> None:
@@ -157,9 +164,11 @@ class BackendServer:
         self.remember_calls = remember_calls
         self.handshake_timeout_s = handshake_timeout_s
         self.max_connections = max_connections
+        self.max_handshakes = max_handshakes
         self.idle_timeout_s = idle_timeout_s
-        self._admitted = 0
-        self._refusing = threading.BoundedSemaphore(MAX_REFUSING)
+        self._served: set[socket.socket] = set()  # authenticated connections
+        self._handshaking: OrderedDict[socket.socket, None] = OrderedDict()  # not yet authenticated, oldest first
+        self.evicted = 0  # unauthenticated connections cut to make room for a newer one
         self.executed: Counter[str] = Counter()  # engine calls actually run, per method
         self.refused = 0
         self._engine_lock = threading.Lock()
@@ -218,36 +227,39 @@ class BackendServer:
             else:
                 self._connections.pop(sock, None)
 
-    def _admit(self) -> bool:
+    def _arrive(self, sock: socket.socket) -> None:
+        """Count a new connection as unauthenticated; when their cap is full, cut the oldest of them."""
         with self._connections_lock:
-            if self._admitted >= self.max_connections:
+            self._handshaking[sock] = None
+            oldest = self._handshaking.popitem(last=False)[0] if len(self._handshaking) > self.max_handshakes else None
+        if oldest is not None:
+            self.evicted += 1
+            with contextlib.suppress(OSError):  # its handler's read ends at once and the thread exits
+                oldest.shutdown(socket.SHUT_RDWR)
+
+    def _authenticated(self, sock: socket.socket) -> bool | None:
+        """Move an authenticated connection to the served ones: True, False when ``max_connections`` are
+        served already (it keeps its unauthenticated slot while it is answered), None if it was cut meanwhile."""
+        with self._connections_lock:
+            if sock not in self._handshaking:
+                return None
+            if len(self._served) >= self.max_connections:
                 return False
-            self._admitted += 1
+            del self._handshaking[sock]
+            self._served.add(sock)
             return True
 
-    def _leave(self) -> None:
+    def _leave(self, sock: socket.socket) -> None:
         with self._connections_lock:
-            self._admitted -= 1
+            self._handshaking.pop(sock, None)
+            self._served.discard(sock)
 
-    def _turn_away(self, sock: socket.socket, peer: str) -> None:
-        """Answer a connection over the cap with the reason, off the accept thread, or close it unanswered."""
-        self.refused += 1
-        if not self._refusing.acquire(blocking=False):
-            self._tcp.shutdown_request(sock)
-            return
-        busy = ServerBusy(
+    def busy(self) -> ServerBusy:
+        """The refusal an authenticated connection over ``max_connections`` gets."""
+        return ServerBusy(
             f"the backend server already serves max_connections={self.max_connections} connections; "
             "stop idle clients or raise max_connections in the resource config"
         )
-
-        def answer() -> None:
-            try:
-                _Handler._refuse(sock, peer, busy)
-            finally:
-                self._tcp.shutdown_request(sock)
-                self._refusing.release()
-
-        threading.Thread(target=answer, name="rlflow-backend-busy", daemon=True).start()
 
     def start_in_thread(self) -> BackendServer:
         self._thread = threading.Thread(target=self.serve_forever, name="rlflow-backend-server", daemon=True)
@@ -333,19 +345,18 @@ class BackendServer:
 class _TCPServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = ACCEPT_BACKLOG
     owner: BackendServer
 
     def process_request(self, request, client_address) -> None:
-        if not self.owner._admit():
-            self.owner._turn_away(request, "{}:{}".format(*client_address[:2]))
-            return
+        self.owner._arrive(request)
         super().process_request(request, client_address)
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.owner._leave()
+            self.owner._leave(request)
 
 
 class _TCPServer6(_TCPServer):
@@ -369,6 +380,13 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             header, _, _ = wire.recv_frame(sock, HELLO_MAX_BYTES, deadline)
             owner.check_hello(header)
+            served = owner._authenticated(sock)
+            if served is None:
+                return
+            if not served:
+                owner.refused += 1
+                self._refuse(sock, peer, owner.busy())
+                return
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             wire.send_frame(sock, wire.encode({"kind": "welcome", **owner._admin("ping")}), HELLO_MAX_BYTES)
         except wire.WireError as exc:
@@ -497,6 +515,7 @@ def serve(
         remember_calls=config.remember_calls,
         handshake_timeout_s=config.handshake_timeout_s,
         max_connections=config.max_connections,
+        max_handshakes=config.max_handshakes,
         idle_timeout_s=config.idle_timeout_s,
         backend=config.backend,
         advertise_host=config.advertise_host,
@@ -509,11 +528,11 @@ def serve(
     if parent_pid is not None:
         threading.Thread(target=_watch_parent, args=(parent_pid, stop), daemon=True).start()
     handle = server.handle()
-    if handle_file is not None:
-        write_handle(handle_file, handle)
-    if print_handle:
-        print(json.dumps(handle), flush=True)
-    try:
+    try:  # a Ctrl-C right after the handle is announced stops the server as cleanly as a later one
+        if handle_file is not None:
+            write_handle(handle_file, handle)
+        if print_handle:
+            print(json.dumps(handle), flush=True)
         server.serve_forever()
     except KeyboardInterrupt:
         log.info("interrupted")

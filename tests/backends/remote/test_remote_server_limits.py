@@ -1,4 +1,5 @@
-"""The server under a crowd of slow peers and lying length prefixes: bounded threads and memory, a real client served.
+"""The server under a crowd of slow peers, a flood of strangers and lying length prefixes: bounded threads and
+memory, a real client served.
 
 The server runs in its own process (a ``BackendServer`` over the fake engine), so its thread
 count and resident memory can be read with psutil while the peers misbehave.
@@ -20,7 +21,6 @@ from remote_helpers import HERE, TOKEN
 
 from rlflow.backends.remote import wire
 from rlflow.backends.remote.client import BackendClient
-from rlflow.backends.remote.server import MAX_REFUSING
 from rlflow.errors import BackendError
 
 _SERVER = """
@@ -74,7 +74,7 @@ def _trickle(handle: dict, stop: threading.Event) -> None:
 
 
 def test_many_slow_peers_hold_bounded_threads_and_a_connected_client_is_served(server_process):
-    handle, proc = server_process(handshake_timeout_s=1.0, max_connections=8)
+    handle, proc = server_process(handshake_timeout_s=1.0, max_connections=8, max_handshakes=16)
     client = BackendClient(handle, retries=0)
     client.call("set_global_steps", {"global_steps": 1})
     base_threads = proc.num_threads()
@@ -89,7 +89,7 @@ def test_many_slow_peers_hold_bounded_threads_and_a_connected_client_is_served(s
         client.call("set_global_steps", {"global_steps": 2})  # the connected client is served throughout
         time.sleep(0.05)
     stop.set()
-    assert peak <= base_threads + 8 + MAX_REFUSING, (base_threads, peak)
+    assert peak <= base_threads + 16, (base_threads, peak)  # the client's thread is among the base
     for peer in peers:
         peer.join(timeout=5)
     time.sleep(1.5)  # past the handshake deadline: every trickling peer has been cut off
@@ -98,6 +98,56 @@ def test_many_slow_peers_hold_bounded_threads_and_a_connected_client_is_served(s
     assert fresh.call("set_global_steps", {"global_steps": 3}) is None
     fresh.close()
     client.close()
+
+
+def _stranger(handle: dict, stop: threading.Event, cut: list[int]) -> None:
+    """A peer that connects, says nothing, and reconnects the moment it is cut off."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection((handle["host"], handle["port"]), timeout=1) as sock:
+                while not stop.is_set():
+                    try:
+                        if sock.recv(1) == b"":
+                            break
+                    except TimeoutError:
+                        continue
+        except OSError:
+            pass
+        cut[0] += 1
+
+
+def test_a_flood_of_strangers_never_keeps_out_a_client_with_the_token(server_process):
+    """100 unauthenticated peers reconnecting as fast as they are cut, with a deadline far away: every fresh
+    client with the token gets in within a second, and one holding its slot keeps being served."""
+    handle, proc = server_process(handshake_timeout_s=60.0, max_connections=2, max_handshakes=16)
+    held = BackendClient(handle, retries=0)
+    held.call("set_global_steps", {"global_steps": 1})
+    base_threads = proc.num_threads()
+    stop, cut = threading.Event(), [0]
+    strangers = [threading.Thread(target=_stranger, args=(handle, stop, cut), daemon=True) for _ in range(100)]
+    for peer in strangers:
+        peer.start()
+    try:
+        time.sleep(1.0)  # the strangers fill every unauthenticated slot and keep refilling them
+        waits, peak = [], 0
+        for step in range(10):
+            start = time.monotonic()
+            fresh = BackendClient(handle, retries=0, connect_timeout_s=5)
+            fresh.call("set_global_steps", {"global_steps": step})
+            fresh.close()
+            waits.append(time.monotonic() - start)
+            held.call("set_global_steps", {"global_steps": step})
+            peak = max(peak, proc.num_threads())
+    finally:
+        stop.set()
+        for peer in strangers:
+            peer.join(timeout=5)
+    print(f"strangers cut {cut[0]} times; client waits max {max(waits):.3f} s; threads {base_threads} -> {peak}")
+    assert cut[0] > 100, f"the strangers were cut {cut[0]} times: no flood to speak of"
+    assert max(waits) < 1.0, f"a client with the token waited {max(waits):.2f} s behind the strangers"
+    # bounded by the two caps, plus a few threads of cut connections that are still returning
+    assert peak <= base_threads + 16 + 2 + 4, (base_threads, peak)
+    held.close()
 
 
 def test_a_connection_over_the_cap_is_refused_with_a_message(server_process):

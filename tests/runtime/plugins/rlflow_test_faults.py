@@ -52,3 +52,22 @@ class DieOnce(StageKind):
             marker.write_text(str(os.getpid()))
             os._exit(137)
         return batch
+
+
+class AbortConfig(StageConfig):
+    at_step: int = 1
+
+
+@register_stage
+class Abort(StageKind):
+    """Aborts its process natively (SIGABRT, as a crashing extension would) at ``at_step``: no Python clean-up runs."""
+
+    name = "test_abort"
+    config_model = AbortConfig
+    reads_fields = ("scores",)
+    allowed_on = frozenset({"driver", "cpu", "local"})
+
+    def run(self, batch, ctx):
+        if ctx.step == ctx.config.at_step:
+            os.abort()
+        return batch
