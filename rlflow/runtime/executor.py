@@ -108,10 +108,6 @@ class Executor(abc.ABC):
     def wait_transfer(self, pending: Any) -> dict[str, float]:
         """Wait for a ``submit_transfer``; its ``sync/*`` metrics (traced as export and load)."""
 
-    def transfer_weights(self, stage: PlanStage, source: str, target: str, step: int) -> dict[str, float]:
-        """Carry the actor's weights to another pool's rollout and wait; ``sync/*`` metrics."""
-        return self.wait_transfer(self.submit_transfer(stage, source, target, step))
-
     @abc.abstractmethod
     def set_global_steps(self, stage: PlanStage, step: int) -> None:
         """Tell every worker of ``stage.resource`` which policy version its rollout now serves."""

@@ -2,7 +2,8 @@
 
 Init phase: the resume phase when resuming, the weight sync (verl syncs before the first
 generation; traced as step 0), validation when ``val_before_train`` (fresh runs only, so a
-resumed run never logs a step twice). Then each step runs the plan's stages; stages whose
+resumed run never logs a step twice). Then the pipeline's trainer mode (``rlflow.runtime.modes``:
+``sync``, or ``separate_async`` sampling ahead) runs the steps through ``run_stages``; stages whose
 cadence is ``save_freq`` or ``test_freq`` run when it hits. Metrics carry verl's names and go
 to every sink; each stage execution becomes a trace record.
 
@@ -12,8 +13,9 @@ into place with the data position once every worker's part is written), ``weight
 rollout on another pool, local or remote, receives the weights with their policy version;
 the forwarders of a backend that syncs inside itself learn the version) and ``validation``
 (the validation set goes through the rollout, with the validation stage's sampling, and the
-reward stages, then the validation stage turns the scores into metrics). The executor (Ray or in-process) decides where each call runs. Loading a
-checkpoint and validating before training are console phases (the console is also a sink).
+reward stages, then the validation stage turns the scores into metrics). The executor (Ray or
+in-process) decides where each call runs. Loading a checkpoint and validating before training
+are console phases (the console is also a sink).
 """
 
 from __future__ import annotations
