@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlflow.errors import StageError
-from rlflow.metrics import SEQLEN_PREFIX
 from rlflow.stages.base import StageContext, StageKind
 from rlflow.stages.registry import actor_data_parallel_size, builtin_stage
 
@@ -65,6 +64,8 @@ class BalanceBatch(StageKind):
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         from verl.utils.seqlen_balancing import log_seqlen_unbalance
+
+        from rlflow.metrics import SEQLEN_PREFIX  # here: metrics imports numpy, which a core install lacks
 
         dp = actor_data_parallel_size(ctx.pipeline)
         seqlens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist()

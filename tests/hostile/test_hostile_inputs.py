@@ -324,7 +324,7 @@ def test_a_backend_that_returns_floats_for_token_ids_stops_the_run_at_the_rollou
         with pytest.raises(
             StageError, match=r"stage 'generate' on remote backend 'reference' \(resource 'arctic'\)"
         ) as info:
-            loop.run_step(loop.init(None))
+            loop.mode.step(loop.init(None))
     finally:
         executor.close()
     assert "field 'responses': expected [rows, 8] integer, got [4, 8] float32" in str(info.value)

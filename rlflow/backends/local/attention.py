@@ -2,7 +2,8 @@
 
 One function, ``rlflow_attention``, registered with transformers' ``AttentionInterface`` and
 switched on around a forward by ``attention(model)``; the model's own implementation stays in
-force everywhere else. Design decisions:
+force everywhere else, except on a model that checkpoints its layers, which keeps it (its backward
+recomputes the layers outside the forward's block). Design decisions:
 
 - Grouped-query attention with a mask: transformers' ``sdpa`` path repeats each KV head for its
   query heads whenever a mask is given (SDPA's ``enable_gqa`` runs only the math kernel with a
@@ -67,6 +68,11 @@ def attention(model):
         return
     _register()
     config._attn_implementation = NAME
+    if getattr(model, "is_gradient_checkpointing", False):
+        # the backward recomputes the layers after this block ends: they must run the same attention again,
+        # so a checkpointing model keeps this one (it computes what sdpa does, up to the kernel's rounding)
+        yield
+        return
     try:
         yield
     finally:

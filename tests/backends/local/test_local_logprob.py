@@ -170,6 +170,33 @@ def test_packed_log_probs_and_gradients_equal_padded_ones(sharp_model, prompt_ba
         assert torch.allclose(a, b, atol=1e-6 * float(b.abs().max()), rtol=0)
 
 
+def test_a_packed_pass_of_a_checkpointing_model_back_propagates_as_without_checkpointing(
+    sharp_model, prompt_batch, tokenizer
+):
+    """The backward recomputes each layer after the forward's attention block ended: it must run the same attention."""
+    batch = rollout(sharp_model, prompt_batch.repeat_interleave(2), tokenizer)
+    sharp_model.double().train()
+    mask = batch["response_mask"].bool()
+
+    def grads():
+        sharp_model.zero_grad(set_to_none=True)
+        lp, _ = forward_log_probs(
+            sharp_model, *(batch[k] for k in ("prompts", "prompt_mask", "responses", "response_mask")), packed=True
+        )
+        (lp * mask).sum().backward()
+        return [p.grad.clone() for p in sharp_model.parameters()]
+
+    plain = grads()
+    sharp_model.gradient_checkpointing_enable()
+    try:
+        checkpointed = grads()
+    finally:
+        sharp_model.gradient_checkpointing_disable()
+        sharp_model.config._attn_implementation = "sdpa"
+    for a, b in zip(checkpointed, plain):
+        assert torch.allclose(a, b, atol=1e-9 * float(b.abs().max()), rtol=0)
+
+
 def test_packed_passes_build_no_attention_mask(sharp_model, prompt_batch, tokenizer, monkeypatch):
     """The rows' offsets reach the attention: transformers' mask builders (a dense [T, T] mask for sdpa) never run."""
     import transformers.models.qwen2.modeling_qwen2 as qwen2
