@@ -8,8 +8,8 @@ that the cluster can hold every pool (fail within seconds, shortfall named), sta
 (the driver imports torch while their workers start), then train.
 Whatever happens (an error, a dead worker, Ctrl-C) the pools are stopped and remote backends
 destroyed; the last complete checkpoint stays usable. A run that fails before its first checkpoint
-leaves no run directory; one that fails later leaves it resumable; the lock is released either
-way. ``rlflow run`` supervises the driver (``supervise``), so a driver that dies natively is
+leaves no run directory; one that fails later leaves it resumable; one stopped on purpose (Ctrl-C,
+SIGTERM) keeps what it logged; the lock is released in every case. ``rlflow run`` supervises the driver (``supervise``), so a driver that dies natively is
 cleaned up after too; a directory left by a run nobody supervised is swept by the next run. With ``trainer.max_restarts > 0`` a
 dead worker makes the run stop the pools, start them again and resume from the last
 checkpoint, truncating metrics past it so no step is lost or repeated.
@@ -114,6 +114,8 @@ def run_pipeline(
         fork_driver(lambda signum: _after_driver_death(rd, lock, signum))
     try:
         return _run_locked(loaded, project, rd, ckpt, force, console)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a stop asked for, not a failure; what was logged stays
+        raise
     except BaseException:
         if not _resumable(rd.path):
             lock.discard()
