@@ -91,6 +91,21 @@ def test_ctrl_c_or_sigterm_stops_cleanly_and_the_run_resumes(tmp_path, signum, s
     assert steps == sorted(set(steps)) and steps[-1] == 3
 
 
+def test_a_run_stopped_before_its_first_checkpoint_keeps_what_it_logged(tmp_path):
+    """Ctrl-C is a stop asked for, not a failure: the metrics of the steps done stay (nothing to resume from)."""
+    run_dir = tmp_path / "run"
+    proc = start_rlflow("run", PIPELINE, "--run-dir", str(run_dir), *small_sets("trainer.total_steps=50", *QUIET))
+    try:
+        assert _wait_for(lambda: (run_dir / "metrics.jsonl").exists(), proc, timeout=600, poll=0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 130, err[-2000:]
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")][0] == 1
+    assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").iterdir())
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A 70 MB filesystem: room for one checkpoint of the tiny model (~46 MB), not two."""
