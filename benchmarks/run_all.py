@@ -376,6 +376,11 @@ LEARNING_TEXT = {
         "greedy, the 200 questions of `rlflow/assets/data/ranking/val.parquet`)",
         "",
     ),
+    "bird_async": (
+        "Learning on the BIRD sample with the rollout running ahead (`separate_async`)",
+        "validation execution accuracy, as for BIRD above (`pipelines/bird_grpo_async.yaml`)",
+        "[against wall time, beside sync seed 1](learning_async.png)",
+    ),
 }
 
 
