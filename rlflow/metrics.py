@@ -15,19 +15,7 @@ with verl's default ``algorithm.rollout_correction``: no importance weights, no 
 balanced (one actor worker, or ``trainer.balance_batch`` off): verl's V1 trainer balances, and logs
 them, every step whatever its data-parallel size.
 
-Design decisions:
-- The view is what V1 builds from its nested tensors: ``prompts`` and every per-token field
-  padded only to the longest row of the step (V1's ``to_padded_tensor``), with the per-row
-  ``prompt_length`` / ``response_length`` and ``global_token_num`` alongside. So the clip ratios
-  are verl's: the share of rows as long as the step's longest prompt (response), not of rows
-  at the configured ``max_prompt_length`` (``max_response_length``).
-- ``off_policy_metrics`` is verl's staleness formulas (its V1 trainer's
-  ``_compute_metrics`` and replay buffer's ``_evict_terminal_groups``) written out in plain Python:
-  verl computes them inline, over its replay buffer's tags, so there is no function to call.
-- verl's data metrics read the reward and advantage fields (``token_level_scores``,
-  ``token_level_rewards``, ``advantages``, ``returns``), which every valid pipeline's reward and
-  advantage stages write; a batch without them, or an empty one (every group filtered out),
-  has no data metrics, only its timings.
+Design notes: docs/design/metrics.md.
 """
 
 from __future__ import annotations

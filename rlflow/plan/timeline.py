@@ -5,26 +5,7 @@
 (the first weight sync, validation before training). ``startup.jsonl`` (``phase``, ``start``,
 ``end``) holds what came before it: loading data, starting Ray, starting the pools.
 
-Choices:
-- A stage's time in a step is its wall span over all workers (first start to last end), not
-  the sum over workers: sharded stages run in parallel.
-- A stage's share is its span over the wall time the training steps (step >= 1) cover (the
-  union of their windows: in an async trainer mode the rollout of step t+1 runs during step t,
-  and that time counts once); init entries are reported on their own rows with no share.
-- Per resource, its busy time (the union of its workers' calls) over the wall time of the
-  training steps shown (first start to last end, as for the lanes), and its idle share (the
-  rest); and how much of that wall time two steps were in flight together (records of
-  different steps overlapping: the async modes).
-- The chart has a start-up lane (when the run recorded one), then one lane per worker (resource
-  + pid) labelled with its idle share of the training steps' wall time, bars coloured by stage,
-  a dotted line at each step's start and step names where they fit. When steps overlap, each bar
-  carries its step number and every other step is hatched, so step t+1's rollout beside step
-  t's update reads at a glance; the title says each resource's idle share. No bar is drawn narrower
-  than ``MIN_BAR_PX`` (a 10 ms reward among 10-minute runs still shows) and bars wide enough
-  carry their stage's name; sizes are in pixels, measured after a first layout.
-- ``--steps FIRST-LAST`` narrows the chart (and the summary) to some steps, start-up with step 0.
-- SVG keeps its text as text. matplotlib is imported inside ``render_timeline`` and draws on a
-  bare ``Figure`` (no pyplot state, no display needed), so importing this module stays cheap.
+Design notes: docs/design/timeline.md.
 """
 
 from __future__ import annotations

@@ -14,18 +14,7 @@ Merge rules (JSON Merge Patch, RFC 7386, plus stage patches by name):
   (by the rules above) and keeps the order; ``stages: {reward: null}`` removes a stage. A name
   the base lacks is an error: to add a stage, write the whole list.
 
-Design decisions:
-- Positions travel with values: each path of the merged mapping keeps the line, column and file
-  it was written at (the base's or the derived file's), and ``Document.relocate`` moves a
-  diagnostic positioned by path into the file that wrote that path. Later layers (overrides,
-  schema, rules) keep positioning by path in one ``Positions`` and never see files.
-- Problems with naming a base (missing file, not a mapping, a cycle, ``base`` not a string) are
-  reported at the ``base:`` line of the file that names it: that is what to fix. Problems inside
-  a base (YAML, templates) are reported in the base.
-- ``sources`` lists the template text of every file read, so a ``--set`` variable that only a
-  base uses still counts as used.
-- ``drop_stage`` removes a stage from the merged document with its positions moved along, as a
-  ``stages: {name: null}`` patch does; the loader uses it for ``--drop`` and ``--set stages.<name>=null``.
+Design notes: docs/design/inherit.md.
 """
 
 from __future__ import annotations

@@ -14,21 +14,7 @@ never import torch:
   algorithm), the verl timer name, the resource types it may run on, how its batch is
   dispatched and its cadence.
 
-``uses_torch = False`` says a kind's ``run`` needs no torch: its tensor fields arrive as numpy
-arrays and may be returned as such (the runtime turns them back into tensors), so a worker that
-runs only such kinds (a reward pool's) never imports torch. The default is torch tensors.
-
-``run(batch, ctx)`` does the work and imports what it needs lazily; it runs wherever the
-runtime puts it (a pool worker, a forwarder, or the driver) and talks only to ``ctx.engine``,
-never knowing whether the engine is in-process, a Ray actor or another machine. Every kind has
-a working ``run``: checkpoint, weight sync and validation are stages like the others, and the
-runtime only adds what a stage cannot do from one worker (committing a checkpoint directory,
-carrying weights to another pool, feeding validation data through the rollout and the reward).
-
-Batch fields are named strings. Two of them are *state*, not data: ``actor_weights``
-(written by update_actor) and ``rollout_weights`` (written by sync_weights, read by the
-next step's generate). State fields carry across steps, which is how the plan shows the
-loop from sync_weights back to generate; they never travel in a batch.
+Design notes: docs/design/stage_kinds.md.
 """
 
 from __future__ import annotations

@@ -13,18 +13,7 @@ through ``rlflow.reward.sql_exec``), compare the result sets as BIRD does
   more than ``max_rows`` rows or ``max_result_mb`` of data, or ran out of memory: spending a
   reward worker's time or memory or trying to change the data must never pay.
 
-Whatever goes wrong while scoring one row (a ``MemoryError`` under the worker's address-space
-limit included) is that row's 0 and an ``error`` count, logged once per kind of failure; it
-never ends the step.
-
-Each row's ``reward_extra`` holds ``acc`` (1 when the result sets match: execution accuracy,
-verl's core variable for validation), ``format_ok``, ``timeout`` and ``error``; their means are
-the ``reward/acc``, ``reward/format_ok``, ``reward/timeout_rate`` and ``reward/error_rate`` metrics.
-
-The score sits on the last valid response token (index 0 for an empty response), as verl's
-rule-based rewards do. The stage runs sharded over a ``cpu`` pool; each worker keeps its
-read-only connections and the gold results (keyed by database and gold SQL) in ``ctx.state``,
-which lives across steps, so a gold query runs once per worker.
+Design notes: docs/design/text2sql_reward.md.
 """
 
 from __future__ import annotations

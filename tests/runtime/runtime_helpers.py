@@ -81,3 +81,42 @@ def kill_tree(proc: subprocess.Popen) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(family, timeout=30)
+
+
+# wall-clock and memory readings: left out when two runs' metrics are compared
+NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/gen_seconds", "sync/seconds")
+
+
+def train_in_process(pipeline: Path, sets: list[str], run_dir: Path, resume: Path | None = None, sinks=None) -> list:
+    """Train ``pipeline`` with ``sets`` over the in-process executor (no Ray); the records of metrics.jsonl.
+    ``sinks`` is handed to the loop as it is (the loop drops a sink that fails)."""
+    from rlflow.check import load_pipeline
+    from rlflow.plan.compile import compile_plan
+    from rlflow.runtime.inprocess import InProcessExecutor
+    from rlflow.runtime.run_dir import RunDir
+    from rlflow.runtime.trainer import StepLoop, load_data
+
+    loaded = load_pipeline(pipeline, sets)
+    spec, plan = loaded.spec, compile_plan(loaded.spec)
+    rd = RunDir(run_dir)
+    executor = InProcessExecutor(plan, spec, str(REPO), rd.append_trace, str(rd.path))
+    try:
+        loop = StepLoop(
+            spec, plan, executor, rd, load_data(spec, REPO), loaded.resolved_yaml(), [] if sinks is None else sinks
+        )
+        loop.train(loop.init(resume))
+    finally:
+        executor.close()
+    return read_jsonl(run_dir / "metrics.jsonl")
+
+
+def pipeline_with_death(project_dir: Path, at_step: int) -> Path:
+    """``crash.yaml`` in ``project_dir``: the shipped BIRD pipeline plus a stage that kills its worker once at
+    ``at_step`` (the ``rlflow_test_faults`` plugin); returns the marker file the death leaves."""
+    marker = project_dir / "died.marker"
+    text = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
+    text += (
+        f"  - {{name: crash, uses: test_die_once, on: reward_pool, with: {{marker: '{marker}', at_step: {at_step}}}}}\n"
+    )
+    (project_dir / "crash.yaml").write_text(text)
+    return marker

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from runtime_helpers import REPO
+from runtime_helpers import NOISY, REPO, train_in_process
 
 from rlflow.batch import Batch
 from rlflow.check import load_pipeline
@@ -174,24 +174,11 @@ def _one_thread():
 
 
 def run_dapo(run_dir: Path, resume: Path | None = None) -> list[dict]:
-    from rlflow.runtime.inprocess import InProcessExecutor
-    from rlflow.runtime.run_dir import RunDir
-    from rlflow.runtime.trainer import StepLoop, load_data
-
-    loaded = load_pipeline(REPO / "pipelines" / "ranking_dapo.yaml", SETS)
-    spec, plan = loaded.spec, compile_plan(loaded.spec)
-    assert plan.refill == ("generate", "reward")
-    rd = RunDir(run_dir)
-    executor = InProcessExecutor(plan, spec, str(REPO), rd.append_trace, str(rd.path))
-    try:
-        loop = StepLoop(spec, plan, executor, rd, load_data(spec, REPO), loaded.resolved_yaml(), [])
-        loop.train(loop.init(resume))
-    finally:
-        executor.close()
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/gen_seconds", "sync/seconds")
+    assert compile_plan(load_pipeline(REPO / "pipelines" / "ranking_dapo.yaml", SETS).spec).refill == (
+        "generate",
+        "reward",
+    )
+    return train_in_process(REPO / "pipelines" / "ranking_dapo.yaml", SETS, run_dir, resume)
 
 
 def test_the_dapo_recipe_trains_two_steps_and_resumes_exactly(tmp_path):

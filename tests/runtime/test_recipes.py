@@ -6,11 +6,9 @@ differs from ranking_grpo.yaml; the merged pipeline must carry those differences
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from runtime_helpers import REPO
+from runtime_helpers import REPO, train_in_process
 
 from rlflow.check import load_pipeline
 from rlflow.plan.compile import compile_plan
@@ -52,21 +50,11 @@ def test_the_recipes_state_only_what_differs():
 
 
 def test_dr_grpo_trains_two_steps(tmp_path):
-    from rlflow.runtime.inprocess import InProcessExecutor
-    from rlflow.runtime.run_dir import RunDir
-    from rlflow.runtime.trainer import StepLoop, load_data
-
-    loaded = load_pipeline(REPO / "pipelines" / "ranking_dr_grpo.yaml", SETS)
-    spec, plan = loaded.spec, compile_plan(loaded.spec)
-    assert "ref_log_prob" not in plan.stage_names()  # no KL term, no reference
-    rd = RunDir(tmp_path / "run")
-    executor = InProcessExecutor(plan, spec, str(REPO), rd.append_trace, str(rd.path))
-    try:
-        loop = StepLoop(spec, plan, executor, rd, load_data(spec, REPO), loaded.resolved_yaml(), [])
-        loop.train(loop.init(None))
-    finally:
-        executor.close()
-    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert (
+        "ref_log_prob"
+        not in compile_plan(load_pipeline(REPO / "pipelines" / "ranking_dr_grpo.yaml", SETS).spec).stage_names()
+    )  # no KL term, no reference
+    metrics = train_in_process(REPO / "pipelines" / "ranking_dr_grpo.yaml", SETS, tmp_path / "run")
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(torch.isfinite(torch.tensor(m["actor/pg_loss"])) for m in metrics)
     assert "actor/kl_loss" not in metrics[0]

@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-from runtime_helpers import REPO, read_jsonl, rlflow, small_sets
-
-
-def _pipeline_with_death(project_dir, at_step: int):
-    text = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
-    marker = project_dir / "died.marker"
-    text += (
-        f"  - {{name: crash, uses: test_die_once, on: reward_pool, with: {{marker: '{marker}', at_step: {at_step}}}}}\n"
-    )
-    (project_dir / "crash.yaml").write_text(text)
-    return marker
+from runtime_helpers import pipeline_with_death, read_jsonl, rlflow, small_sets
 
 
 def test_dead_worker_fails_fast_with_the_cause(project_dir):
-    marker = _pipeline_with_death(project_dir, at_step=1)
+    marker = pipeline_with_death(project_dir, at_step=1)
     result = rlflow(
         "run",
         "crash.yaml",
@@ -33,7 +23,7 @@ def test_dead_worker_fails_fast_with_the_cause(project_dir):
 
 
 def test_dead_worker_restarts_and_resumes_without_losing_or_repeating_a_step(project_dir):
-    _pipeline_with_death(project_dir, at_step=3)
+    pipeline_with_death(project_dir, at_step=3)
     run_dir = project_dir / "run"
     result = rlflow(
         "run",

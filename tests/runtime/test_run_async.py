@@ -11,7 +11,7 @@ import signal
 import time
 
 import pytest
-from runtime_helpers import REPO, kill_tree, read_jsonl, rlflow, small_sets, start_rlflow
+from runtime_helpers import REPO, kill_tree, pipeline_with_death, read_jsonl, rlflow, small_sets, start_rlflow
 
 ASYNC = (
     "resources.rollout_pool={type: local, device: cpu, cpus_per_worker: 1}",
@@ -25,18 +25,8 @@ ASYNC = (
 )
 
 
-def _with_death(project_dir, at_step: int):
-    text = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
-    marker = project_dir / "died.marker"
-    text += (
-        f"  - {{name: crash, uses: test_die_once, on: reward_pool, with: {{marker: '{marker}', at_step: {at_step}}}}}\n"
-    )
-    (project_dir / "crash.yaml").write_text(text)
-    return marker
-
-
 def test_an_async_run_overlaps_stays_within_the_bound_and_survives_a_dead_worker(project_dir):
-    marker = _with_death(project_dir, at_step=3)
+    marker = pipeline_with_death(project_dir, at_step=3)
     run_dir = project_dir / "run"
     result = rlflow(
         "run",

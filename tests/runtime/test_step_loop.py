@@ -13,17 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from runtime_helpers import REPO, SMALL
+from runtime_helpers import NOISY, REPO, SMALL, train_in_process
 
-from rlflow.check import load_pipeline
-from rlflow.plan.compile import compile_plan
 from rlflow.runtime import checkpoints
-from rlflow.runtime.inprocess import InProcessExecutor
-from rlflow.runtime.run_dir import RunDir
-from rlflow.runtime.trainer import StepLoop, load_data
 
-# wall-clock and memory readings
-NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/gen_seconds", "sync/seconds")
 SETS = [
     *SMALL,
     "trainer.total_steps=2",
@@ -43,16 +36,7 @@ def _one_thread():
 
 
 def run_loop(run_dir: Path, resume: Path | None = None) -> list[dict]:
-    loaded = load_pipeline(REPO / "pipelines" / "bird_grpo.yaml", SETS)
-    spec, plan = loaded.spec, compile_plan(loaded.spec)
-    rd = RunDir(run_dir)
-    executor = InProcessExecutor(plan, spec, str(REPO), rd.append_trace, str(rd.path))
-    try:
-        loop = StepLoop(spec, plan, executor, rd, load_data(spec, REPO), loaded.resolved_yaml(), [])
-        loop.train(loop.init(resume))
-    finally:
-        executor.close()
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return train_in_process(REPO / "pipelines" / "bird_grpo.yaml", SETS, run_dir, resume)
 
 
 def test_two_steps_with_every_phase_and_an_exact_resume(tmp_path):
@@ -107,19 +91,12 @@ class BrokenSink:
 
 
 def test_a_sink_that_fails_mid_run_is_dropped_and_training_goes_on(tmp_path, caplog):
-    loaded = load_pipeline(REPO / "pipelines" / "bird_grpo.yaml", [*SMALL, "trainer.total_steps=2"])
-    spec, plan = loaded.spec, compile_plan(loaded.spec)
-    rd = RunDir(tmp_path / "run")
-    executor = InProcessExecutor(plan, spec, str(REPO), rd.append_trace, str(rd.path))
     broken, sinks = BrokenSink(), []
     sinks.append(broken)
-    try:
-        loop = StepLoop(spec, plan, executor, rd, load_data(spec, REPO), loaded.resolved_yaml(), sinks)
-        with caplog.at_level("WARNING", logger="rlflow.runtime"):
-            loop.train(loop.init(None))
-    finally:
-        executor.close()
-    metrics = [json.loads(line) for line in (rd.path / "metrics.jsonl").read_text().splitlines()]
+    with caplog.at_level("WARNING", logger="rlflow.runtime"):
+        metrics = train_in_process(
+            REPO / "pipelines" / "bird_grpo.yaml", [*SMALL, "trainer.total_steps=2"], tmp_path / "run", sinks=sinks
+        )
     assert [m["step"] for m in metrics] == [0, 1, 2], "every step trained and written"
     assert broken.steps == [0] and broken.closed and sinks == []
     (warning,) = [r.getMessage() for r in caplog.records if "broken" in r.getMessage()]

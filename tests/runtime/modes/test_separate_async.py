@@ -13,16 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from runtime_helpers import REPO, SMALL
+from runtime_helpers import NOISY, REPO, SMALL, train_in_process
 
-from rlflow.check import load_pipeline
-from rlflow.plan.compile import compile_plan
 from rlflow.runtime import checkpoints
-from rlflow.runtime.inprocess import InProcessExecutor
-from rlflow.runtime.run_dir import RunDir
-from rlflow.runtime.trainer import StepLoop, load_data
 
-NOISY = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/", "rollout/gen_seconds", "sync/seconds")
 ASYNC = [
     *SMALL,
     "data.max_val_samples=4",
@@ -44,16 +38,7 @@ def _one_thread():
 
 
 def run_loop(run_dir: Path, sets: list[str], resume: Path | None = None) -> list[dict]:
-    loaded = load_pipeline(REPO / "pipelines" / "bird_grpo.yaml", [*ASYNC, *sets])
-    spec, plan = loaded.spec, compile_plan(loaded.spec)
-    rd = RunDir(run_dir)
-    executor = InProcessExecutor(plan, spec, str(REPO), rd.append_trace, str(rd.path))
-    try:
-        loop = StepLoop(spec, plan, executor, rd, load_data(spec, REPO), loaded.resolved_yaml(), [])
-        loop.train(loop.init(resume))
-    finally:
-        executor.close()
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return train_in_process(REPO / "pipelines" / "bird_grpo.yaml", [*ASYNC, *sets], run_dir, resume)
 
 
 def trace(run_dir: Path) -> list[dict]:
