@@ -70,6 +70,7 @@ HELLO_MAX_BYTES = 64 * 1024
 DRAIN_TIMEOUT_S = 1.0
 DRAIN_MAX_BYTES = 4 << 20
 ACCEPT_BACKLOG = 128  # pending accepts the kernel queues: a client waits its turn behind a crowd, not SYN retries
+EVICT_JOIN_S = 1.0  # how long accepting waits for an evicted handshake's thread to exit
 
 
 class ServerBusy(wire.WireError):
@@ -232,10 +233,15 @@ class BackendServer:
         with self._connections_lock:
             self._handshaking[sock] = None
             oldest = self._handshaking.popitem(last=False)[0] if len(self._handshaking) > self.max_handshakes else None
-        if oldest is not None:
-            self.evicted += 1
-            with contextlib.suppress(OSError):  # its handler's read ends at once and the thread exits
-                oldest.shutdown(socket.SHUT_RDWR)
+        if oldest is None:
+            return
+        self.evicted += 1
+        with contextlib.suppress(OSError):  # its handler's read ends at once and the thread exits
+            oldest.shutdown(socket.SHUT_RDWR)
+        with self._connections_lock:
+            handler = self._connections.get(oldest)
+        if handler is not None:  # wait (milliseconds) for it, so the newcomer's thread never adds to the cap
+            handler.join(timeout=EVICT_JOIN_S)
 
     def _authenticated(self, sock: socket.socket) -> bool | None:
         """Move an authenticated connection to the served ones: True, False when ``max_connections`` are
