@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlflow.batch import Batch
+from rlflow.batch import Batch, response_span
 
 if TYPE_CHECKING:  # pragma: no cover
     from verl import DataProto
@@ -45,7 +45,7 @@ def verl_view(batch: Batch, fields: tuple[str, ...] = PER_TOKEN) -> DataProto:
     from verl import DataProto
 
     prompt_length = batch["prompt_mask"].sum(-1)
-    response_length = batch["response_mask"].sum(-1)
+    response_length = response_span(batch["response_mask"]).sum(-1)  # verl's attention mask: tool answers count
     width, length = int(prompt_length.max()), int(response_length.max())
     prompts = batch["prompts"]
     tensors = {
@@ -55,9 +55,12 @@ def verl_view(batch: Batch, fields: tuple[str, ...] = PER_TOKEN) -> DataProto:
         "response_length": response_length.float(),
         **{name: batch[name][:, :length] for name in fields if name in batch},
     }
-    return DataProto.from_dict(
+    view = DataProto.from_dict(
         tensors=tensors, meta_info={"global_token_num": (prompt_length + response_length).tolist()}
     )
+    if "num_turns" in batch:  # a multi-turn rollout's: verl's compute_data_metrics reports num_turns/*
+        view.non_tensor_batch["__num_turns__"] = batch["num_turns"].cpu().numpy()
+    return view
 
 
 def compute_data_metrics(batch: Batch) -> dict[str, Any]:

@@ -42,9 +42,8 @@ from rlflow.errors import StageError
 
 START_TIMEOUT_S = 120.0  # loading the functions may import heavy packages
 GIVE_UP_AFTER = 3  # timeouts in a row after which a function's other calls of the run are timeouts unrun
-_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from rlflow.reward.function_child import main; main(int(sys.argv[2]))"
-)
+_BOOT = "import sys, importlib; sys.path.insert(0, sys.argv[1]); importlib.import_module(sys.argv[3]).main(int(sys.argv[2]))"
+CHILD = "rlflow.reward.function_child"  # the module whose main(fd) serves the calls
 _TIMEOUT = object()
 _DIED = object()
 
@@ -63,12 +62,13 @@ class Outcome:
     failure: str | None = None
     kind: str = ""
     detail: str = ""
+    text: str = ""  # a served tool's answer (a reward function answers with numbers only)
 
 
 def outcome_of(message: tuple) -> Outcome:
     """The Outcome of one answer of the child."""
     if message[0] == "ok":
-        return Outcome(message[1], message[2])
+        return Outcome(message[1], message[2], text=message[3] if len(message) > 3 else "")
     if message[0] == "raised":
         return Outcome(failure="error", kind=f"raised {message[1]}", detail=f"{message[1]} at {message[2]}")
     return Outcome(failure="error", kind="bad return", detail=message[1])
@@ -77,11 +77,11 @@ def outcome_of(message: tuple) -> Outcome:
 class _Child:
     """One child process and the parent's end of its pipe; stopped when dropped."""
 
-    def __init__(self, init: dict) -> None:
+    def __init__(self, init: dict, child: str = CHILD) -> None:
         parent_end, child_end = Pipe(duplex=True)
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, str(Path(__file__).resolve().parents[2]), str(child_end.fileno())],
+            [sys.executable, "-c", _BOOT, str(Path(__file__).resolve().parents[2]), str(child_end.fileno()), child],
             pass_fds=(child_end.fileno(),),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stopping it stops what it started too
@@ -124,8 +124,12 @@ def _stop(proc: subprocess.Popen, conn) -> None:
 class FunctionRunner:
     """Calls ``references`` (``module:callable`` or ``file.py:callable``) in a child process."""
 
-    def __init__(self, references: list[str], root: str | Path, timeout_s: float, max_memory_mb: int | None) -> None:
+    def __init__(
+        self, references: list[str], root: str | Path, timeout_s: float, max_memory_mb: int | None, child: str = CHILD
+    ) -> None:
+        """``child``: the module serving the calls (the tool process uses this runner with its own)."""
         self.references = list(references)
+        self.child = child
         self.timeout_s = timeout_s
         self._init = {
             "sys_path": list(sys.path),
@@ -185,7 +189,7 @@ class FunctionRunner:
     def _ready_child(self) -> _Child:
         if self._child is not None:
             return self._child
-        child = _Child(self._init)
+        child = _Child(self._init, self.child)
         message = child.receive(START_TIMEOUT_S)
         if message is _TIMEOUT or message is _DIED or message[0] != "ready":
             status = child.exit_status()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rlflow.batch import response_span
 from rlflow.errors import StageError
 from rlflow.stages.base import StageContext, StageKind
 from rlflow.stages.registry import actor_data_parallel_size, builtin_stage
@@ -67,7 +68,7 @@ class BalanceBatch(StageKind):
         from verl.utils.seqlen_balancing import log_seqlen_unbalance
 
         dp = actor_data_parallel_size(ctx.pipeline)
-        seqlens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist()
+        seqlens = (batch["prompt_mask"].sum(-1) + response_span(batch["response_mask"]).sum(-1)).tolist()
         partitions = balanced_partitions(seqlens, dp)
         out = batch.index([i for part in partitions for i in part])
         # verl's sums over dp contiguous chunks before balancing need a row count dp divides: the placeholders

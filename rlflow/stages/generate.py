@@ -8,6 +8,9 @@ verl step 1 ([gen]). Design decisions:
   ``responses``, ``response_mask`` and ``response_text`` added, and ``rollout_log_probs`` when
   the engine keeps them (the torch engine does). That field is declared (and so checked) only when
   ``algorithm.rollout_correction`` reads it; otherwise only the step's rollout-vs-actor metrics do.
+- ``multi_turn`` is verl's ``rollout.multi_turn`` block (``rlflow.tools.config``); enabled, the
+  engine runs the agent loop (``rlflow.backends.agent_loop``) and the stage also writes
+  ``num_turns``. Tool paths resolve against the project root.
 - The sampling seed is derived from (trainer.seed, step, rank): a rerun samples the same
   tokens, different ranks and steps sample different ones.
 """
@@ -21,6 +24,7 @@ from pydantic import Field
 from rlflow.stages import rollout_correction
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import builtin_stage
+from rlflow.tools.config import MultiTurnConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.batch import Batch
@@ -41,6 +45,10 @@ class GenerateConfig(StageConfig):
         description="Rows a local torch rollout decodes at once, bounding its KV cache (verl: rollout.max_num_seqs); "
         "unset: 64 on a CPU, all rows on a GPU.",
     )
+    multi_turn: MultiTurnConfig = Field(
+        default_factory=MultiTurnConfig,
+        description="verl's rollout.multi_turn: tool-calling rollouts (enable, tool_config_path, function_tool_path...).",
+    )
 
 
 def generation_seed(seed: int, step: int, rank: int) -> int:
@@ -59,6 +67,7 @@ def generation_params(ctx: StageContext) -> dict:
         "engine": cfg.engine,
         "max_num_seqs": cfg.max_num_seqs,
         "seed": generation_seed(ctx.pipeline.trainer.seed, ctx.step, ctx.rank),
+        **({"multi_turn": cfg.multi_turn.model_dump()} if cfg.multi_turn.enable else {}),
     }
 
 
@@ -83,7 +92,12 @@ class Generate(StageKind):
     @classmethod
     def writes(cls, pipeline, stage):
         keeps = rollout_correction.keeps_rollout_log_probs(pipeline)
-        return cls.writes_fields + ((rollout_correction.ROLLOUT_LOG_PROBS,) if keeps else ())
+        turns = cls.parse_config(stage.with_).multi_turn.enable
+        return (
+            cls.writes_fields
+            + ((rollout_correction.ROLLOUT_LOG_PROBS,) if keeps else ())
+            + (("num_turns",) if turns else ())
+        )
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         rows = batch.repeat_interleave(ctx.config.n or ctx.pipeline.algorithm.n)
