@@ -4,7 +4,8 @@ verl's V1 trainer hands ``verl.trainer.ppo.metric_utils`` a ``DataProto`` of the
 ``verl_view`` builds the same from rlflow's ``Batch`` and these functions call verl's:
 ``compute_data_metrics`` (without a critic: ``critic/score|rewards|advantages|returns/*``,
 ``response_length/*``, ``response_length_non_aborted/*``, ``response/aborted_ratio``,
-``prompt_length/*``), ``compute_timing_metrics`` (``timing_s/*``, ``timing_per_token_ms/*``),
+``prompt_length/*``, and after a multi-turn rollout ``num_turns/*`` and ``tool_call_counts/*``),
+``compute_timing_metrics`` (``timing_s/*``, ``timing_per_token_ms/*``),
 ``compute_throughout_metrics`` (``perf/total_num_tokens|time_per_step|throughput``) and, when the
 rollout kept its log-probs, the rollout-vs-actor comparison verl runs because
 ``rollout.calculate_log_probs`` is on by default: ``calculate_debug_metrics``
@@ -58,8 +59,11 @@ def verl_view(batch: Batch, fields: tuple[str, ...] = PER_TOKEN) -> DataProto:
     view = DataProto.from_dict(
         tensors=tensors, meta_info={"global_token_num": (prompt_length + response_length).tolist()}
     )
-    if "num_turns" in batch:  # a multi-turn rollout's: verl's compute_data_metrics reports num_turns/*
+    # a multi-turn rollout's per-row counts: verl's compute_data_metrics reports num_turns/*, tool_call_counts/*
+    if "num_turns" in batch:
         view.non_tensor_batch["__num_turns__"] = batch["num_turns"].cpu().numpy()
+    if "tool_call_counts" in batch:
+        view.non_tensor_batch["tool_call_counts"] = batch["tool_call_counts"].cpu().numpy()
     return view
 
 
@@ -69,7 +73,9 @@ def compute_data_metrics(batch: Batch) -> dict[str, Any]:
 
     if len(batch) == 0 or any(name not in batch for name in ("prompt_mask", *PER_TOKEN)):
         return {}
-    return verl_data_metrics(verl_view(batch), use_critic=False)
+    metrics = verl_data_metrics(verl_view(batch), use_critic=False)
+    # num_turns/* come out as numpy integers; the step's metrics are JSON
+    return {key: value.item() if hasattr(value, "item") else value for key, value in metrics.items()}
 
 
 def compute_timing_metrics(timing: dict[str, float], batch: Batch, n_gpus: int = 1) -> dict[str, Any]:

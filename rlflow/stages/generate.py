@@ -10,21 +10,23 @@ verl step 1 ([gen]). Design decisions:
   ``algorithm.rollout_correction`` reads it; otherwise only the step's rollout-vs-actor metrics do.
 - ``multi_turn`` is verl's ``rollout.multi_turn`` block (``rlflow.tools.config``); enabled, the
   engine runs the agent loop (``rlflow.backends.agent_loop``) and the stage also writes
-  ``num_turns``. Tool paths resolve against the project root.
+  ``num_turns`` and ``tool_call_counts``. Tool paths resolve against the project root.
 - The sampling seed is derived from (trainer.seed, step, rank): a rerun samples the same
   tokens, different ranks and steps sample different ones.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from rlflow.stages import rollout_correction
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import builtin_stage
 from rlflow.tools.config import MultiTurnConfig
+from rlflow.tools.files import tool_file_problems
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.batch import Batch
@@ -96,8 +98,20 @@ class Generate(StageKind):
         return (
             cls.writes_fields
             + ((rollout_correction.ROLLOUT_LOG_PROBS,) if keeps else ())
-            + (("num_turns",) if turns else ())
+            + (("num_turns", "tool_call_counts") if turns else ())
         )
+
+    @classmethod
+    def check_in_project(cls, pipeline, stage, project_root):
+        """The tool files of an enabled ``multi_turn`` block: readable, each schema valid (file and line named)."""
+        try:
+            config = cls.parse_config(stage.with_)
+        except ValidationError:
+            return []  # reported by the rule that checks each `with:`
+        if not config.multi_turn.enable:
+            return []
+        problems = tool_file_problems(config.multi_turn, Path(project_root), pipeline.data.prompt_template)
+        return [(f"with.multi_turn.{field}", message, fix) for field, message, fix in problems]
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         rows = batch.repeat_interleave(ctx.config.n or ctx.pipeline.algorithm.n)

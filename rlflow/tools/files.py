@@ -11,13 +11,14 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from rlflow.schemas.diagnostics import Diagnostic
 from rlflow.schemas.yaml_loader import MAX_BYTES, decode_text, parse_yaml
-from rlflow.tools.schema import ToolSchema, schema_problems
+from rlflow.tools.schema import ToolSchema, did_you_mean, schema_problems
 
 
 def _read(file: Path) -> tuple[bytes | None, str | None]:
@@ -174,3 +175,51 @@ def function_file_diagnostics(file: Path) -> tuple[list[str], list[Diagnostic]]:
             )
         )
     return names, out
+
+
+_MENTION = re.compile(r'"name"\s*:\s*"([^"\\]{1,100})"')
+
+
+def mentioned_tool_names(text: str) -> list[str]:
+    """Tool names a prompt template shows the model in hermes calls (``"name": "..."``), in order, once each."""
+    return list(dict.fromkeys(_MENTION.findall(text)))
+
+
+def tool_file_problems(multi_turn, root: Path, prompt_template: str | None) -> list[tuple[str, str, str]]:
+    """(field under ``multi_turn``, message naming the file and line, fix) for each problem of the tool files."""
+    problems: list[tuple[str, str, str]] = []
+    names: list[str] = []
+    files = (
+        ("tool_config_path", multi_turn.tool_config_path, tool_config_diagnostics),
+        ("function_tool_path", multi_turn.function_tool_path, function_file_diagnostics),
+    )
+    for field, value, read in files:
+        if not value:
+            continue
+        found, diagnostics = read(root / value)
+        if read is tool_config_diagnostics:
+            found = [e["tool_schema"]["function"]["name"] for e in found if e["tool_schema"]]
+        for clash in sorted(set(found) & set(names)):
+            problems.append(
+                (field, f"tool {clash!r} is declared in both tool files", "rename one of them (verl refuses it)")
+            )
+        names += found
+        for d in diagnostics:
+            where = f" ({d.path})" if d.path else ""
+            problems.append((field, f"{d.file}:{d.line}{where}: {d.message}", d.fix))
+    if prompt_template and names:
+        template = root / prompt_template
+        raw, _ = _read(template)
+        text = raw.decode("utf-8", "replace") if raw is not None else ""
+        for name in mentioned_tool_names(text):
+            if name not in names:
+                line = text[: text.find(f'"{name}"')].count("\n") + 1
+                problems.append(
+                    (
+                        "tool_config_path" if multi_turn.tool_config_path else "function_tool_path",
+                        f"{template}:{line}: the prompt template shows the tool {name!r}, which no tool file declares"
+                        f"{did_you_mean(name, names)}",
+                        f"tools declared: {', '.join(sorted(names))}",
+                    )
+                )
+    return problems

@@ -228,7 +228,7 @@ class LocalEngine(Engine):
             responses,
             mask,
             log_probs if kept_log_probs else None,
-            {"num_turns": num_turns},
+            {"num_turns": num_turns, "tool_call_counts": torch.tensor([len(row.calls) for row in rows])},
             agent_loop.tool_metrics(rows),
         )
 
