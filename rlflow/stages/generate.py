@@ -110,6 +110,15 @@ class Generate(StageKind):
             return []  # reported by the rule that checks each `with:`
         if not config.multi_turn.enable:
             return []
+        resource = pipeline.resources.get(stage.on)
+        if resource is not None and resource.type == "remote":  # it would silently roll out single turns
+            return [
+                (
+                    "with.multi_turn.enable",
+                    f"multi-turn rollouts run on local resources only; {stage.on!r} is a remote backend",
+                    "put the generate stage on a local pool, or turn multi_turn off",
+                )
+            ]
         problems = tool_file_problems(config.multi_turn, Path(project_root), pipeline.data.prompt_template)
         return [(f"with.multi_turn.{field}", message, fix) for field, message, fix in problems]
 

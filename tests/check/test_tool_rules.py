@@ -74,3 +74,12 @@ def test_missing_file_and_template_mentions(project_dir):
         "prompt.j2:2: the prompt template shows the tool 'ad', which no tool file declares; did you mean 'add'?"
         in problem
     )
+
+
+def test_multi_turn_on_a_remote_backend_is_refused(project_dir):
+    text = pipeline("").replace("  rw: {type: cpu}\n", "  rw: {type: cpu}\n  srv: {type: remote, backend: reference}\n")
+    text = text.replace("    uses: generate\n    on: pool\n", "    uses: generate\n    on: srv\n")
+    problems = problems_of(project_dir, text)
+    assert any(
+        "stages[0].with.multi_turn.enable: multi-turn rollouts run on local resources only" in p for p in problems
+    )
