@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlflow.batch import response_span
 from rlflow.errors import StageError
 from rlflow.stages.base import StageContext, StageKind
 from rlflow.stages.registry import actor_data_parallel_size, builtin_stage
@@ -66,6 +65,8 @@ class BalanceBatch(StageKind):
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         from verl.utils.seqlen_balancing import log_seqlen_unbalance
+
+        from rlflow.batch import response_span  # numpy: not at import, which a core install runs without
 
         dp = actor_data_parallel_size(ctx.pipeline)
         seqlens = (batch["prompt_mask"].sum(-1) + response_span(batch["response_mask"]).sum(-1)).tolist()

@@ -11,7 +11,7 @@ tool set ({"tools": verl tool-config entries, "function_tool_path", "paths", "sc
   ``ToolAgentLoop._call_tool``: ``create``, ``execute``, ``release``; ``@function_tool`` files load
   through verl's ``load_function_tools_from_path`` and answer through ``normalize_function_tool_return``.
 - A call ``{"op": "schemas"}`` answers the tools' schemas as JSON; a call ``{"name", "arguments"}``
-  answers ``("ok", reward, metrics, text)`` with the text cut to ``max_chars`` as verl cuts it, so a
+  answers ``("ok", reward, metrics and its own seconds, text)`` with the text cut to ``max_chars`` as verl cuts it, so a
   tool returning megabytes sends back a bounded message.
 - Before the tools load, an audit hook refuses writes outside ``scratch`` (files
   opened for writing, removals, renames, SQLite files opened other than read-only) and new
@@ -25,10 +25,12 @@ import importlib
 import json
 import os
 import sys
+import time
 from multiprocessing.connection import Connection
 
 from rlflow.reward.function_child import _exit_with_parent, _limit_memory, last_frame
 
+SECONDS = "__seconds"  # the call's own time, among the numbers of its answer
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _REFUSED = {
     "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.chmod", "os.chown", "os.link",
@@ -115,6 +117,7 @@ class Tools:
         from verl.tools.function_tool import FunctionTool, normalize_function_tool_return
 
         tool = self.tools[name]
+        start = time.monotonic()
         if isinstance(tool, FunctionTool):
             response, reward, metrics = normalize_function_tool_return(await tool.call(arguments))
         else:
@@ -125,6 +128,7 @@ class Tools:
                 await tool.release(instance_id)
         text = truncate(str(response.text or ""), self.spec["max_chars"], self.spec["side"])
         numbers = {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, int | float)}
+        numbers[SECONDS] = time.monotonic() - start
         return ("ok", float(reward or 0.0), numbers, text)
 
 

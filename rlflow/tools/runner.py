@@ -25,6 +25,7 @@ from rlflow.tools.hermes import ToolCall
 from rlflow.tools.schema import ToolSchema, argument_error
 
 CHILD = "rlflow.tools.child"
+SECONDS = "__seconds"  # rlflow.tools.child.SECONDS (the child module imports verl: not imported here)
 
 
 class ToolError(StageError):
@@ -94,11 +95,13 @@ class ToolRunner:
         if runnable:
             start = time.monotonic()
             outcomes = self._run([{"name": c.name, "arguments": c.arguments} for _, c in runnable])
-            seconds = (time.monotonic() - start) / len(runnable)
+            average = (time.monotonic() - start) / len(runnable)  # a failed call reports no time of its own
             for (index, call), outcome in zip(runnable, outcomes, strict=True):
                 if outcome.failure is None:
+                    seconds = outcome.extras.get(SECONDS, average)
                     results[index] = ToolResult(call.name, outcome.text, seconds=seconds)
                 else:
+                    seconds = self._runner.timeout_s if outcome.failure == "timeout" else average
                     text = f"Error executing tool '{call.name}': {outcome.detail}"
                     results[index] = ToolResult(call.name, text, error=True, seconds=seconds)
         return results  # type: ignore[return-value]
