@@ -1,6 +1,6 @@
 """Two training steps with multi_turn enabled, on the in-process executor (no Ray).
 
-The shipped BIRD pipeline with the generate stage's verl ``multi_turn`` block pointing at the
+The shipped BIRD pipeline, validated at step 2, with the generate stage's verl ``multi_turn`` block pointing at the
 verl tools of tests/tools/assets: the tool process starts, the rollout runs the agent loop, the
 step logs verl's ``num_turns/*`` and trains on the transcripts.
 """
@@ -21,7 +21,8 @@ from rlflow.runtime.trainer import StepLoop, load_data
 SETS = [
     *SMALL,
     "trainer.total_steps=2",
-    "trainer.test_freq=0",
+    "trainer.test_freq=2",
+    "data.max_val_samples=4",
     "trainer.val_before_train=false",
     "stages.generate.with.multi_turn.enable=true",
     "stages.generate.with.multi_turn.max_assistant_turns=3",
