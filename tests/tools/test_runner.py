@@ -2,7 +2,7 @@
 
 One runner (one tool process) serves the module: a verl ``BaseTool`` subclass and a verl
 ``@function_tool`` file from ``assets/``, loaded as verl loads them, and a tool that raises,
-hangs, answers megabytes or writes files on request.
+hangs, answers megabytes, eats memory, starts a process or writes files on request.
 """
 
 from __future__ import annotations
@@ -80,15 +80,19 @@ def test_hostile_tools_are_cut_off_and_contained(runner, tmp_path):
             call("hostile", mode="huge"),
             call("hostile", mode="write", path=str(victim)),
             call("hostile", mode="sqlite", path=str(database)),
+            call("hostile", mode="memory"),
+            call("hostile", mode="spawn"),
             call("hostile", mode="hang"),
             call("add", a=5, b=6),  # after the hang: a new tool process answers
         ]
     )
-    raised, huge, write, sqlite, hang, after = results
+    raised, huge, write, sqlite, memory, spawn, hang, after = results
     assert raised.error and "RuntimeError" in raised.text and "the tool broke" in raised.text
     assert not huge.error and len(huge.text) < 100 and "...(truncated)..." in huge.text  # verl's middle cut
     assert write.error and "PermissionError" in write.text and victim.read_text() == "original"
     assert sqlite.error and "read-only" in sqlite.text and not database.exists()
+    assert memory.error and "MemoryError" in memory.text  # the tool process's address space is capped
+    assert spawn.error and "may not subprocess.Popen" in spawn.text
     assert hang.error and "no result within timeout_s 2 s" in hang.text
     assert after.text == "111" and not after.error
 

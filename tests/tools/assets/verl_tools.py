@@ -32,7 +32,7 @@ class AddTool(BaseTool):
 
 
 class HostileTool(BaseTool):
-    """Does what its ``mode`` argument says: raise, hang, answer megabytes, or write a file."""
+    """Does what its ``mode`` argument says: raise, hang, answer megabytes, eat memory, start a process, write."""
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs):
         mode = parameters["mode"]
@@ -42,6 +42,14 @@ class HostileTool(BaseTool):
             time.sleep(3600)
         if mode == "huge":
             return ToolResponse(text="x" * (8 << 20)), 0.0, {}
+        if mode == "memory":
+            hog = bytearray(4 << 30)
+            return ToolResponse(text=str(len(hog))), 0.0, {}
+        if mode == "spawn":
+            import subprocess
+
+            subprocess.Popen(["sleep", "600"])
+            return ToolResponse(text="started"), 0.0, {}
         if mode == "write":
             with open(parameters["path"], "w") as handle:
                 handle.write("overwritten")
