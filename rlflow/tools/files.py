@@ -5,7 +5,8 @@
   ``class_name`` must be ``module.Class`` and its ``tool_schema`` a valid OpenAI function schema.
   Problems carry the file and line.
 - A ``@function_tool`` file is parsed (``ast``), never imported here: each decorated function
-  needs a docstring and a type hint on every parameter (verl infers its schema from them).
+  needs a docstring describing every parameter under ``Args:`` and a type hint on each (verl infers
+  its schema from them, through transformers' ``get_json_schema``).
 """
 
 from __future__ import annotations
@@ -128,7 +129,9 @@ def function_file_diagnostics(file: Path) -> tuple[list[str], list[Diagnostic]]:
             names.append(str(renamed.args[0].value))
         else:
             names.append(node.name)
-        if ast.get_docstring(node) is None:
+        docstring = ast.get_docstring(node)
+        described = _described_args(docstring or "")
+        if docstring is None:
             out.append(
                 Diagnostic(
                     name,
@@ -141,6 +144,17 @@ def function_file_diagnostics(file: Path) -> tuple[list[str], list[Diagnostic]]:
             )
         args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
         for arg in args:
+            if docstring is not None and arg.arg not in described:
+                out.append(
+                    Diagnostic(
+                        name,
+                        arg.lineno,
+                        arg.col_offset + 1,
+                        f"{node.name}.{arg.arg}",
+                        f"parameter {arg.arg!r} is not described under Args: in the docstring",
+                        f"add '{arg.arg}: what it is' under Args: (verl's schema takes the description from there)",
+                    )
+                )
             if arg.annotation is None:
                 out.append(
                     Diagnostic(
@@ -175,6 +189,16 @@ def function_file_diagnostics(file: Path) -> tuple[list[str], list[Diagnostic]]:
             )
         )
     return names, out
+
+
+_ARGS_BLOCK = re.compile(r"\n\s*Args:\n\s*(.*?)[\n\s]*(Returns:|Raises:|\Z)", re.DOTALL)  # transformers' args_re
+_ARG_NAME = re.compile(r"^\s*(\w+)\s*(?:\([^)]*\))?:", re.MULTILINE)
+
+
+def _described_args(docstring: str) -> set[str]:
+    """The parameter names a Google-style docstring describes under ``Args:``."""
+    block = _ARGS_BLOCK.search("\n" + docstring)
+    return set(_ARG_NAME.findall(block.group(1))) if block else set()
 
 
 _MENTION = re.compile(r'"name"\s*:\s*"([^"\\]{1,100})"')

@@ -56,11 +56,15 @@ def test_a_bad_schema_is_named_at_its_line(project_dir):
 
 def test_function_tools_need_docstrings_and_hints(project_dir):
     (project_dir / "fns.py").write_text(
-        "from verl.tools.function_tool import function_tool\n\n@function_tool\ndef look(table):\n    return table\n"
+        "from verl.tools.function_tool import function_tool\n\n@function_tool\ndef look(table):\n    return table\n\n"
+        '@function_tool("peek")\ndef head(table: str, rows: int) -> str:\n    """Peek.\n\n    Args:\n'
+        '        table: which one\n    """\n    return table\n'
     )
     problems = problems_of(project_dir, pipeline("        function_tool_path: fns.py\n"))
     assert any("fns.py:4 (look): a @function_tool needs a docstring" in p for p in problems), problems
     assert any("fns.py:4 (look.table): parameter 'table' has no type hint" in p for p in problems), problems
+    assert any("fns.py:8 (head.rows): parameter 'rows' is not described under Args:" in p for p in problems), problems
+    assert len(problems) == 3, problems
 
 
 def test_missing_file_and_template_mentions(project_dir):
