@@ -8,7 +8,8 @@ tool set ({"tools": verl tool-config entries, "function_tool_path", "paths", "sc
 
 - ``BaseTool`` subclasses are built as verl's ``initialize_tools_from_config`` builds them
   (``cls(config=..., tool_schema=OpenAIFunctionToolSchema)``) and called per call as verl's
-  ``ToolAgentLoop._call_tool``: ``create``, ``execute``, ``release``; ``@function_tool`` files load
+  ``ToolAgentLoop._call_tool``: ``create``, ``execute``, ``release``, the calls of one message (a
+  turn's rows) concurrently on one event loop, as verl gathers them; ``@function_tool`` files load
   through verl's ``load_function_tools_from_path`` and answer through ``normalize_function_tool_return``.
 - A call ``{"op": "schemas"}`` answers the tools' schemas as JSON; a call ``{"name", "arguments"}``
   answers ``("ok", reward, metrics and its own seconds, text)`` with the text cut to ``max_chars`` as verl cuts it, so a
@@ -25,7 +26,9 @@ import importlib
 import json
 import os
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 
 from rlflow.reward.function_child import _exit_with_parent, _limit_memory, last_frame
@@ -132,15 +135,30 @@ class Tools:
         return ("ok", float(reward or 0.0), numbers, text)
 
 
-def serve(tools: Tools, kwargs: dict) -> tuple:
+async def answer(tools: Tools, kwargs: dict) -> tuple:
+    """One call's message (see the module docstring)."""
     if kwargs.get("op") == "schemas":
         return ("ok", 0.0, {}, tools.schemas())
     try:
-        return asyncio.run(tools.call(kwargs["name"], json.loads(kwargs["arguments"])))
+        return await tools.call(kwargs["name"], json.loads(kwargs["arguments"]))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: one call must not end the process serving the others
         return ("raised", type(exc).__name__, last_frame(exc))
+
+
+async def settle(tools: Tools, kwargs: dict, future: Future) -> None:
+    # set here, not through a done-callback: a later tool that blocks the loop must not hold back an answer
+    future.set_result(await answer(tools, kwargs))
+
+
+def serve(loop: asyncio.AbstractEventLoop, tools: Tools, calls: list, conn: Connection) -> None:
+    """Run a message's calls concurrently on ``loop`` (the rows of a turn), answering in order."""
+    futures: list[Future] = [Future() for _ in calls]
+    for (_, kwargs), future in zip(calls, futures, strict=True):
+        asyncio.run_coroutine_threadsafe(settle(tools, kwargs, future), loop)
+    for future in futures:
+        conn.send(future.result())
 
 
 def main(fd: int) -> None:
@@ -170,10 +188,13 @@ def main(fd: int) -> None:
         conn.send(("failed", 0, last_frame(exc)))
         return
     conn.send(("ready",))
+    # one loop for the process's life (a tool's async clients expect it), in its own thread, so that answers
+    # already settled go out even while another call blocks it (the parent's deadline then ends the process)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="tools", daemon=True).start()
     while True:
         try:
             calls = conn.recv()
         except EOFError:
             return
-        for _, kwargs in calls:
-            conn.send(serve(tools, kwargs))
+        serve(loop, tools, calls, conn)

@@ -2,7 +2,7 @@
 
 A call that cannot run (a parse error, an unknown tool, arguments too large or of the wrong
 type) is answered here with an error observation and never reaches the tool. The rest go to
-the tool process (``rlflow.tools.child``) in one message per turn through the reward
+the tool process (``rlflow.tools.child``, which runs them concurrently) in one message per turn through the reward
 functions' ``FunctionRunner``: a call past ``tool_timeout_s``, a tool that raises, or a tool
 process that dies (memory cap) is an error observation for that call, never a crash. Each
 call's tool, outcome and seconds are kept for the per-tool metrics.

@@ -8,6 +8,7 @@ hangs, answers megabytes, eats memory, starts a process or writes files on reque
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,14 @@ def test_verl_tools_run_unchanged(runner):
     results = runner.call([call("add", a=1, b=2), call("multiply", a=3, b=4), call("shout", text="hi")])
     assert [r.text for r in results] == ["103", "12", "HI"]  # add's config offset (100) reached the BaseTool
     assert not any(r.error for r in results)
+
+
+def test_a_turns_calls_run_concurrently(runner):
+    start = time.monotonic()
+    results = runner.call([call("hostile", mode="sleep") for _ in range(4)])
+    assert [r.text for r in results] == ["slept"] * 4
+    assert time.monotonic() - start < 3.0  # four 1-second calls, one after another, would take 4
+    assert all(0.9 < r.seconds < 3.0 for r in results)  # each call's own time, measured in the tool process
 
 
 def test_bad_calls_are_answered_without_running(runner):

@@ -1,5 +1,6 @@
 """Tools written for verl, used unchanged by the tests (a BaseTool subclass and hostile ones)."""
 
+import asyncio
 import time
 from typing import Any
 
@@ -42,6 +43,9 @@ class HostileTool(BaseTool):
             time.sleep(3600)
         if mode == "huge":
             return ToolResponse(text="x" * (8 << 20)), 0.0, {}
+        if mode == "sleep":
+            await asyncio.sleep(1.0)
+            return ToolResponse(text="slept"), 0.0, {}
         if mode == "memory":
             hog = bytearray(4 << 30)
             return ToolResponse(text=str(len(hog))), 0.0, {}
