@@ -11,6 +11,8 @@ pyproject.toml, checked by tests/test_layers.py, hold the package to this list):
 - ``stages``: the stage kinds, one module each, with their role, config, reads/writes and run;
 - ``backends``: where the work happens (the local torch engine, remote backends); they know no
   stage kinds;
+- ``tools``: verl-format tools for multi-turn rollouts (the ``multi_turn`` block, the hermes
+  parser, schemas, the tool process);
 - ``data``: prompts, tokenizers, datasets and the sampler; ``reward``: reward building blocks;
 - ``schemas``: the pipeline and project formats (parse, template, position, per-field
   validation). Pure;

@@ -171,3 +171,13 @@ def _cat(values: list) -> torch.Tensor | np.ndarray:
     import torch
 
     return torch.cat(values)
+
+
+def response_span(response_mask: torch.Tensor) -> torch.Tensor:
+    """Each row's response through its last model token: the attention mask of the response.
+
+    ``response_mask`` is 1 on the tokens the model wrote (what the loss counts); a multi-turn
+    transcript has 0 on the tool answers between its turns, which the model still read. A single-turn
+    response (1 through EOS, 0 after) is its own span.
+    """
+    return (response_mask.flip(-1).cumsum(-1).flip(-1) > 0).to(response_mask.dtype)

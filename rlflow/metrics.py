@@ -4,7 +4,8 @@ verl's V1 trainer hands ``verl.trainer.ppo.metric_utils`` a ``DataProto`` of the
 ``verl_view`` builds the same from rlflow's ``Batch`` and these functions call verl's:
 ``compute_data_metrics`` (without a critic: ``critic/score|rewards|advantages|returns/*``,
 ``response_length/*``, ``response_length_non_aborted/*``, ``response/aborted_ratio``,
-``prompt_length/*``), ``compute_timing_metrics`` (``timing_s/*``, ``timing_per_token_ms/*``),
+``prompt_length/*``, and after a multi-turn rollout ``num_turns/*`` and ``tool_call_counts/*``),
+``compute_timing_metrics`` (``timing_s/*``, ``timing_per_token_ms/*``),
 ``compute_throughout_metrics`` (``perf/total_num_tokens|time_per_step|throughput``) and, when the
 rollout kept its log-probs, the rollout-vs-actor comparison verl runs because
 ``rollout.calculate_log_probs`` is on by default: ``calculate_debug_metrics``
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlflow.batch import Batch
+from rlflow.batch import Batch, response_span
 
 if TYPE_CHECKING:  # pragma: no cover
     from verl import DataProto
@@ -37,7 +38,7 @@ def verl_view(batch: Batch, fields: tuple[str, ...] = PER_TOKEN) -> DataProto:
     from verl import DataProto
 
     prompt_length = batch["prompt_mask"].sum(-1)
-    response_length = batch["response_mask"].sum(-1)
+    response_length = response_span(batch["response_mask"]).sum(-1)  # verl's attention mask: tool answers count
     width, length = int(prompt_length.max()), int(response_length.max())
     prompts = batch["prompts"]
     tensors = {
@@ -47,9 +48,15 @@ def verl_view(batch: Batch, fields: tuple[str, ...] = PER_TOKEN) -> DataProto:
         "response_length": response_length.float(),
         **{name: batch[name][:, :length] for name in fields if name in batch},
     }
-    return DataProto.from_dict(
+    view = DataProto.from_dict(
         tensors=tensors, meta_info={"global_token_num": (prompt_length + response_length).tolist()}
     )
+    # a multi-turn rollout's per-row counts: verl's compute_data_metrics reports num_turns/*, tool_call_counts/*
+    if "num_turns" in batch:
+        view.non_tensor_batch["__num_turns__"] = batch["num_turns"].cpu().numpy()
+    if "tool_call_counts" in batch:
+        view.non_tensor_batch["tool_call_counts"] = batch["tool_call_counts"].cpu().numpy()
+    return view
 
 
 def compute_data_metrics(batch: Batch) -> dict[str, Any]:
@@ -58,7 +65,9 @@ def compute_data_metrics(batch: Batch) -> dict[str, Any]:
 
     if len(batch) == 0 or any(name not in batch for name in ("prompt_mask", *PER_TOKEN)):
         return {}
-    return verl_data_metrics(verl_view(batch), use_critic=False)
+    metrics = verl_data_metrics(verl_view(batch), use_critic=False)
+    # num_turns/* come out as numpy integers; the step's metrics are JSON
+    return {key: value.item() if hasattr(value, "item") else value for key, value in metrics.items()}
 
 
 def compute_seqlen_metrics(batch: Batch, dp: int = 1) -> dict[str, Any]:

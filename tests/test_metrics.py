@@ -36,9 +36,9 @@ DIFFERENCES = {
     "timing_s/update_critic": "the critic's update; GRPO has no critic",
     "timing_per_token_ms/values": "the critic's forward; GRPO has no critic",
     "timing_per_token_ms/update_critic": "the critic's update; GRPO has no critic",
-    "num_turns/": "multi-turn agent loops; rlflow's rollouts are single-turn",
-    "training/num_turns/": "multi-turn agent loops; rlflow's rollouts are single-turn",
-    "tool_call_counts/": "tool-calling agent loops; rlflow's rollouts call no tools",
+    "num_turns/": "logged after a multi-turn rollout only (generate's multi_turn.enable); this pipeline is single-turn",
+    "tool_call_counts/": "logged after a multi-turn rollout only, as num_turns/*",
+    "training/num_turns/": "verl V1's copy of num_turns/*; rlflow logs num_turns/* once",
     "timing_s/dump_rollout_generations": "verl's trainer.rollout_data_dir dump; rlflow has no such option",
 }
 # names only rlflow logs (docs/metrics.md describes each)
@@ -111,6 +111,29 @@ def test_data_metrics_are_verls_with_clip_ratios_against_the_longest_row():
     assert ours["response_length_non_aborted/clip_ratio"] == pytest.approx(3 / 7)
     assert theirs["response_length/clip_ratio"] == 0.0  # at the padded width no row would count
     assert ours["response/aborted_ratio"] == 1 / 8
+
+
+def test_multi_turn_data_metrics_are_verls():
+    """A transcript's mask has 0 on tool answers: lengths count them (verl's attention mask), num_turns/* too."""
+    from verl.trainer.ppo.metric_utils import compute_data_metrics as verl_data_metrics
+
+    batch = step_batch()
+    holes = batch["response_mask"].clone()
+    holes[0, 1:3] = 0  # row 0: a model token, two tool tokens, two model tokens
+    holes[3, 2] = 0
+    batch["response_mask"] = holes
+    batch["num_turns"] = torch.tensor([4, 2, 2, 4, 2, 2, 2, 2])
+    batch["tool_call_counts"] = torch.tensor([1, 0, 0, 1, 0, 0, 0, 0])
+    data = full_width_proto(batch)
+    data.batch["attention_mask"][:, P:] = step_batch()["response_mask"]
+    data.non_tensor_batch["__num_turns__"] = batch["num_turns"].numpy()
+    data.non_tensor_batch["tool_call_counts"] = batch["tool_call_counts"].numpy()
+    ours, theirs = compute_data_metrics(batch), verl_data_metrics(data, use_critic=False)
+    assert set(ours) == set(theirs) and ours["num_turns/mean"] == 2.5 and ours["tool_call_counts/max"] == 1
+    for name, value in theirs.items():
+        if not name.endswith("clip_ratio"):
+            assert same(ours[name], float(value)), name
+    assert ours["response_length/max"] == 5  # the tool tokens count: verl's attention mask, not the loss mask
 
 
 def test_data_metrics_need_the_reward_and_advantage_fields():

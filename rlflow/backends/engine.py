@@ -31,6 +31,9 @@ class Engine(abc.ABC):
         and ``response_text`` (list[str]); metrics may carry ``timing``/token counts. An engine that
         knows each response token's log-prob as sampled adds ``rollout_log_probs`` [B, R] (0 outside
         the mask), from which the step's ``training/rollout_probs_diff_*`` and ``rollout_corr/*`` come.
+        ``params["multi_turn"]`` (verl's block, when enabled) asks for tool-calling transcripts: the
+        mask is then 0 on tool tokens between the model's turns, and ``num_turns`` /
+        ``tool_call_counts`` [B] come back too (the local engine runs ``rlflow.backends.agent_loop``).
         """
 
     @abc.abstractmethod

@@ -11,7 +11,8 @@ restarted the same way.
 
 Design decisions:
 - The child is a supervisor (``rlflow.reward.function_supervisor``, no user code) that forks
-  the worker calling the functions (``rlflow.reward.function_child``): it is a subreaper, so a
+  the worker calling the functions (``rlflow.reward.function_child``, or the module named by
+  ``child``: the tool process, ``rlflow.tools.child``): it is a subreaper, so a
   process a function starts cannot escape the clean-up by leaving the session, and it writes the
   functions' stdout and stderr to a capped ``log_path`` (the run directory's ``rewards/``).
 - It is started with ``subprocess`` running ``python -c`` (as multiprocessing's ``spawn`` does)
@@ -61,8 +62,9 @@ MAX_MESSAGE_BYTES = 1 << 20  # one answer: a score, 64 extras and a few short te
 OUTPUT_CAP_BYTES = 1 << 20  # of the functions' stdout and stderr kept in the log file
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); from rlflow.reward.function_supervisor import main; "
-    "main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))"
+    "main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6])"
 )
+CHILD = "rlflow.reward.function_child"  # the module whose main(fd) serves the calls
 _TIMEOUT = object()
 _DIED = object()
 _NOT_A_NAME = re.compile(r"[^A-Za-z0-9_.:-]|\.\.+")
@@ -84,6 +86,7 @@ class Outcome:
     kind: str = ""
     detail: str = ""
     dropped: int = 0  # extra metrics past MAX_EXTRAS, left out
+    text: str = ""  # a served tool's answer (a reward function answers with numbers only)
 
     @property
     def distrusted(self) -> bool:
@@ -123,11 +126,11 @@ def answer_of(raw: bytes, due: int) -> Outcome:
     if not fields or fields[0] != due or isinstance(fields[0], bool):
         return _bad(f"an answer to call {str(fields[0] if fields else None)[:40]!r} while call {due} was due")
     fields = fields[1:]
-    if kind == "ok" and len(fields) == 3:
-        score, extras, dropped = fields
+    if kind == "ok" and len(fields) in (3, 4):
+        score, extras, dropped, *text = fields
         if _number(score) and isinstance(extras, dict) and isinstance(dropped, int) and dropped >= 0:
-            if all(isinstance(k, str) and _number(v) for k, v in extras.items()):
-                return _clean(float(score), extras, dropped)
+            if all(isinstance(k, str) and _number(v) for k, v in extras.items()) and all(isinstance(t, str) for t in text):
+                return _clean(float(score), extras, dropped, "".join(text))
     elif kind == "bad" and len(fields) == 1 and _text(fields[0]):
         return Outcome(failure="error", kind="bad return", detail=_line(fields[0]))
     elif kind == "raised" and len(fields) == 2 and all(_text(f) for f in fields):
@@ -145,7 +148,7 @@ def _number(value) -> bool:
         return False
 
 
-def _clean(score: float, extras: dict, dropped: int) -> Outcome:
+def _clean(score: float, extras: dict, dropped: int, text: str) -> Outcome:
     kept: dict[str, float] = {}
     for key, value in extras.items():
         name = metric_name(key)
@@ -155,19 +158,19 @@ def _clean(score: float, extras: dict, dropped: int) -> Outcome:
             kept[name] = float(value)
         else:
             dropped += 1
-    return Outcome(score, kept, dropped=dropped)
+    return Outcome(score, kept, dropped=dropped, text=text)
 
 
 class _Child:
     """One supervised child process and the parent's end of its pipe; stopped when dropped."""
 
-    def __init__(self, init: dict, log_path: str) -> None:
+    def __init__(self, init: dict, log_path: str, child: str) -> None:
         parent_end, child_end = Pipe(duplex=True)
         status_r, status_w = os.pipe()
         self.started = time.monotonic()
         args = [str(Path(__file__).resolve().parents[2]), str(child_end.fileno()), str(status_w)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, *args, log_path, str(OUTPUT_CAP_BYTES)],
+            [sys.executable, "-c", _BOOT, *args, log_path, str(OUTPUT_CAP_BYTES), child],
             pass_fds=(child_end.fileno(), status_w),
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: the last resort of stop() reaches all of it
@@ -240,9 +243,12 @@ class FunctionRunner:
         timeout_s: float,
         max_memory_mb: int | None,
         log_path: str | Path | None = None,
+        child: str = CHILD,
     ) -> None:
-        """``log_path``: where the functions' stdout and stderr go (capped); None: this process's stderr."""
+        """``log_path``: where the functions' stdout and stderr go (capped); None: this process's stderr.
+        ``child``: the module serving the calls (the tool process uses this runner with its own)."""
         self.references = list(references)
+        self.child = child
         self.timeout_s = timeout_s
         self.log_path = str(log_path or "")
         if log_path is not None:
@@ -320,7 +326,7 @@ class FunctionRunner:
     def _ready_child(self) -> _Child:
         if self._child is not None:
             return self._child
-        child = _Child(self._init, self.log_path)
+        child = _Child(self._init, self.log_path, self.child)
         message = child.receive(START_TIMEOUT_S)
         if message is _TIMEOUT:
             child.stop()

@@ -16,6 +16,7 @@ a new session, stays its descendant), forks the worker that loads and calls the 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import select
 import signal
@@ -157,7 +158,8 @@ class _Supervisor:
             pass
 
 
-def main(conn_fd: int, status_fd: int, log_path: str, cap: int) -> None:
+def main(conn_fd: int, status_fd: int, log_path: str, cap: int, child: str = "rlflow.reward.function_child") -> None:
+    """Fork the worker serving ``conn_fd`` with ``child``'s ``main`` (the reward functions', or the tools')."""
     parent = os.getppid()
     _become_subreaper()
     output_r, output_w = os.pipe()
@@ -179,9 +181,7 @@ def main(conn_fd: int, status_fd: int, log_path: str, cap: int) -> None:
             os.dup2(output_w, 1)
             os.dup2(output_w, 2)
             os.close(output_w)
-            from rlflow.reward.function_child import main as serve
-
-            serve(conn_fd)
+            importlib.import_module(child).main(conn_fd)
             code = 0
         finally:
             os._exit(code)

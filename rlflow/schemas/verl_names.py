@@ -241,7 +241,10 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     (f"{ROLLOUT}.max_num_batched_tokens", "rlflow chooses vLLM's engine options itself"),
     (f"{ROLLOUT}.dtype", "the rollout runs in model.dtype"),
     (f"{ROLLOUT}.mode", "rlflow's rollout is synchronous, inside the step"),
-    (f"{ROLLOUT}.multi_turn.", "rlflow rolls out single-turn responses"),
+    (
+        f"{ROLLOUT}.multi_turn.",
+        "write the block under the generate stage's with.multi_turn (same keys); import-verl does not convert it yet",
+    ),
     ("actor_rollout_ref.hybrid_engine", "stages bound to one pool share its workers (colocated)"),
     ("critic.", "GRPO has no critic"),
     ("reward_model.", "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)"),

@@ -65,10 +65,11 @@ class BalanceBatch(StageKind):
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         from verl.utils.seqlen_balancing import log_seqlen_unbalance
 
-        from rlflow.metrics import SEQLEN_PREFIX  # here: metrics imports numpy, which a core install lacks
+        from rlflow.batch import response_span  # here: numpy, which a core install lacks
+        from rlflow.metrics import SEQLEN_PREFIX
 
         dp = actor_data_parallel_size(ctx.pipeline)
-        seqlens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist()
+        seqlens = (batch["prompt_mask"].sum(-1) + response_span(batch["response_mask"]).sum(-1)).tolist()
         partitions = balanced_partitions(seqlens, dp)
         out = batch.index([i for part in partitions for i in part])
         # verl's sums over dp contiguous chunks before balancing need a row count dp divides: the placeholders

@@ -66,6 +66,8 @@ FIELDS: dict[str, FieldSpec] = {
     "response_mask": _TOKENS_INT,
     "response_text": _PER_ROW,
     "rollout_log_probs": _TOKENS_FLOAT,
+    "num_turns": FieldSpec(("rows",), "integer"),  # a multi-turn rollout's (verl's __num_turns__)
+    "tool_call_counts": FieldSpec(("rows",), "integer"),  # and its tool calls per row (verl's name)
     # reward
     "token_level_scores": _TOKENS_FLOAT,
     "scores": FieldSpec(("rows",), "floating"),

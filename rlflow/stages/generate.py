@@ -8,19 +8,25 @@ verl step 1 ([gen]). Design decisions:
   ``responses``, ``response_mask`` and ``response_text`` added, and ``rollout_log_probs`` when
   the engine keeps them (the torch engine does). That field is declared (and so checked) only when
   ``algorithm.rollout_correction`` reads it; otherwise only the step's rollout-vs-actor metrics do.
+- ``multi_turn`` is verl's ``rollout.multi_turn`` block (``rlflow.tools.config``); enabled, the
+  engine runs the agent loop (``rlflow.backends.agent_loop``) and the stage also writes
+  ``num_turns`` and ``tool_call_counts``. Tool paths resolve against the project root.
 - The sampling seed is derived from (trainer.seed, step, rank): a rerun samples the same
   tokens, different ranks and steps sample different ones.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from rlflow.stages import rollout_correction
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import builtin_stage
+from rlflow.tools.config import MultiTurnConfig
+from rlflow.tools.files import tool_file_problems
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.batch import Batch
@@ -41,6 +47,10 @@ class GenerateConfig(StageConfig):
         description="Rows a local torch rollout decodes at once, bounding its KV cache (verl: rollout.max_num_seqs); "
         "unset: 64 on a CPU, all rows on a GPU.",
     )
+    multi_turn: MultiTurnConfig = Field(
+        default_factory=MultiTurnConfig,
+        description="verl's rollout.multi_turn: tool-calling rollouts (enable, tool_config_path, function_tool_path...).",
+    )
 
 
 def generation_seed(seed: int, step: int, rank: int) -> int:
@@ -59,6 +69,7 @@ def generation_params(ctx: StageContext) -> dict:
         "engine": cfg.engine,
         "max_num_seqs": cfg.max_num_seqs,
         "seed": generation_seed(ctx.pipeline.trainer.seed, ctx.step, ctx.rank),
+        **({"multi_turn": cfg.multi_turn.model_dump()} if cfg.multi_turn.enable else {}),
     }
 
 
@@ -83,7 +94,33 @@ class Generate(StageKind):
     @classmethod
     def writes(cls, pipeline, stage):
         keeps = rollout_correction.keeps_rollout_log_probs(pipeline)
-        return cls.writes_fields + ((rollout_correction.ROLLOUT_LOG_PROBS,) if keeps else ())
+        turns = cls.parse_config(stage.with_).multi_turn.enable
+        return (
+            cls.writes_fields
+            + ((rollout_correction.ROLLOUT_LOG_PROBS,) if keeps else ())
+            + (("num_turns", "tool_call_counts") if turns else ())
+        )
+
+    @classmethod
+    def check_in_project(cls, pipeline, stage, project_root):
+        """The tool files of an enabled ``multi_turn`` block: readable, each schema valid (file and line named)."""
+        try:
+            config = cls.parse_config(stage.with_)
+        except ValidationError:
+            return []  # reported by the rule that checks each `with:`
+        if not config.multi_turn.enable:
+            return []
+        resource = pipeline.resources.get(stage.on)
+        if resource is not None and resource.type == "remote":  # it would silently roll out single turns
+            return [
+                (
+                    "with.multi_turn.enable",
+                    f"multi-turn rollouts run on local resources only; {stage.on!r} is a remote backend",
+                    "put the generate stage on a local pool, or turn multi_turn off",
+                )
+            ]
+        problems = tool_file_problems(config.multi_turn, Path(project_root), pipeline.data.prompt_template)
+        return [(f"with.multi_turn.{field}", message, fix) for field, message, fix in problems]
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         rows = batch.repeat_interleave(ctx.config.n or ctx.pipeline.algorithm.n)

@@ -10,12 +10,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def place_on_last_token(scores: list[float], response_mask: np.ndarray) -> np.ndarray:
     """A float32 [rows, response] array, zero but for each row's score on its last valid token
-    (index 0 for an empty response)."""
+    (index 0 for an empty response). The last 1 of the mask, not its count: a multi-turn
+    transcript's mask has 0 on the tool answers between turns (verl counts its attention mask)."""
     import numpy as np
 
     mask = np.asarray(response_mask)
     rows = len(scores)
     out = np.zeros((rows, mask.shape[-1]), dtype=np.float32)
-    last = np.maximum(mask.sum(axis=-1).astype(np.int64) - 1, 0)
+    written = mask != 0
+    last = np.where(written.any(axis=-1), mask.shape[-1] - 1 - np.argmax(written[:, ::-1], axis=-1), 0)
     out[np.arange(rows), last] = np.asarray(scores, dtype=np.float32)
     return out

@@ -60,7 +60,7 @@ from rlflow.backends.local.logprob import forward_log_probs
 from rlflow.backends.local.master_weights import MasterWeights, needs_master_weights
 from rlflow.backends.local.micro_batches import micro_batch_rows, mini_batches
 from rlflow.backends.local.perf import peak_tflops, update_perf_metrics
-from rlflow.batch import Batch
+from rlflow.batch import Batch, response_span
 from rlflow.errors import BackendError, StageError
 
 log = logging.getLogger("rlflow.backends.local")
@@ -229,7 +229,9 @@ class Actor:
         verl reports its first rank's readings; the average keeps every rank's metrics equal, as
         all of this actor's metrics are.
         """
-        local = (mini["prompt_mask"].sum(-1) + mini["response_mask"].sum(-1)).tolist() if len(mini) else []
+        local = (
+            (mini["prompt_mask"].sum(-1) + response_span(mini["response_mask"]).sum(-1)).tolist() if len(mini) else []
+        )
         seqlens = distributed.all_gather_ints(local, self.world_size)
         mine = update_perf_metrics(self.model_config, self.device, self.peak_tflops, seqlens, seconds, self.world_size)
         values = torch.tensor(list(mine.values()), dtype=torch.float64, device=self.collective_device)

@@ -17,6 +17,8 @@ the same code runs one worker per GPU. Design decisions:
   of checkpoints. Same seed, same data, CPU: identical metrics step after step.
 - Plain data in and out (``Batch``, dicts of floats), results always on the CPU, so the engine
   behaves the same in-process, in a Ray actor, or behind a wire.
+- ``params["multi_turn"]`` (verl's block, enabled) runs ``rlflow.backends.agent_loop`` over the
+  same batched sampler, one call per turn; the tools' process is started once and kept.
 """
 
 from __future__ import annotations
@@ -24,19 +26,22 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlflow.backends import agent_loop
 from rlflow.backends.engine import Engine
 from rlflow.backends.local import checkpoint, distributed, generation
 from rlflow.backends.local.logprob import batch_log_probs
 from rlflow.backends.local.models import load_model
-from rlflow.batch import Batch
+from rlflow.batch import Batch, response_span
 from rlflow.data.tokenizer import load_tokenizer
 from rlflow.errors import BackendError
+from rlflow.tools.config import MultiTurnConfig
 
 log = logging.getLogger("rlflow.backends.local")
 
@@ -81,6 +86,8 @@ class LocalEngine(Engine):
                 f"local engine: roles must be a non-empty subset of {sorted(ALL_ROLES)}, got {sorted(roles)}"
             )
         self.pipeline, self.rank, self.world_size = pipeline, rank, world_size
+        self.project_root = Path(project_root) if project_root is not None else Path.cwd()
+        self._tools: tuple[str, Any] | None = None  # (the multi_turn block as JSON, its ToolRunner)
         self.roles = frozenset(roles)
         self.device = resolve_device(device)
         self.global_steps = 0
@@ -133,9 +140,16 @@ class LocalEngine(Engine):
         if len(batch) == 0:  # an empty shard: nothing to decode, same widths as everyone else
             empty = torch.zeros((0, sp.max_new_tokens), dtype=torch.long)
             return Batch({"responses": empty, "response_mask": empty.clone()}, {"response_text": []})
-        responses, mask, log_probs = self._sample(model, engine, batch, sp, params)
+        multi_turn = MultiTurnConfig.model_validate(params.get("multi_turn") or {})
+        extra_tensors, extra_metrics = {}, {}
+        if multi_turn.enable:
+            responses, mask, log_probs, extra_tensors, extra_metrics = self._multi_turn(
+                model, engine, batch, sp, params, multi_turn
+            )
+        else:
+            responses, mask, log_probs = self._sample(model, engine, batch, sp, params)
         responses, mask = responses.cpu(), mask.cpu()
-        tensors = {"responses": responses, "response_mask": mask}
+        tensors = {"responses": responses, "response_mask": mask, **extra_tensors}
         if log_probs is not None:  # verl's rollout_log_probs: the rollout-vs-actor metrics read them
             tensors["rollout_log_probs"] = log_probs.cpu()
         out = Batch(tensors, {"response_text": self._decode(responses, mask)})
@@ -144,8 +158,80 @@ class LocalEngine(Engine):
         out.metrics = {
             "rollout/empty_response_ratio": first_is_eos.float().mean().item(),
             "rollout/policy_version": float(self.global_steps),
+            **extra_metrics,
         }
         return out
+
+    def _tool_runner(self, config: MultiTurnConfig):
+        from rlflow.tools.runner import ToolRunner
+
+        key = config.model_dump_json()
+        if self._tools is None or self._tools[0] != key:
+            self._close_tools()
+            self._tools = (key, ToolRunner(config, self.project_root))
+        return self._tools[1]
+
+    def _close_tools(self) -> None:
+        if self._tools is not None:
+            self._tools[1].close()
+            self._tools = None
+
+    def _multi_turn(self, model, engine, batch, sp, params, config: MultiTurnConfig):
+        """The agent loop over ``_sample``: responses, the mask (0 on tool tokens), log-probs, ``num_turns``, metrics."""
+        pad = self.tokenizer.pad_token_id
+        prompts = [row[m.bool()].tolist() for row, m in zip(batch["prompts"], batch["prompt_mask"], strict=True)]
+        kept_log_probs = engine == "torch"
+
+        def decode(sequences: list[list[int]], max_new: int, turn: int):
+            width = max(len(s) for s in sequences)
+            ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences], dtype=torch.long)
+            seq_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
+            turn_params = replace(sp, max_new_tokens=max_new, seed=generation.chunk_seed(sp.seed, 1000 + turn))
+            rows = Batch({"prompts": ids, "prompt_mask": seq_mask})
+            tokens, mask, log_probs = self._sample(model, engine, rows, turn_params, params)
+            lengths = mask.sum(-1).tolist()
+            out_lp = log_probs.cpu().tolist() if log_probs is not None else None
+            return [
+                (tokens[i, :n].tolist(), out_lp[i][:n] if out_lp is not None else [0.0] * n)
+                for i, n in enumerate(lengths)
+            ]
+
+        runner = self._tool_runner(config) if config.has_tools else None
+
+        def call_tools(calls):
+            if runner is None:
+                return [
+                    agent_loop.ToolResult(c.name or "(none)", "Error: no tools are configured", error=True)
+                    for c in calls
+                ]
+            return runner.call(calls)
+
+        rows = agent_loop.run_agent_loop(
+            prompts,
+            decode,
+            call_tools,
+            agent_loop.ToolTurn(self.tokenizer).tokens,
+            lambda ids: self.tokenizer.decode(ids),
+            config,
+            sp.max_new_tokens,
+        )
+        width = sp.max_new_tokens
+        responses = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        log_probs = torch.zeros((len(rows), width), dtype=torch.float32)
+        for i, row in enumerate(rows):
+            n = len(row.tokens)
+            responses[i, :n] = torch.tensor(row.tokens, dtype=torch.long)
+            mask[i, :n] = torch.tensor(row.mask, dtype=torch.long)
+            log_probs[i, :n] = torch.tensor(row.log_probs, dtype=torch.float32)
+        num_turns = torch.tensor([row.num_turns for row in rows], dtype=torch.long)
+        return (
+            responses,
+            mask,
+            log_probs if kept_log_probs else None,
+            {"num_turns": num_turns, "tool_call_counts": torch.tensor([len(row.calls) for row in rows])},
+            agent_loop.tool_metrics(rows),
+        )
 
     def _check_generation_engine(self, engine: str) -> None:
         if engine not in GENERATION_ENGINES:
@@ -194,8 +280,9 @@ class LocalEngine(Engine):
         return generation.sample_in_chunks(sampler, prompts, prompt_mask, sp, max_rows)
 
     def _decode(self, responses: torch.Tensor, mask: torch.Tensor) -> list[str]:
+        """The text of each response: every token up to its last model token (a transcript keeps its tool turns)."""
         rows = responses.tolist()
-        lengths = mask.sum(-1).tolist()
+        lengths = response_span(mask).sum(-1).tolist()
         return self.tokenizer.batch_decode([r[:n] for r, n in zip(rows, lengths)], skip_special_tokens=True)
 
     # ---- log-probs --------------------------------------------------------------------------
@@ -311,6 +398,7 @@ class LocalEngine(Engine):
 
     def close(self) -> None:
         self.decode_graphs = None  # frees the decoders' caches and graphs
+        self._close_tools()
         distributed.close_group()
 
 

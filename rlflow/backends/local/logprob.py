@@ -49,7 +49,7 @@ import torch
 from rlflow.backends.local import attention
 from rlflow.backends.local.generation import position_ids_from_mask, shared_prompt_starts
 from rlflow.backends.local.micro_batches import micro_batch_rows
-from rlflow.batch import Batch
+from rlflow.batch import Batch, response_span
 
 CHUNK_ELEMENTS = 1 << 26  # float32 logits per log-softmax chunk (256 MB)
 
@@ -75,20 +75,19 @@ def forward_log_probs(
     prompts, prompt_mask, responses, response_mask = trim_padding(
         prompts.cpu(), prompt_mask.cpu().long(), responses.cpu(), response_mask.cpu().long()
     )
+    attended = response_span(response_mask)  # a transcript's tool answers are read, not scored
     if packed:
         log_probs, entropy = _packed_log_probs(
-            model, device, prompts, prompt_mask, responses, response_mask, temperature, with_entropy
+            model, device, prompts, prompt_mask, responses, response_mask, temperature, with_entropy, attended
         )
         return _pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width)
     starts = shared_prompt_starts(prompts, prompt_mask) if _may_share_prompts(model) else None
     on = {"device": device, "non_blocking": True}
-    prompts, prompt_mask, responses, response_mask = (
-        t.to(**on) for t in (prompts, prompt_mask, responses, response_mask)
-    )
+    prompts, prompt_mask, responses, attended = (t.to(**on) for t in (prompts, prompt_mask, responses, attended))
     if starts is None:
-        logits = _joint_logits(model, prompts, prompt_mask, responses, response_mask)
+        logits = _joint_logits(model, prompts, prompt_mask, responses, attended)
     else:
-        logits = _shared_prefix_logits(model, prompts, prompt_mask, responses, response_mask, starts)
+        logits = _shared_prefix_logits(model, prompts, prompt_mask, responses, attended, starts)
     log_probs, entropy = token_log_probs(logits, responses, temperature=temperature, with_entropy=with_entropy)
     return _pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width)
 
@@ -137,15 +136,18 @@ def _packed_log_probs(
     response_mask: torch.Tensor,
     temperature: float,
     with_entropy: bool,
+    attended: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``log_probs`` (and ``entropy``) [B, R] from one forward over the rows' real tokens packed into one sequence.
+
+    ``attended``: the response tokens in the sequence (``response_span``); ``response_mask``: those scored.
 
     The packing (which tokens, their positions, the rows' offsets) is laid out on the host. With
     ``sdpa`` attention the rows' offsets go to ``attention.rlflow_attention`` (no mask at all);
     other attention implementations get transformers' own packed handling (rows found from the
     position ids).
     """
-    mask = torch.cat([prompt_mask, response_mask], dim=1).bool()
+    mask = torch.cat([prompt_mask, attended], dim=1).bool()
     input_ids = torch.cat([prompts, responses], dim=1)
     slot = mask.flatten().long().cumsum(0).view_as(mask) - 1  # each kept token's place in the packed sequence
     scored = response_mask.bool()
@@ -184,10 +186,10 @@ def _may_share_prompts(model) -> bool:
 
 
 def _joint_logits(
-    model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor
+    model, prompts: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor, attended: torch.Tensor
 ) -> torch.Tensor:
     """Logits [B, R, V] that predict each response token: one forward over prompt + response."""
-    mask = torch.cat([prompt_mask, response_mask], dim=1)
+    mask = torch.cat([prompt_mask, attended], dim=1)
     input_ids = torch.cat([prompts, responses], dim=1)
     return model(
         input_ids=input_ids,
@@ -203,7 +205,7 @@ def _shared_prefix_logits(
     prompts: torch.Tensor,
     prompt_mask: torch.Tensor,
     responses: torch.Tensor,
-    response_mask: torch.Tensor,
+    attended: torch.Tensor,
     starts: torch.Tensor,
 ) -> torch.Tensor:
     """The same logits, each prompt encoded once and its KV cache fanned out to the rows that share it.
@@ -216,7 +218,7 @@ def _shared_prefix_logits(
 
     head = prompts.shape[1] - 1  # prompts are left-padded: the last column is a real token of every row
     feed = torch.cat([prompts[:, head:], responses[:, :-1]], dim=1)  # the last response token predicts nothing scored
-    mask = torch.cat([prompt_mask, response_mask[:, :-1]], dim=1)
+    mask = torch.cat([prompt_mask, attended[:, :-1]], dim=1)
     positions = position_ids_from_mask(mask)
     cache = DynamicCache()
     if head:

@@ -33,7 +33,7 @@ import math
 import torch
 
 from rlflow.backends.local.generation import shared_prompt_starts
-from rlflow.batch import Batch
+from rlflow.batch import Batch, response_span
 
 
 def mini_batches(batch: Batch, total_rows: int, mini_batch_size: int, world_size: int = 1) -> list[Batch]:
@@ -63,7 +63,9 @@ def micro_batch_rows(
         size = micro_batch_size or max(rows, 1)
         parts = [list(range(s, min(s + size, rows))) for s in range(0, rows, size)]
     else:
-        seqlens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist() if rows else []
+        seqlens = (
+            (batch["prompt_mask"].sum(-1) + response_span(batch["response_mask"]).sum(-1)).tolist() if rows else []
+        )
         units = _units(batch, seqlens, max_token_len) if keep_groups else [[i] for i in range(rows)]
         parts = token_budget_partitions(units, seqlens, max_token_len, min_count)
     return parts + [[] for _ in range(min_count - len(parts))]

@@ -1,0 +1,111 @@
+"""``ToolRunner``: the agent loop's side of the tool process; every call checked here before it is sent.
+
+A call that cannot run (a parse error, an unknown tool, arguments too large or of the wrong
+type) is answered here with an error observation and never reaches the tool. The rest go to
+the tool process (``rlflow.tools.child``, which runs them concurrently) in one message per turn through the reward
+functions' ``FunctionRunner``: a call past ``tool_timeout_s``, a tool that raises, or a tool
+process that dies (memory cap) is an error observation for that call, never a crash. Each
+call's tool, outcome and seconds are kept for the per-tool metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlflow.errors import StageError
+from rlflow.reward.function_runner import FunctionRunner, RewardFunctionError
+from rlflow.tools.config import MultiTurnConfig
+from rlflow.tools.files import load_tool_config
+from rlflow.tools.hermes import ToolCall
+from rlflow.tools.schema import ToolSchema, argument_error
+
+CHILD = "rlflow.tools.child"
+SECONDS = "__seconds"  # rlflow.tools.child.SECONDS (the child module imports verl: not imported here)
+
+
+class ToolError(StageError):
+    """The tools cannot be loaded at all (named, with the reason)."""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one call gives back: the observation text, and for the metrics its tool, failure and seconds."""
+
+    name: str
+    text: str
+    error: bool = False
+    seconds: float = 0.0
+
+
+class ToolRunner:
+    """The tools of one ``multi_turn`` block, loaded once in their own process."""
+
+    def __init__(self, config: MultiTurnConfig, root: str | Path) -> None:
+        root = Path(root)
+        entries, paths = [], [str(root)]
+        if config.tool_config_path:
+            file = root / config.tool_config_path
+            entries, problems = load_tool_config(file)
+            if problems:
+                raise ToolError(f"multi_turn.tool_config_path: {problems[0]}")
+            paths.append(str(file.parent))
+        function_file = str(root / config.function_tool_path) if config.function_tool_path else None
+        if function_file:
+            paths.append(str(Path(function_file).parent))
+        self.scratch = tempfile.mkdtemp(prefix="rlflow-tools-")
+        spec = {
+            "tools": entries,
+            "function_tool_path": function_file,
+            "paths": paths,
+            "scratch": self.scratch,
+            "max_chars": config.max_tool_response_length,
+            "side": config.tool_response_truncate_side,
+        }
+        self.what = " and ".join(p for p in (config.tool_config_path, config.function_tool_path) if p)
+        self._runner = FunctionRunner(
+            [json.dumps(spec)], root, config.tool_timeout_s, config.tool_max_memory_mb, child=CHILD
+        )
+        raw = self._run([{"op": "schemas"}])[0]
+        if raw.failure is not None:
+            raise ToolError(f"the tools of {self.what} cannot report their schemas: {raw.detail}")
+        self.schemas = {name: ToolSchema.model_validate(s) for name, s in json.loads(raw.text).items() if s}
+
+    def _run(self, calls: list[dict]):
+        try:
+            return [row[0] for row in self._runner.run(calls)]
+        except RewardFunctionError as exc:
+            raise ToolError(f"the tools of {self.what} cannot be loaded: {exc}") from exc
+
+    def call(self, calls: list[ToolCall]) -> list[ToolResult]:
+        """One result per call, in order; the runnable ones go to the tool process in one message."""
+        results: list[ToolResult | None] = []
+        runnable = []
+        for call in calls:
+            error = call.error or argument_error(call.name, call.arguments, self.schemas)
+            if error is not None:
+                results.append(ToolResult(call.name or "(none)", error, error=True))
+            else:
+                results.append(None)
+                runnable.append((len(results) - 1, call))
+        if runnable:
+            start = time.monotonic()
+            outcomes = self._run([{"name": c.name, "arguments": c.arguments} for _, c in runnable])
+            average = (time.monotonic() - start) / len(runnable)  # a failed call reports no time of its own
+            for (index, call), outcome in zip(runnable, outcomes, strict=True):
+                if outcome.failure is None:
+                    seconds = outcome.extras.get(SECONDS, average)
+                    results[index] = ToolResult(call.name, outcome.text, seconds=seconds)
+                else:
+                    seconds = self._runner.timeout_s if outcome.failure == "timeout" else average
+                    text = f"Error executing tool '{call.name}': {outcome.detail}"
+                    results[index] = ToolResult(call.name, text, error=True, seconds=seconds)
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._runner.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)

@@ -1,0 +1,89 @@
+"""The generate stage's multi_turn tool files at validate time: each problem names the tool file and its line.
+
+The pipeline's diagnostic sits at the ``multi_turn`` key that names the file; its message names
+the tool file's own line (a schema that verl would refuse, a ``@function_tool`` without a
+docstring or type hints), and a tool the prompt template shows that no file declares gets a
+did-you-mean.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from schema_helpers import MINIMAL, load_text, problems_of
+
+ASSETS = Path(__file__).resolve().parents[1] / "tools" / "assets"
+GENERATE = "  - {name: generate, uses: generate, on: pool}\n"
+
+
+def pipeline(multi_turn: str, data: str = "data: {train: data/train.json}") -> str:
+    """MINIMAL whose generate stage (line 9) has a multi_turn block starting at line 14."""
+    text = MINIMAL.replace(
+        GENERATE,
+        "  - name: generate\n    uses: generate\n    on: pool\n    with:\n      multi_turn:\n"
+        f"        enable: true\n{multi_turn}",
+    )
+    return text.replace("data: {train: data/train.json}", data)
+
+
+def test_verl_tool_files_validate(project_dir):
+    shutil.copytree(ASSETS, project_dir / "tools")
+    text = pipeline("        tool_config_path: tools/tools.yaml\n        function_tool_path: tools/function_tools.py\n")
+    assert load_text(project_dir, text).spec.stage("generate").with_["multi_turn"]["enable"] is True
+
+
+def test_a_bad_schema_is_named_at_its_line(project_dir):
+    (project_dir / "tools.yaml").write_text(
+        "tools:\n"
+        "  - class_name: mytools.Search\n"
+        "    config: {type: native}\n"
+        "    tool_schema:\n"
+        "      type: function\n"
+        "      function:\n"
+        "        name: search\n"
+        "        description: Search.\n"
+        "        parameters: {type: object, properties: {q: {type: text}}, required: [q]}\n"
+        "  - class_name: NoModule\n"
+    )
+    problems = problems_of(project_dir, pipeline("        tool_config_path: tools.yaml\n"))
+    assert len(problems) == 2, problems
+    assert all(p.startswith("15:27: stages[0].with.multi_turn.tool_config_path: ") for p in problems)
+    text = "\n".join(problems)
+    assert "tools.yaml:5 (tools[0].tool_schema): function.parameters.properties.q.type 'text'" in text
+    assert "tools.yaml:10 (tools[1].class_name): class_name is 'NoModule'" in text
+
+
+def test_function_tools_need_docstrings_and_hints(project_dir):
+    (project_dir / "fns.py").write_text(
+        "from verl.tools.function_tool import function_tool\n\n@function_tool\ndef look(table):\n    return table\n\n"
+        '@function_tool("peek")\ndef head(table: str, rows: int) -> str:\n    """Peek.\n\n    Args:\n'
+        '        table: which one\n    """\n    return table\n'
+    )
+    problems = problems_of(project_dir, pipeline("        function_tool_path: fns.py\n"))
+    assert any("fns.py:4 (look): a @function_tool needs a docstring" in p for p in problems), problems
+    assert any("fns.py:4 (look.table): parameter 'table' has no type hint" in p for p in problems), problems
+    assert any("fns.py:8 (head.rows): parameter 'rows' is not described under Args:" in p for p in problems), problems
+    assert len(problems) == 3, problems
+
+
+def test_missing_file_and_template_mentions(project_dir):
+    (problem,) = problems_of(project_dir, pipeline("        tool_config_path: nowhere.yaml\n"))
+    assert "cannot read" in problem and "nowhere.yaml" in problem
+    shutil.copytree(ASSETS, project_dir / "tools")
+    (project_dir / "prompt.j2").write_text('Call tools as\n<tool_call>{"name": "ad", "arguments": {}}</tool_call>\n')
+    data = "data: {train: data/train.json, prompt_template: prompt.j2}"
+    (problem,) = problems_of(project_dir, pipeline("        tool_config_path: tools/tools.yaml\n", data))
+    assert (
+        "prompt.j2:2: the prompt template shows the tool 'ad', which no tool file declares; did you mean 'add'?"
+        in problem
+    )
+
+
+def test_multi_turn_on_a_remote_backend_is_refused(project_dir):
+    text = pipeline("").replace("  rw: {type: cpu}\n", "  rw: {type: cpu}\n  srv: {type: remote, backend: reference}\n")
+    text = text.replace("    uses: generate\n    on: pool\n", "    uses: generate\n    on: srv\n")
+    problems = problems_of(project_dir, text)
+    assert any(
+        "stages[0].with.multi_turn.enable: multi-turn rollouts run on local resources only" in p for p in problems
+    )
