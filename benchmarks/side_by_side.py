@@ -43,13 +43,17 @@ def pipeline_of(algorithm: str) -> str:
     return f"pipelines/ranking_{algorithm}.yaml"
 
 
-def run_recipe(algorithm: str, seed: int, sets: list[str], run_dir: Path, minutes: float | None) -> dict:
-    """One ``rlflow run`` of the recipe, stopped after ``minutes`` of stages (None: let it finish)."""
+def run_recipe(
+    algorithm: str, seed: int, sets: list[str], run_dir: Path, minutes: float | None, pipeline: str | None = None
+) -> dict:
+    """One ``rlflow run`` of the recipe (``pipeline``, by default ``pipeline_of(algorithm)``), stopped after
+    ``minutes`` of stages (None: let it finish)."""
     from benchmarks.bench_learning import read_metrics, val_accuracy
 
     if (run_dir / "metrics.jsonl").exists():
         raise SystemExit(f"{run_dir} already holds a run; remove it or pass another --runs-root")
-    cmd = [*common.rlflow_script(), "run", pipeline_of(algorithm), "--set", f"trainer.seed={seed}"]
+    pipeline = pipeline or pipeline_of(algorithm)
+    cmd = [*common.rlflow_script(), "run", pipeline, "--set", f"trainer.seed={seed}"]
     cmd += ["--run-dir", str(run_dir)]
     for setting in sets:
         cmd += ["--set", setting]
@@ -69,7 +73,7 @@ def run_recipe(algorithm: str, seed: int, sets: list[str], run_dir: Path, minute
     trained = [r for r in records if r["step"] > 0]
     return {
         "algorithm": algorithm,
-        "pipeline": pipeline_of(algorithm),
+        "pipeline": pipeline,
         "seed": seed,
         "before": acc[0],
         "after": acc[last],
@@ -79,8 +83,15 @@ def run_recipe(algorithm: str, seed: int, sets: list[str], run_dir: Path, minute
         "minutes_at_last_validation": at[last],
         "curve": [[at[step], value] for step, value in sorted(acc.items())],
         "gen_batches": sum(r.get("train/num_gen_batches", 1.0) for r in trained),
+        "step_seconds": _mean([r["timing_s/step"] for r in trained if "timing_s/step" in r]),
+        "num_turns_mean": _mean([r["num_turns/mean"] for r in trained if "num_turns/mean" in r]),
+        "num_turns_min_of_means": min((r["num_turns/mean"] for r in trained if "num_turns/mean" in r), default=None),
         "run_dir": str(run_dir),
     }
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _wait(proc: subprocess.Popen, run_dir: Path, minutes: float | None) -> tuple[int, bool]:
@@ -143,10 +154,10 @@ def picture(runs: list[dict], output: Path, minutes: float | None) -> None:
     fig.savefig(output, dpi=110)
 
 
-def write_doc(section: str, doc: Path = DOC) -> None:
-    """Replace the text between the markers of docs/benchmarks.md with ``section``."""
+def write_doc(section: str, doc: Path = DOC, markers: tuple[str, str] = MARKERS) -> None:
+    """Replace the text between ``markers`` in docs/benchmarks.md with ``section``."""
     text = doc.read_text()
-    start, end = MARKERS
+    start, end = markers
     if start not in text or end not in text:
         raise SystemExit(f"{doc}: the markers {start} and {end} are missing")
     head, rest = text.split(start, 1)

@@ -4,7 +4,7 @@ The folder is laid out as a project: ``rlflow.yaml``, ``pipelines/`` (the defaul
 ``data/bird_sample/`` (a small BIRD-format text-to-SQL sample, made by
 ``scripts/make_bird_sample.py``), ``data/ranking/`` (the ranking task in verl's format,
 made by ``scripts/make_ranking.py``), ``examples/ranking/`` (that task's reward function)
-and ``models/tiny-sql-warm/``, ``models/tiny-rank-warm/`` (the warm starts, made by
+and ``models/tiny-sql-warm/``, ``models/tiny-sql-agent/``, ``models/tiny-rank-warm/`` (the warm starts, made by
 ``scripts/make_warm_start.py``). Design decisions:
 
 - One copy. The repository's own ``rlflow.yaml`` points its vars here, and ``pipelines`` here
@@ -16,8 +16,8 @@ and ``models/tiny-sql-warm/``, ``models/tiny-rank-warm/`` (the warm starts, made
   model and the databases must be real files on disk anyway (Hugging Face and SQLite open
   paths), and wheels install unzipped.
 - This module holds paths only; copying them into a new project is ``rlflow.cli.init``'s job.
-- Names usable from any project (``BUILTIN``): ``builtin:tiny-sql-warm`` and
-  ``builtin:tiny-rank-warm`` (models), ``builtin:bird_sample`` and ``builtin:ranking`` (data
+- Names usable from any project (``BUILTIN``): ``builtin:tiny-sql-warm``, ``builtin:tiny-sql-agent``
+  and ``builtin:tiny-rank-warm`` (models), ``builtin:bird_sample`` and ``builtin:ranking`` (data
   roots; ``builtin:bird_sample/train.json`` names a file in one). ``builtin:tiny-qwen2`` is a
   model built in code (``rlflow.backends.local.models``), not a folder here.
 """
@@ -30,11 +30,13 @@ ASSETS = Path(__file__).resolve().parent
 PIPELINES = ASSETS / "pipelines"
 BIRD_SAMPLE = ASSETS / "data" / "bird_sample"
 WARM_START = ASSETS / "models" / "tiny-sql-warm"
+AGENT_WARM_START = ASSETS / "models" / "tiny-sql-agent"
 RANK_WARM_START = ASSETS / "models" / "tiny-rank-warm"
 RANKING = ASSETS / "data" / "ranking"
 BUILTIN_PREFIX = "builtin:"
 BUILTIN = {
     "tiny-sql-warm": WARM_START,
+    "tiny-sql-agent": AGENT_WARM_START,
     "tiny-rank-warm": RANK_WARM_START,
     "bird_sample": BIRD_SAMPLE,
     "ranking": RANKING,

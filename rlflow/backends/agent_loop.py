@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlflow.tools.config import MultiTurnConfig
-from rlflow.tools.hermes import parse_tool_calls
+from rlflow.tools.hermes import ToolCall, parse_tool_calls
 from rlflow.tools.runner import ToolResult
 
 # (sequences of live rows, the most new tokens, turn) -> per row: (new tokens through EOS, their log-probs)
@@ -59,13 +59,13 @@ class ToolTurn:
 def run_agent_loop(
     prompts: list[list[int]],
     decode: Decode,
-    call_tools: Callable[[list], list[ToolResult]],
+    call_tools: Callable[[list[tuple[int, ToolCall]]], list[ToolResult]],
     render: Callable[[list[str]], list[int]],
     text_of: Callable[[list[int]], str],
     config: MultiTurnConfig,
     budget: int,
 ) -> list[Trajectory]:
-    """One trajectory per prompt (token ids, no padding)."""
+    """One trajectory per prompt (token ids, no padding); ``call_tools`` gets a turn's (row, call) pairs."""
     rows = [Trajectory() for _ in prompts]
     live = list(range(len(prompts)))
     turn = 0
@@ -90,7 +90,7 @@ def run_agent_loop(
             if calls:
                 pending[r] = calls[: config.max_parallel_calls]
         flat = [(r, call) for r, calls in pending.items() for call in calls]
-        results = call_tools([call for _, call in flat]) if flat else []
+        results = call_tools(flat) if flat else []
         answers: dict[int, list[ToolResult]] = defaultdict(list)
         for (r, _), result in zip(flat, results, strict=True):
             answers[r].append(result)
@@ -108,6 +108,18 @@ def run_agent_loop(
             live.append(r)
         live.sort()
     return rows
+
+
+def rows_tools_kwargs(batch) -> list[dict]:
+    """Each row's verl ``tools_kwargs`` (``reward_info["extra_info"]["tools_kwargs"]``, as verl's dataset
+    reads it), ``{}`` where a row has none or it is not a mapping."""
+    infos = batch["reward_info"] if "reward_info" in batch else [{}] * len(batch)
+    out = []
+    for info in infos:
+        extra = info.get("extra_info") if isinstance(info, dict) else None
+        kwargs = extra.get("tools_kwargs") if isinstance(extra, dict) else None
+        out.append(kwargs if isinstance(kwargs, dict) else {})
+    return out
 
 
 def tool_metrics(rows: list[Trajectory]) -> dict[str, float]:

@@ -76,14 +76,15 @@ def serve(
 @backend_app.command("list")
 def list_() -> None:
     """The registered remote backends (built-in and plugins), whether they take a single forwarder, and
-    whether they take rollout weights from a local actor."""
+    whether they take rollout weights from a local actor and run multi-turn rollouts."""
     from rlflow.backends.remote.registry import get, list_backends
 
     for name in list_backends():
         cls = get(name)
         single = "single forwarder" if cls.single_forwarder else "any number of forwarders"
         weights = ", takes rollout weights" if cls.accepts_rollout_weights else ""
-        typer.echo(f"{name}\t{cls.__module__}.{cls.__qualname__}\t({single}{weights})")
+        turns = ", runs multi-turn rollouts" if cls.runs_agent_loop else ""
+        typer.echo(f"{name}\t{cls.__module__}.{cls.__qualname__}\t({single}{weights}{turns})")
 
 
 def _main_config(config: Path, resource: str | None, sets: tuple[str, ...]) -> dict:

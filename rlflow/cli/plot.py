@@ -2,7 +2,8 @@
 
 One panel each, over training steps: the training reward, the validation metric per data
 source (verl's ``val-core/<source>/<var>/mean@N``), the response length, the KL loss, the
-entropy and the error rates (on their own axis, never on the accuracy's). ``--metrics`` picks
+entropy, the turns of multi-turn rollouts and the error rates, tool errors included (on their own
+axis, never on the accuracy's). ``--metrics`` picks
 panels by name or any metric by its full name; a panel with no data is left out.
 
 Choices:
@@ -60,7 +61,8 @@ PANELS = (
     Panel("length", "response length", "tokens", keys=("response_length/mean",)),
     Panel("kl", "KL to the reference", "kl_loss", keys=("actor/kl_loss",)),
     Panel("entropy", "entropy", "nats", keys=("actor/entropy",)),
-    Panel("errors", "error rates", "share of samples", pattern=r"^reward/\w+_rate$"),
+    Panel("turns", "turns per trajectory", "turns", keys=("num_turns/mean", "tool_call_counts/mean")),
+    Panel("errors", "error rates", "share of samples", pattern=r"^reward/\w+_rate$|^tool/(.+/)?error_ratio$"),
 )
 PANEL_NAMES = tuple(p.name for p in PANELS)
 

@@ -10,7 +10,9 @@ that cannot be trained on are left out and counted, never silently:
 - a prompt too long for ``data.max_prompt_length``: per ``data.truncation`` (``examples``).
 
 A row's ``reward_info`` is ``{"ground_truth": <gold SQL>, "extra_info": {"db_path": <absolute
-path of the sqlite file>, "db_id": ..., "question_id": ...}}``.
+path of the sqlite file>, "db_id": ..., "question_id": ..., "tools_kwargs": ...}}``, where
+``tools_kwargs`` is verl's per-row tool setting naming the database for the shipped SQL tool
+(``{"run_sql": {"create_kwargs": {"db_path": ...}}}``, ``rlflow.tools.sql``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rlflow.reward.sql_exec import compile_error, connect_readonly
 
 log = logging.getLogger(__name__)
 
+SQL_TOOL = "run_sql"  # the shipped SQL tool's name (pipelines/tools/bird_sql.yaml)
 STAT_KEYS = ("loaded", "skipped_missing_db", "dropped_bad_gold", *FIT_STAT_KEYS)
 
 
@@ -68,12 +71,14 @@ class _Questions:
             prompt = self.template.render(
                 schema=schema, question=record["question"], evidence=record["evidence"], db_id=db_id
             )
+            db_path = str(database_file(self.databases, db_id, where))
             info = {
                 "ground_truth": record["SQL"],
                 "extra_info": {
-                    "db_path": str(database_file(self.databases, db_id, where)),
+                    "db_path": db_path,
                     "db_id": db_id,
                     "question_id": record["question_id"],
+                    "tools_kwargs": {SQL_TOOL: {"create_kwargs": {"db_path": db_path}}},
                 },
             }
             yield Candidate(f"record {i}", prompt, record["data_source"], info)

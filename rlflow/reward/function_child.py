@@ -10,7 +10,8 @@ one end of a socket pair as ``fd``. The protocol, over ``multiprocessing.connect
   arguments)``; the worker answers each call, in order, with one message: ``["ok", id, score,
   extras, dropped]``, ``["bad", id, text]`` for a return that is not a finite number or a dict
   with a finite numeric ``score``, or ``["raised", id, exception type, text]`` where the text
-  names the traceback's last frame; ``["fatal", text]`` if the worker itself fails.
+  names the traceback's last frame; ``["fatal", text]`` if the worker itself fails. (The tool
+  process, ``rlflow.tools.child``, speaks the same protocol; its ``ok`` carries the tool's text last.)
 
 Design decisions:
 - Answers are JSON of strings, finite floats and ints, never pickles: the runner parses them

@@ -127,9 +127,9 @@ def answer_of(raw: bytes, due: int) -> Outcome:
         return _bad(f"an answer to call {str(fields[0] if fields else None)[:40]!r} while call {due} was due")
     fields = fields[1:]
     if kind == "ok" and len(fields) in (3, 4):
-        score, extras, dropped, *text = fields
-        if _number(score) and isinstance(extras, dict) and isinstance(dropped, int) and dropped >= 0:
-            if all(isinstance(k, str) and _number(v) for k, v in extras.items()) and all(isinstance(t, str) for t in text):
+        score, extras, dropped, *text = fields  # a tool's answer carries its text last
+        if _number(score) and _numbers(extras) and isinstance(dropped, int) and dropped >= 0:
+            if all(isinstance(t, str) for t in text):
                 return _clean(float(score), extras, dropped, "".join(text))
     elif kind == "bad" and len(fields) == 1 and _text(fields[0]):
         return Outcome(failure="error", kind="bad return", detail=_line(fields[0]))
@@ -137,6 +137,10 @@ def answer_of(raw: bytes, due: int) -> Outcome:
         name = _line(fields[0][:100])
         return Outcome(failure="error", kind=f"raised {name}", detail=f"{name} at {_line(fields[1])}")
     return _bad(f"a malformed {kind[:20]!r} message")
+
+
+def _numbers(extras) -> bool:
+    return isinstance(extras, dict) and all(isinstance(k, str) and _number(v) for k, v in extras.items())
 
 
 def _number(value) -> bool:

@@ -22,7 +22,8 @@ Model-written SQL is hostile input. Each layer below holds on its own:
   (after comments and parentheses), and the sqlite3 module refuses a string holding two.
 
 The outcome is an ``ExecResult``: ``ok`` with the rows as a frozenset (BIRD compares result
-sets), or ``error`` / ``refused`` / ``timeout`` / ``too_many_rows`` / ``too_large`` /
+sets; with ``head=True``, the first ``max_rows`` rows in order and the column names instead, more
+rows being no error: what a tool shows the model), or ``error`` / ``refused`` / ``timeout`` / ``too_many_rows`` / ``too_large`` /
 ``out_of_memory`` with a message; every failure of one query is a result, never an exception.
 """
 
@@ -62,6 +63,9 @@ class ExecResult:
     status: Status
     rows: frozenset | None = None
     message: str = ""
+    columns: tuple[str, ...] = ()  # with head=True
+    head: tuple[tuple, ...] = ()  # with head=True: the first rows, in order
+    more: bool = False  # with head=True: rows past the head were left unread
 
     @property
     def ok(self) -> bool:
@@ -118,11 +122,14 @@ def _row_bytes(row: tuple) -> int:
     return sys.getsizeof(row) + sum(sys.getsizeof(value) for value in row)
 
 
-def _fetch(cursor: sqlite3.Cursor, deadline: float, max_rows: int, max_bytes: int) -> ExecResult:
+def _fetch(cursor: sqlite3.Cursor, deadline: float, max_rows: int, max_bytes: int, head: bool) -> ExecResult:
     """The rows one at a time, so the deadline and both caps hold while Python copies them."""
     rows = []
     size = 0
     for row in cursor:
+        if head and len(rows) == max_rows:
+            columns = tuple(str(d[0]) for d in cursor.description or ())
+            return ExecResult("ok", columns=columns, head=tuple(rows), more=True)
         size += _row_bytes(row)
         rows.append(row)
         if size > max_bytes:
@@ -131,6 +138,8 @@ def _fetch(cursor: sqlite3.Cursor, deadline: float, max_rows: int, max_bytes: in
             return ExecResult("too_many_rows", message=f"more than {max_rows} rows")
         if time.monotonic() > deadline:
             return ExecResult("timeout", message="the time limit passed while fetching rows")
+    if head:
+        return ExecResult("ok", columns=tuple(str(d[0]) for d in cursor.description or ()), head=tuple(rows))
     return ExecResult("ok", rows=frozenset(rows))
 
 
@@ -140,8 +149,11 @@ def execute(
     timeout_s: float,
     max_rows: int,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    *,
+    head: bool = False,
 ) -> ExecResult:
-    """Run one query under a wall-clock deadline (statement and fetching), a row cap and a size cap."""
+    """Run one query under a wall-clock deadline (statement and fetching), a row cap and a size cap
+    (``head``: the first ``max_rows`` rows in order, the rest unread; see ``ExecResult``)."""
     if not is_query(sql):
         return ExecResult("refused", message="not a query: only SELECT, WITH or VALUES statements run")
     deadline = time.monotonic() + timeout_s
@@ -156,7 +168,7 @@ def execute(
     cursor = None
     try:
         cursor = conn.execute(sql)
-        result = _fetch(cursor, deadline, max_rows, max_result_bytes)
+        result = _fetch(cursor, deadline, max_rows, max_result_bytes, head)
     except (sqlite3.Error, sqlite3.Warning) as exc:  # Python < 3.11 raises Warning for a second statement
         result = _classify(exc, timed_out)
     except MemoryError:  # SQLite's heap limit (SQLITE_NOMEM) or the process's address-space limit

@@ -5,8 +5,9 @@
 (one object per start-up phase: loading data, starting Ray, starting each pool), ``workers.json``
 (where each resource's workers run), ``checkpoints/step_<N>/``, ``backends/`` (remote backends'
 logs, which they write themselves: ``main_config["run_dir"]``), ``rewards/`` (what reward
-functions print, capped, see ``rlflow.reward.function_runner``) and ``run.lock`` (held by the
-live run, see ``run_lock``). A run that fails before its first checkpoint removes the directory. Lines are appended and flushed one at a time so a crash loses at
+functions print, capped, see ``rlflow.reward.function_runner``), ``transcripts.jsonl`` (a few
+multi-turn rollouts per step, whole: what verl's ``rollout_data_dir`` dump holds) and ``run.lock``
+(held by the live run, see ``run_lock``). A run that fails before its first checkpoint removes the directory. Lines are appended and flushed one at a time so a crash loses at
 most the line being written; a resumed run truncates metrics past its checkpoint so no step
 appears twice.
 """
@@ -24,6 +25,7 @@ WORKERS = "workers.json"
 METRICS = "metrics.jsonl"
 TRACE = "trace.jsonl"
 STARTUP = "startup.jsonl"
+TRANSCRIPTS = "transcripts.jsonl"
 CHECKPOINTS = "checkpoints"
 
 
@@ -73,32 +75,42 @@ class RunDir:
         """A start-up phase (wall-clock seconds); ``attempt`` counts restarts, as in trace.jsonl."""
         _append(self.path / STARTUP, {"phase": phase, "start": start, "end": end, "attempt": attempt})
 
+    def append_transcripts(self, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            _append(self.path / TRANSCRIPTS, record)
+
     def truncate_metrics_after(self, step: int) -> int:
-        """Drop metric lines of steps after ``step`` (they will be re-run); returns how many were dropped."""
-        path = self.path / METRICS
-        if not path.exists():
-            return 0
-        kept, dropped = [], 0
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:  # a torn last line from a crash
-                dropped += 1
-                continue
-            if record.get("step", 0) > step:
-                dropped += 1
-            else:
-                kept.append(line)
-        path.write_text("".join(k + "\n" for k in kept))
-        return dropped
+        """Drop metric lines (and transcripts) of steps after ``step`` (they will be re-run); returns how many
+        metric lines were dropped."""
+        _truncate_after(self.path / TRANSCRIPTS, step)
+        return _truncate_after(self.path / METRICS, step)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         path = self.path / METRICS
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _truncate_after(path: Path, step: int) -> int:
+    """Drop the lines of ``path`` whose step is after ``step``; how many were dropped."""
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a torn last line from a crash
+            dropped += 1
+            continue
+        if record.get("step", 0) > step:
+            dropped += 1
+        else:
+            kept.append(line)
+    path.write_text("".join(k + "\n" for k in kept))
+    return dropped
 
 
 def _append(path: Path, record: dict[str, Any]) -> None:

@@ -41,6 +41,9 @@ from rlflow.schemas.pipeline import DRIVER, Pipeline
 from rlflow.stages import get_stage_kind
 from rlflow.stages.base import due
 
+TRANSCRIPTS_PER_STEP = 4  # multi-turn rollouts written whole to transcripts.jsonl each step
+TRANSCRIPT_CHARS = 8000  # of a prompt or a transcript kept there
+
 log = logging.getLogger("rlflow.runtime")
 
 
@@ -200,6 +203,8 @@ class StepLoop:
         settle()
         timing = dict(timer.timing)
         timing["step"] = (timing_end or time.perf_counter()) - step_start
+        if "num_turns" in batch:
+            self.run_dir.append_transcripts(transcripts(step, batch))
         return self._step_metrics(step, epoch, batch, timing, val_metrics)
 
     def due(self, stage: PlanStage, step: int) -> bool:
@@ -297,3 +302,24 @@ class StepLoop:
 def _may_overlap(stage: PlanStage) -> bool:
     """Whether a stage only adds fields to the batch, so it can run beside other such stages."""
     return stage.role not in ("rollout", "checkpoint", "weight_sync", "validation") and not stage.changes_rows
+
+
+def transcripts(step: int, batch: Batch, count: int = TRANSCRIPTS_PER_STEP) -> list[dict[str, Any]]:
+    """The first ``count`` rollouts of a multi-turn step, whole: verl's dump keys (input, output, score) and
+    the turns; the text of each is cut to ``TRANSCRIPT_CHARS``."""
+    rows = range(min(count, len(batch)))
+    scores = batch["token_level_scores"].sum(-1).tolist() if "token_level_scores" in batch else None
+
+    def cut(text: str) -> str:
+        return text if len(text) <= TRANSCRIPT_CHARS else text[:TRANSCRIPT_CHARS] + "...(cut)"
+
+    return [
+        {
+            "step": step,
+            "input": cut(batch["raw_prompt"][i]) if "raw_prompt" in batch else "",
+            "output": cut(batch["response_text"][i]),
+            "score": None if scores is None else scores[i],
+            "num_turns": int(batch["num_turns"][i]),
+        }
+        for i in rows
+    ]

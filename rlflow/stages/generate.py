@@ -69,7 +69,11 @@ def generation_params(ctx: StageContext) -> dict:
         "engine": cfg.engine,
         "max_num_seqs": cfg.max_num_seqs,
         "seed": generation_seed(ctx.pipeline.trainer.seed, ctx.step, ctx.rank),
-        **({"multi_turn": cfg.multi_turn.model_dump()} if cfg.multi_turn.enable else {}),
+        **(
+            {"multi_turn": cfg.multi_turn.model_dump()}
+            if getattr(cfg, "multi_turn", None) and cfg.multi_turn.enable
+            else {}
+        ),
     }
 
 
@@ -92,9 +96,20 @@ class Generate(StageKind):
         return {**super().sampling(pipeline, stage), "n": config.n or pipeline.algorithm.n}
 
     @classmethod
+    def multi_turn_on(cls, stage) -> bool:
+        """Whether ``stage`` runs the agent loop (a plugin subclass's config may have no ``multi_turn``)."""
+        turns = getattr(cls.parse_config(stage.with_), "multi_turn", None)
+        return bool(turns is not None and turns.enable)
+
+    @classmethod
+    def reads(cls, pipeline, stage):
+        turns = cls.multi_turn_on(stage)
+        return cls.reads_fields + (("reward_info",) if turns else ())  # its extra_info.tools_kwargs
+
+    @classmethod
     def writes(cls, pipeline, stage):
         keeps = rollout_correction.keeps_rollout_log_probs(pipeline)
-        turns = cls.parse_config(stage.with_).multi_turn.enable
+        turns = cls.multi_turn_on(stage)
         return (
             cls.writes_fields
             + ((rollout_correction.ROLLOUT_LOG_PROBS,) if keeps else ())
@@ -108,15 +123,17 @@ class Generate(StageKind):
             config = cls.parse_config(stage.with_)
         except ValidationError:
             return []  # reported by the rule that checks each `with:`
-        if not config.multi_turn.enable:
+        if not cls.multi_turn_on(stage):
             return []
         resource = pipeline.resources.get(stage.on)
-        if resource is not None and resource.type == "remote":  # it would silently roll out single turns
-            return [
+        if resource is not None and resource.type == "remote" and not _runs_agent_loop(resource.backend):
+            return [  # it would silently roll out single turns
                 (
                     "with.multi_turn.enable",
-                    f"multi-turn rollouts run on local resources only; {stage.on!r} is a remote backend",
-                    "put the generate stage on a local pool, or turn multi_turn off",
+                    f"remote backend {resource.backend!r} (resource {stage.on!r}) does not run multi-turn rollouts "
+                    "(its class does not set runs_agent_loop)",
+                    "put the generate stage on a local pool or on a backend that does (rlflow backend list), "
+                    "or turn multi_turn off",
                 )
             ]
         problems = tool_file_problems(config.multi_turn, Path(project_root), pipeline.data.prompt_template)
@@ -126,3 +143,10 @@ class Generate(StageKind):
         rows = batch.repeat_interleave(ctx.config.n or ctx.pipeline.algorithm.n)
         rows.update(ctx.engine.generate(ctx.inputs(rows), generation_params(ctx)))
         return rows
+
+
+def _runs_agent_loop(backend: str) -> bool:
+    """Whether the registered remote backend ``backend`` runs the agent loop (an unknown one is reported elsewhere)."""
+    from rlflow.backends.remote.registry import REMOTE_BACKENDS
+
+    return backend not in REMOTE_BACKENDS or bool(REMOTE_BACKENDS.get(backend).runs_agent_loop)

@@ -27,6 +27,12 @@ The async case drives the backend as an overlapped run does: ``generate`` on one
 while ``update_actor`` runs on another must be accepted (no refusal, no hang); and a backend that
 sets ``accepts_rollout_weights`` gets weights pushed on one connection while another generates,
 and every batch must report as ``rollout/policy_version`` the version whose weights made it whole.
+
+The multi-turn case (for a backend that sets ``runs_agent_loop``) writes a ``@function_tool`` file
+into the project root and asks ``generate`` for verl's ``multi_turn`` rollouts with it: each row must
+come back as one transcript of the response width, with ``num_turns`` (at least 2, verl's count) and
+``tool_call_counts`` per row, a 0/1 ``response_mask`` whose first token is the model's, and the rows'
+``reward_info`` (verl's ``tools_kwargs``) accepted.
 """
 
 from __future__ import annotations
@@ -379,6 +385,43 @@ def check_destroy(backend: RemoteBackend, started: set[int]) -> None:
     assert not left, f"destroy() must stop what the backend started; still running: {sorted(left)}"
 
 
+TOOL_FILE = "conformance_tools.py"
+_TOOL_SOURCE = '''"""The conformance kit's tool (rlflow.testing.remote_backend)."""
+from verl.tools.function_tool import function_tool
+
+
+@function_tool
+def echo(text: str) -> str:
+    """Say the text back.
+
+    Args:
+        text: what to say back.
+    """
+    return text
+'''
+
+
+def check_multi_turn(engine: RemoteBackend, project_root: str | Path) -> None:
+    (Path(project_root) / TOOL_FILE).write_text(_TOOL_SOURCE)
+    batch = prompt_batch()
+    batch["reward_info"] = [{"extra_info": {"tools_kwargs": {"echo": {"create_kwargs": {}}}}}] * len(batch)
+    turns = {"enable": True, "max_assistant_turns": 2, "function_tool_path": TOOL_FILE}
+    out = engine.generate(batch, {**GEN, "multi_turn": turns})
+    rows = len(batch)
+    responses, mask = out["responses"], out["response_mask"]
+    assert tuple(responses.shape) == (rows, RESPONSE_LENGTH), (
+        f"a multi-turn generate must return one transcript of [{RESPONSE_LENGTH}] tokens per row, "
+        f"got {tuple(responses.shape)}"
+    )
+    assert set(mask.unique().tolist()) <= {0, 1} and bool((mask[:, 0] == 1).all()), (
+        "a transcript's response_mask holds 0 and 1 only, and its first token is the model's"
+    )
+    for key in ("num_turns", "tool_call_counts"):
+        assert key in out and tuple(out[key].shape) == (rows,), f"a multi-turn generate must return {key} per row"
+    assert bool((out["num_turns"] >= 2).all()), "num_turns counts verl's way: a prompt and one answer are 2"
+    assert len(out["response_text"]) == rows, "response_text must be one str per row"
+
+
 def check_backend(name: str, main_config: dict, checkpoint_dir: str | Path) -> None:
     """Every check in a run's order; raises AssertionError at the first broken contract."""
     backend, started = start_backend(name, main_config)
@@ -394,6 +437,8 @@ def check_backend(name: str, main_config: dict, checkpoint_dir: str | Path) -> N
         check_generate_beside_update(forwarder, other, batch)
         if type(backend).accepts_rollout_weights:
             check_rollout_weights(forwarder, other, main_config)
+        if type(backend).runs_agent_loop:
+            check_multi_turn(forwarder, main_config["project_root"])
         other.close()
         forwarder.close()
     finally:
@@ -485,3 +530,8 @@ class RemoteBackendConformance:
         if not type(backend).accepts_rollout_weights:
             pytest.skip(f"{self.backend_name} does not set accepts_rollout_weights (its actor trains inside it)")
         check_rollout_weights(forwarder, other_forwarder, main_config)
+
+    def test_multi_turn_transcripts(self, backend, forwarder, main_config):
+        if not type(backend).runs_agent_loop:
+            pytest.skip(f"{self.backend_name} does not set runs_agent_loop (multi-turn rollouts run locally only)")
+        check_multi_turn(forwarder, main_config["project_root"])

@@ -117,7 +117,7 @@ class Tools:
             out[name] = schema.model_dump(exclude_unset=True, exclude_none=True) if schema is not None else None
         return json.dumps(out)
 
-    async def call(self, name: str, arguments: dict) -> tuple:
+    async def call(self, name: str, arguments: dict, create_kwargs: dict) -> list:
         from verl.tools.function_tool import FunctionTool, normalize_function_tool_return
 
         tool = self.tools[name]
@@ -125,7 +125,7 @@ class Tools:
         if isinstance(tool, FunctionTool):
             response, reward, metrics = normalize_function_tool_return(await tool.call(arguments))
         else:
-            instance_id, _ = await tool.create()
+            instance_id, _ = await tool.create(create_kwargs=create_kwargs)
             try:
                 response, reward, metrics = await tool.execute(instance_id, arguments)
             finally:
@@ -141,7 +141,7 @@ async def answer(tools: Tools, kwargs: dict) -> list:
     if kwargs.get("op") == "schemas":
         return ["ok", 0.0, {}, 0, tools.schemas()]
     try:
-        return await tools.call(kwargs["name"], json.loads(kwargs["arguments"]))
+        return await tools.call(kwargs["name"], json.loads(kwargs["arguments"]), kwargs.get("create_kwargs") or {})
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: one call must not end the process serving the others

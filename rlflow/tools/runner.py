@@ -5,7 +5,8 @@ type) is answered here with an error observation and never reaches the tool. The
 the tool process (``rlflow.tools.child``, which runs them concurrently) in one message per turn through the reward
 functions' ``FunctionRunner``: a call past ``tool_timeout_s``, a tool that raises, or a tool
 process that dies (memory cap) is an error observation for that call, never a crash. Each
-call's tool, outcome and seconds are kept for the per-tool metrics.
+call's tool, outcome and seconds are kept for the per-tool metrics; a call naming no known tool is
+counted under ``(invalid)``, so a model cannot make up metric names.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rlflow.tools.hermes import ToolCall
 from rlflow.tools.schema import ToolSchema, argument_error
 
 CHILD = "rlflow.tools.child"
+INVALID = "(invalid)"  # the metrics' name for calls of no known tool (unparsable, or a name the model made up)
 SECONDS = "__seconds"  # rlflow.tools.child.SECONDS (the child module imports verl: not imported here)
 
 
@@ -81,22 +83,29 @@ class ToolRunner:
         except RewardFunctionError as exc:
             raise ToolError(f"the tools of {self.what} cannot be loaded: {exc}") from exc
 
-    def call(self, calls: list[ToolCall]) -> list[ToolResult]:
-        """One result per call, in order; the runnable ones go to the tool process in one message."""
+    def call(self, calls: list[ToolCall], tools_kwargs: list[dict] | None = None) -> list[ToolResult]:
+        """One result per call, in order; the runnable ones go to the tool process in one message.
+
+        ``tools_kwargs``: per call, its row's verl ``tools_kwargs`` (``{tool: {"create_kwargs": {...}}}``),
+        from the data, never from the model."""
         results: list[ToolResult | None] = []
         runnable = []
-        for call in calls:
+        kwargs_of = tools_kwargs or [{}] * len(calls)
+        for call, row_kwargs in zip(calls, kwargs_of, strict=True):
             error = call.error or argument_error(call.name, call.arguments, self.schemas)
             if error is not None:
-                results.append(ToolResult(call.name or "(none)", error, error=True))
+                name = call.name if call.name in self.schemas else INVALID  # a model-written name is no metric name
+                results.append(ToolResult(name, error, error=True))
             else:
                 results.append(None)
-                runnable.append((len(results) - 1, call))
+                runnable.append((len(results) - 1, call, _create_kwargs(row_kwargs, call.name)))
         if runnable:
             start = time.monotonic()
-            outcomes = self._run([{"name": c.name, "arguments": c.arguments} for _, c in runnable])
+            outcomes = self._run(
+                [{"name": c.name, "arguments": c.arguments, "create_kwargs": create} for _, c, create in runnable]
+            )
             average = (time.monotonic() - start) / len(runnable)  # a failed call reports no time of its own
-            for (index, call), outcome in zip(runnable, outcomes, strict=True):
+            for (index, call, _), outcome in zip(runnable, outcomes, strict=True):
                 if outcome.failure is None:
                     seconds = outcome.extras.get(SECONDS, average)
                     results[index] = ToolResult(call.name, outcome.text, seconds=seconds)
@@ -109,3 +118,10 @@ class ToolRunner:
     def close(self) -> None:
         self._runner.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _create_kwargs(tools_kwargs: dict, name: str) -> dict:
+    """``tools_kwargs[name]["create_kwargs"]`` as verl's agent loop reads it; ``{}`` when absent or not a mapping."""
+    entry = tools_kwargs.get(name)
+    create = entry.get("create_kwargs") if isinstance(entry, dict) else None
+    return create if isinstance(create, dict) else {}

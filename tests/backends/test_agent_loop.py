@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlflow.backends.agent_loop import ToolTurn, run_agent_loop, tool_metrics
+from rlflow.backends.agent_loop import ToolTurn, rows_tools_kwargs, run_agent_loop, tool_metrics
+from rlflow.batch import Batch
 from rlflow.tools.config import MultiTurnConfig
 from rlflow.tools.runner import ToolResult
 
@@ -50,8 +51,8 @@ def run(tokenizer, turns, config=None, budget=200, results=None):
     seen = []
 
     def call_tools(calls):
-        seen.append(list(calls))
-        return [ToolResult(c.name, results or "3") for c in calls]
+        seen.append([call for _, call in calls])
+        return [ToolResult(c.name, results or "3") for _, c in calls]
 
     rows = run_agent_loop(
         prompts,
@@ -120,3 +121,17 @@ def test_tool_metrics():
         "tool/calls": 1.0,
         "tool/error_ratio": 0.5,
     }
+
+
+def test_each_rows_tools_kwargs_come_from_its_reward_info_and_odd_shapes_are_empty():
+    good = {"run_sql": {"create_kwargs": {"db_path": "/d/a.sqlite"}}}
+    infos = [
+        {"extra_info": {"tools_kwargs": good}},
+        {"extra_info": {"tools_kwargs": ["x"]}},
+        {"extra_info": 3},
+        "x",
+        {},
+    ]
+    batch = Batch({}, {"reward_info": infos})
+    assert rows_tools_kwargs(batch) == [good, {}, {}, {}, {}]
+    assert rows_tools_kwargs(Batch({}, {"uid": ["a", "b"]})) == [{}, {}]

@@ -11,7 +11,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from schema_helpers import MINIMAL, load_text, problems_of
+
+from rlflow.backends.remote import RemoteBackend, register
+from rlflow.backends.remote.registry import REMOTE_BACKENDS
 
 ASSETS = Path(__file__).resolve().parents[1] / "tools" / "assets"
 GENERATE = "  - {name: generate, uses: generate, on: pool}\n"
@@ -80,10 +84,37 @@ def test_missing_file_and_template_mentions(project_dir):
     )
 
 
-def test_multi_turn_on_a_remote_backend_is_refused(project_dir):
-    text = pipeline("").replace("  rw: {type: cpu}\n", "  rw: {type: cpu}\n  srv: {type: remote, backend: reference}\n")
-    text = text.replace("    uses: generate\n    on: pool\n", "    uses: generate\n    on: srv\n")
-    problems = problems_of(project_dir, text)
-    assert any(
-        "stages[0].with.multi_turn.enable: multi-turn rollouts run on local resources only" in p for p in problems
+class _SingleTurnBackend(RemoteBackend):
+    """A backend whose generate knows nothing of multi_turn (it does not set runs_agent_loop)."""
+
+    from_config = reconnect_handle = destroy = None
+    generate = compute_log_prob = compute_ref_log_prob = update_actor = None
+    update_weights = set_global_steps = save_checkpoint = load_checkpoint = None
+
+
+@pytest.fixture
+def single_turn_backend():
+    register("single_turn_only")(_SingleTurnBackend)
+    yield "single_turn_only"
+    REMOTE_BACKENDS.unregister("single_turn_only")
+
+
+def _on_remote(backend: str) -> str:
+    text = pipeline("").replace(
+        "  rw: {type: cpu}\n", f"  rw: {{type: cpu}}\n  srv: {{type: remote, backend: {backend}}}\n"
     )
+    return text.replace("    uses: generate\n    on: pool\n", "    uses: generate\n    on: srv\n")
+
+
+def test_multi_turn_on_a_remote_backend_that_does_not_run_the_agent_loop_is_refused(project_dir, single_turn_backend):
+    problems = problems_of(project_dir, _on_remote(single_turn_backend))
+    assert any(
+        "stages[0].with.multi_turn.enable: remote backend 'single_turn_only' (resource 'srv') does not run "
+        "multi-turn rollouts (its class does not set runs_agent_loop)" in p
+        for p in problems
+    ), problems
+
+
+def test_multi_turn_on_the_reference_backend_validates(project_dir):
+    spec = load_text(project_dir, _on_remote("reference")).spec
+    assert spec.stage("generate").on == "srv" and spec.stage("generate").with_["multi_turn"]["enable"] is True

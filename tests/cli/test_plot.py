@@ -105,3 +105,14 @@ def test_bad_line_is_named(tmp_path):
     path.write_text('{"no_step": 1}\n')
     with pytest.raises(DataError, match=r":1: each line must be a JSON object with an integer 'step'"):
         plot.read_series(path)
+
+
+def test_a_multi_turn_run_gets_a_turns_panel_and_its_tool_errors_beside_the_reward_errors(tmp_path):
+    records = steps(3)
+    for r in records:
+        r.update({"num_turns/mean": 2.5, "tool_call_counts/mean": 0.8, "tool/error_ratio": 0.1})
+        r.update({"tool/run_sql/error_ratio": 0.1, "reward/error_rate": 0.2, "tool/run_sql/calls": 0.8})
+    series = plot.read_series(write_metrics(tmp_path / "run", records))
+    chosen = dict((p.name, data) for p, data in plot.choose_panels(series, None))
+    assert set(chosen["turns"]) == {"num_turns/mean", "tool_call_counts/mean"}
+    assert set(chosen["errors"]) == {"reward/error_rate", "tool/error_ratio", "tool/run_sql/error_ratio"}

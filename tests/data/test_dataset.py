@@ -44,7 +44,10 @@ def test_shipped_sample_loads_every_question(tokenizer):
     assert record["question"] in first.prompt and "CREATE TABLE" in first.prompt and "```sql" in first.prompt
     info = first.reward_info
     assert set(info) == {"ground_truth", "extra_info"} and info["ground_truth"] == record["SQL"]
-    assert set(info["extra_info"]) == {"db_path", "db_id", "question_id"}
+    assert set(info["extra_info"]) == {"db_path", "db_id", "question_id", "tools_kwargs"}
+    assert info["extra_info"]["tools_kwargs"] == {
+        "run_sql": {"create_kwargs": {"db_path": info["extra_info"]["db_path"]}}
+    }
     db_path = Path(info["extra_info"]["db_path"])
     assert db_path.is_absolute() and db_path.is_file()
     assert info["extra_info"]["db_id"] == record["db_id"] and info["extra_info"]["question_id"] == record["question_id"]

@@ -84,6 +84,16 @@ def test_ordinary_queries_run(company_db):
     assert execute(conn, "SELECT * FROM emp", 1, 40, max_result_bytes=40 * 200).status == "too_large"
 
 
+def test_head_keeps_the_first_rows_in_order_with_the_column_names(company_db):
+    conn = connect_readonly(company_db)
+    head = execute(conn, "SELECT id, name FROM dept ORDER BY id DESC", 1, 2, head=True)
+    assert head.ok and head.columns == ("id", "name") and head.more and len(head.head) == 2
+    assert head.head[0][0] > head.head[1][0]  # in the query's order
+    whole = execute(conn, "SELECT COUNT(*) AS n FROM emp", 1, 2, head=True)
+    assert whole.columns == ("n",) and whole.head == ((40,),) and not whole.more
+    assert execute(conn, "DELETE FROM emp", 1, 2, head=True).status == "refused"
+
+
 def test_deadline_is_per_statement(company_db):
     conn = connect_readonly(company_db)
     for _ in range(2):

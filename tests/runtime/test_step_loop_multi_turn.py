@@ -47,3 +47,7 @@ def test_two_steps_with_multi_turn(tmp_path):
     for step in metrics:
         assert 2 <= step["num_turns/min"] <= step["num_turns/mean"] <= step["num_turns/max"] <= 6
         assert step["actor/pg_loss"] == step["actor/pg_loss"]  # finite: the update ran on the transcripts
+    dumped = [json.loads(line) for line in (tmp_path / "run" / "transcripts.jsonl").read_text().splitlines()]
+    assert [d["step"] for d in dumped] == [1] * 4 + [2] * 4  # a few whole rollouts per step, verl's dump keys
+    assert all(d["input"] and isinstance(d["output"], str) and 2 <= d["num_turns"] <= 6 for d in dumped)
+    assert all(isinstance(d["score"], float) for d in dumped)

@@ -77,6 +77,8 @@ def test_bad_calls_are_answered_without_running(runner):
     assert "Missing required arguments for 'add': ['b']" in texts[4]
     assert "Unknown argument 'c'" in texts[5]
     assert "at most 8192" in texts[6]
+    # the metrics count a call of no known tool as "(invalid)": a made-up name never becomes a metric name
+    assert [r.name for r in results] == ["(invalid)", "(invalid)", "add", "add", "add", "add", "hostile"]
 
 
 def test_hostile_tools_are_cut_off_and_contained(runner, tmp_path):

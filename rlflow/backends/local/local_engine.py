@@ -42,6 +42,7 @@ from rlflow.batch import Batch, response_span
 from rlflow.data.tokenizer import load_tokenizer
 from rlflow.errors import BackendError
 from rlflow.tools.config import MultiTurnConfig
+from rlflow.tools.runner import INVALID
 
 log = logging.getLogger("rlflow.backends.local")
 
@@ -197,14 +198,12 @@ class LocalEngine(Engine):
             ]
 
         runner = self._tool_runner(config) if config.has_tools else None
+        tools_kwargs = agent_loop.rows_tools_kwargs(batch)
 
         def call_tools(calls):
             if runner is None:
-                return [
-                    agent_loop.ToolResult(c.name or "(none)", "Error: no tools are configured", error=True)
-                    for c in calls
-                ]
-            return runner.call(calls)
+                return [agent_loop.ToolResult(INVALID, "Error: no tools are configured", error=True) for _, c in calls]
+            return runner.call([c for _, c in calls], [tools_kwargs[r] for r, _ in calls])
 
         rows = agent_loop.run_agent_loop(
             prompts,

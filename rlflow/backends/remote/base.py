@@ -18,6 +18,11 @@ backend; ``requires_single_forwarder()`` returns it unless a subclass has a bett
 ``accepts_rollout_weights`` (class attribute too) says the backend implements
 ``load_rollout_weights``: its rollout can serve weights trained by a local actor, so a pipeline
 may bind generate to it and the update to a local pool.
+``runs_agent_loop`` (class attribute too) says its ``generate`` honours ``params["multi_turn"]``
+(verl's block): the backend runs the agent loop itself, with the tools on its side (tool files
+relative to ``main_config["project_root"]``, each row's verl ``tools_kwargs`` from its
+``reward_info``), and answers with whole transcripts (``response_mask`` 0 on tool tokens,
+``num_turns`` and ``tool_call_counts`` per row), as the local engine does.
 ``config_model`` (optional) is a pydantic model of the resource's ``config:`` block, which
 lets validation report a typo in it before anything starts.
 
@@ -44,6 +49,7 @@ class RemoteBackend(Engine):
 
     single_forwarder: ClassVar[bool] = False
     accepts_rollout_weights: ClassVar[bool] = False  # True: implements load_rollout_weights
+    runs_agent_loop: ClassVar[bool] = False  # True: generate runs verl's multi_turn agent loop itself
     config_model: ClassVar[Any] = None  # a pydantic BaseModel subclass validating ``backend_config``, or None
 
     @classmethod

@@ -49,6 +49,7 @@ class ReferenceBackend(RemoteBackend):
 
     single_forwarder = True
     accepts_rollout_weights = True
+    runs_agent_loop = True  # the server's LocalEngine runs the agent loop, its tools in the server's project root
     config_model = ReferenceConfig
 
     def __init__(

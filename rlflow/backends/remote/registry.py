@@ -101,7 +101,7 @@ def _check_class(name: str, cls: Any) -> None:
             f"remote backend {name!r} must be a subclass of rlflow.backends.remote.RemoteBackend, "
             f"got {cls!r} (fix the plugin's registration or its `{ENTRY_POINT_GROUP}` entry point)"
         )
-    for flag in ("single_forwarder", "accepts_rollout_weights"):
+    for flag in ("single_forwarder", "accepts_rollout_weights", "runs_agent_loop"):
         if not isinstance(getattr(cls, flag), bool):
             raise RegistryError(f"remote backend {name!r}: {flag} must be a bool class attribute")
 
