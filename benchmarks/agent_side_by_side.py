@@ -13,7 +13,10 @@ the other:
 
 It writes ``benchmarks/results/agent_side_by_side.json``, the picture ``docs/learning_agent.png``
 and the table between ``<!-- agent:start -->`` and ``<!-- agent:end -->`` in docs/benchmarks.md.
-``--quick`` runs 2 steps of each without the budget (figures mean nothing; the docs are left alone).
+``--agent-run DIR`` takes the multi-turn arm from a finished run of the agent pipeline with the same
+seed (``bench_learning --task bird_agent`` keeps its seeds' run directories) instead of running it
+again; it is read the same way, cut at the budget. ``--quick`` runs 2 steps of each without the
+budget (figures mean nothing; the docs are left alone).
 """
 
 from __future__ import annotations
@@ -56,15 +59,37 @@ def table(runs: list[dict], marks: tuple[float, ...]) -> str:
 
 
 def step_cost(agent: dict, same_budget: dict) -> dict:
-    """Seconds per step of the multi-turn run over those of the single-turn run at the same response budget."""
+    """Seconds per step of the multi-turn run over those of the single-turn run at the same response budget,
+    and the same per response token (a transcript holds its tool turns: it is longer than an answer)."""
     ratio = agent["step_seconds"] / same_budget["step_seconds"]
+    per_token = {
+        name: run["step_seconds"] / run["response_length_mean"] * 1000
+        for name, run in (("multi_turn", agent), ("single_turn", same_budget))
+        if run.get("response_length_mean")
+    }
     return {
         "multi_turn_s": agent["step_seconds"],
         "single_turn_same_budget_s": same_budget["step_seconds"],
         "ratio": ratio,
         "goal": COST_GOAL,
         "met": ratio <= COST_GOAL,
+        "response_length": [agent.get("response_length_mean"), same_budget.get("response_length_mean")],
+        "ms_per_response_token": per_token,
+        "per_token_ratio": per_token["multi_turn"] / per_token["single_turn"] if len(per_token) == 2 else None,
     }
+
+
+def per_token_text(cost: dict) -> str:
+    """The step cost per response token, in words (empty when a run logged no response lengths)."""
+    if cost["per_token_ratio"] is None:
+        return ""
+    multi, single = cost["response_length"]
+    return (
+        f"The responses differ: a transcript averages {multi:.0f} tokens (its call, the rows read and the answer), "
+        f"a single-turn answer {single:.0f}; per response token the multi-turn step costs "
+        f"{cost['ms_per_response_token']['multi_turn']:.0f} ms against {cost['ms_per_response_token']['single_turn']:.0f} "
+        f"ms ({cost['per_token_ratio']:.2f}x)."
+    )
 
 
 def picture(runs: list[dict], output: Path) -> None:
@@ -86,13 +111,30 @@ def picture(runs: list[dict], output: Path) -> None:
     fig.savefig(output, dpi=110)
 
 
-def agent_side_by_side(seed: int, minutes: float, quick: bool, sets: list[str], runs_root: Path, out) -> int:
+def multi_turn_arm(run_dir: Path, seed: int, minutes: float | None) -> dict:
+    """The multi-turn arm read from a finished run of the agent pipeline (``--agent-run``)."""
+    import yaml
+
+    resolved = yaml.safe_load((run_dir / "pipeline.resolved.yaml").read_text())
+    if resolved.get("name") != "bird-grpo-agent" or resolved.get("trainer", {}).get("seed") != seed:
+        raise SystemExit(f"{run_dir}: --agent-run must be a run of {ARMS[1][1]} with trainer.seed={seed}")
+    return side_by_side.read_recipe(ARMS[1][0], seed, run_dir, minutes, ARMS[1][1])
+
+
+def agent_side_by_side(
+    seed: int, minutes: float, quick: bool, sets: list[str], runs_root: Path, out, agent_run: Path | None = None
+) -> int:
     from benchmarks.bench_learning import QUICK_SETS, machine
 
     commit = common.commit_id()
     budget = None if quick else minutes
     extra = [*(QUICK_SETS if quick else side_by_side.BUDGET_SETS), *sets]
-    runs = [side_by_side.run_recipe(name, seed, extra, runs_root / name, budget, pipeline) for name, pipeline in ARMS]
+    runs = [
+        multi_turn_arm(agent_run, seed, budget)
+        if agent_run is not None and name == ARMS[1][0]
+        else side_by_side.run_recipe(name, seed, extra, runs_root / name, budget, pipeline)
+        for name, pipeline in ARMS
+    ]
     cost_sets = [
         *(
             QUICK_SETS
@@ -139,7 +181,8 @@ def agent_side_by_side(seed: int, minutes: float, quick: bool, sets: list[str], 
             + table(runs, marks)
             + f"\n\nA multi-turn step: {cost['multi_turn_s']:.1f} s; a single-turn step with the same response "
             f"budget ({AGENT_BUDGET} tokens): {cost['single_turn_same_budget_s']:.1f} s, so "
-            f"{cost['ratio']:.2f}x (goal <= {COST_GOAL}x).\n\n![accuracy over wall time]({PICTURE.name})\n",
+            f"{cost['ratio']:.2f}x (goal <= {COST_GOAL}x). {per_token_text(cost)}\n\n"
+            f"![accuracy over wall time]({PICTURE.name})\n",
             markers=MARKERS,
         )
     print(f"\nfigures in {out}")

@@ -48,8 +48,6 @@ def run_recipe(
 ) -> dict:
     """One ``rlflow run`` of the recipe (``pipeline``, by default ``pipeline_of(algorithm)``), stopped after
     ``minutes`` of stages (None: let it finish)."""
-    from benchmarks.bench_learning import read_metrics, val_accuracy
-
     if (run_dir / "metrics.jsonl").exists():
         raise SystemExit(f"{run_dir} already holds a run; remove it or pass another --runs-root")
     pipeline = pipeline or pipeline_of(algorithm)
@@ -64,6 +62,13 @@ def run_recipe(
     # stopped at the budget: 143, or 130 when the signal lands inside a Ray call (which raises it as Ctrl-C)
     if returncode != 0 and not (stopped and returncode in (130, 143)):
         raise SystemExit(f"{algorithm}: rlflow run exited with {returncode}")
+    return read_recipe(algorithm, seed, run_dir, minutes, pipeline)
+
+
+def read_recipe(algorithm: str, seed: int, run_dir: Path, minutes: float | None, pipeline: str) -> dict:
+    """A finished run's figures, cut at ``minutes`` of stages (None: all of it)."""
+    from benchmarks.bench_learning import read_metrics, val_accuracy
+
     records = read_metrics(run_dir)
     at = step_minutes(run_dir)
     acc = {step: value for step, value in val_accuracy(records).items() if minutes is None or at[step] <= minutes}
@@ -84,6 +89,7 @@ def run_recipe(
         "curve": [[at[step], value] for step, value in sorted(acc.items())],
         "gen_batches": sum(r.get("train/num_gen_batches", 1.0) for r in trained),
         "step_seconds": _mean([r["timing_s/step"] for r in trained if "timing_s/step" in r]),
+        "response_length_mean": _mean([r["response_length/mean"] for r in trained if "response_length/mean" in r]),
         "num_turns_mean": _mean([r["num_turns/mean"] for r in trained if "num_turns/mean" in r]),
         "num_turns_min_of_means": min((r["num_turns/mean"] for r in trained if "num_turns/mean" in r), default=None),
         "run_dir": str(run_dir),

@@ -42,8 +42,9 @@ from rlflow.importers.verl_values import SKIP, Unsupported, convert_value, show
 from rlflow.schemas.diagnostics import short_repr
 from rlflow.schemas.pipeline import NAME_PATTERN, Pipeline
 from rlflow.schemas.validation import clean_loc
-from rlflow.schemas.verl_names import BY_VERL, VERL_NAMES, VerlName, why_not
+from rlflow.schemas.verl_names import BY_VERL, ROLLOUT, VERL_NAMES, VerlName, why_not
 from rlflow.stages import STAGE_KINDS
+from rlflow.tools.config import MultiTurnConfig
 
 VERL_DEFAULT_REWARD = "verl.utils.reward_score:default_compute_score"
 ACTOR_POOL, REWARD_POOL, ROLLOUT_POOL = "actor_pool", "reward_pool", "rollout_pool"
@@ -112,6 +113,7 @@ class _Converter:
         for target, names in _targets().items():
             self._fill(target, names)
         self._mini_batches()
+        self._multi_turn()
         stages = self._stages()
         self._list_dropped()
         pipeline = self._assemble(stages)
@@ -170,6 +172,25 @@ class _Converter:
                 f"{key}={mini}: data.train_batch_size {batch} is not a multiple, so each update takes {full} "
                 f"mini-batches of {mini} prompts and a last one of {rest} (verl pads it with no-op samples)"
             )
+
+    def _multi_turn(self) -> None:
+        """verl's ``rollout.multi_turn`` block, when enabled, as the generate stage's ``with.multi_turn`` (the
+        keys rlflow shares with verl; the others are listed). Disabled, its keys are ignored, as verl does."""
+        prefix = f"{ROLLOUT}.multi_turn."
+        keys = [k for k in MultiTurnConfig.model_fields if self.cfg.has(prefix + k)]
+        self.consumed.update(prefix + k for k in keys)
+        if not self.cfg.get(prefix + "enable"):
+            self.consumed.update(k for k in self.cfg.set_keys if k.startswith(prefix))
+            return
+        block = {k: self.cfg.get(prefix + k) for k in keys if self.cfg.get(prefix + k) is not None}
+        self.withs.setdefault("generate", {})["multi_turn"] = block
+        for key in block:
+            self.out.origins[f"stages.generate.with.multi_turn.{key}"] = prefix + key
+        for key in ("tool_config_path", "function_tool_path"):
+            if block.get(key) and not Path(block[key]).is_absolute():
+                self.changed(
+                    f"{prefix}{key}={block[key]}: rlflow reads it from the project root (verl: its working directory)"
+                )
 
     def workers(self) -> int:
         return int(self.cfg.get("trainer.n_gpus_per_node") or 1) * int(self.cfg.get("trainer.nnodes") or 1)

@@ -296,6 +296,9 @@ class StepLoop:
         metrics = self.executor.run_here(stage, batch, step).metrics
         if "rollout/policy_version" in batch.metrics:  # which weights answered (async: the latest sent)
             metrics["val-aux/policy_version"] = batch.metrics["rollout/policy_version"]
+        if "num_turns" in batch:  # verl's validation reports a multi-turn rollout's turns
+            turns = batch["num_turns"].float()
+            metrics.update({f"val-aux/num_turns/{k}": float(getattr(turns, k)()) for k in ("min", "max", "mean")})
         return metrics
 
 

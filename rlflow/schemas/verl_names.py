@@ -243,7 +243,8 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     (f"{ROLLOUT}.mode", "rlflow's rollout is synchronous, inside the step"),
     (
         f"{ROLLOUT}.multi_turn.",
-        "write the block under the generate stage's with.multi_turn (same keys); import-verl does not convert it yet",
+        "no counterpart in rlflow's multi_turn block (enable, the turn limits, the tool paths and the "
+        "tool answers' cut convert)",
     ),
     ("actor_rollout_ref.hybrid_engine", "stages bound to one pool share its workers (colocated)"),
     ("critic.", "GRPO has no critic"),

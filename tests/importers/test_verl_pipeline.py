@@ -286,3 +286,22 @@ def test_what_rlflows_async_mode_cannot_carry_is_refused_with_the_fix(override, 
     with pytest.raises(ConfigError) as err:
         converted(override)
     assert says in str(err.value)
+
+
+def test_an_enabled_multi_turn_block_becomes_the_generate_stages_with_multi_turn():
+    mt = "actor_rollout_ref.rollout.multi_turn"
+    conversion = converted(
+        f"{mt}.enable=true",
+        f"{mt}.max_assistant_turns=3",
+        f"{mt}.tool_config_path=tools/tools.yaml",
+        f"{mt}.tokenization_sanity_check_mode=disable",
+    )
+    block = stages_of(conversion.pipeline)["generate"]["with"]["multi_turn"]
+    assert block["enable"] is True and block["max_assistant_turns"] == 3
+    assert block["tool_config_path"] == "tools/tools.yaml" and block["format"] == "hermes"
+    assert "max_user_turns" not in block  # verl's null: rlflow's default, no limit
+    assert any("tool_config_path=tools/tools.yaml" in line and "project root" in line for line in conversion.changed)
+    assert any("tokenization_sanity_check_mode" in line for line in conversion.dropped)
+    Pipeline.model_validate(conversion.pipeline)
+    off = converted(f"{mt}.max_assistant_turns=3")  # verl ignores the block while enable is false
+    assert "multi_turn" not in stages_of(off.pipeline)["generate"].get("with", {}) and not off.dropped

@@ -44,6 +44,7 @@ def test_two_steps_with_multi_turn(tmp_path):
         executor.close()
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
+    assert 2 <= metrics[1]["val-aux/num_turns/min"] <= metrics[1]["val-aux/num_turns/mean"] <= 6  # validated at 2
     for step in metrics:
         assert 2 <= step["num_turns/min"] <= step["num_turns/mean"] <= step["num_turns/max"] <= 6
         assert step["actor/pg_loss"] == step["actor/pg_loss"]  # finite: the update ran on the transcripts
