@@ -22,9 +22,10 @@ Model-written SQL is hostile input. Each layer below holds on its own:
   (after comments and parentheses), and the sqlite3 module refuses a string holding two.
 
 The outcome is an ``ExecResult``: ``ok`` with the rows as a frozenset (BIRD compares result
-sets; with ``head=True``, the first ``max_rows`` rows in order and the column names instead, more
-rows being no error: what a tool shows the model), or ``error`` / ``refused`` / ``timeout`` / ``too_many_rows`` / ``too_large`` /
-``out_of_memory`` with a message; every failure of one query is a result, never an exception.
+sets; with ``head=True``, the first ``max_rows`` rows in order and the column names instead,
+more rows being no error: what a tool shows the model), or ``error`` / ``refused`` /
+``timeout`` / ``too_many_rows`` / ``too_large`` / ``out_of_memory`` with a message; every
+failure of one query is a result, never an exception.
 """
 
 from __future__ import annotations
@@ -128,8 +129,7 @@ def _fetch(cursor: sqlite3.Cursor, deadline: float, max_rows: int, max_bytes: in
     size = 0
     for row in cursor:
         if head and len(rows) == max_rows:
-            columns = tuple(str(d[0]) for d in cursor.description or ())
-            return ExecResult("ok", columns=columns, head=tuple(rows), more=True)
+            return ExecResult("ok", columns=_columns(cursor), head=tuple(rows), more=True)
         size += _row_bytes(row)
         rows.append(row)
         if size > max_bytes:
@@ -139,8 +139,12 @@ def _fetch(cursor: sqlite3.Cursor, deadline: float, max_rows: int, max_bytes: in
         if time.monotonic() > deadline:
             return ExecResult("timeout", message="the time limit passed while fetching rows")
     if head:
-        return ExecResult("ok", columns=tuple(str(d[0]) for d in cursor.description or ()), head=tuple(rows))
+        return ExecResult("ok", columns=_columns(cursor), head=tuple(rows))
     return ExecResult("ok", rows=frozenset(rows))
+
+
+def _columns(cursor: sqlite3.Cursor) -> tuple[str, ...]:
+    return tuple(str(d[0]) for d in cursor.description or ())
 
 
 def execute(

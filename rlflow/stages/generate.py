@@ -60,6 +60,7 @@ def generation_seed(seed: int, step: int, rank: int) -> int:
 
 def generation_params(ctx: StageContext) -> dict:
     cfg = ctx.config
+    turns = getattr(cfg, "multi_turn", None)  # a plugin rollout's config may have none
     return {
         "temperature": cfg.temperature,
         "top_p": cfg.top_p,
@@ -69,11 +70,7 @@ def generation_params(ctx: StageContext) -> dict:
         "engine": cfg.engine,
         "max_num_seqs": cfg.max_num_seqs,
         "seed": generation_seed(ctx.pipeline.trainer.seed, ctx.step, ctx.rank),
-        **(
-            {"multi_turn": cfg.multi_turn.model_dump()}
-            if getattr(cfg, "multi_turn", None) and cfg.multi_turn.enable
-            else {}
-        ),
+        **({"multi_turn": turns.model_dump()} if turns is not None and turns.enable else {}),
     }
 
 
@@ -103,8 +100,7 @@ class Generate(StageKind):
 
     @classmethod
     def reads(cls, pipeline, stage):
-        turns = cls.multi_turn_on(stage)
-        return cls.reads_fields + (("reward_info",) if turns else ())  # its extra_info.tools_kwargs
+        return cls.reads_fields + (("reward_info",) if cls.multi_turn_on(stage) else ())  # its tools_kwargs
 
     @classmethod
     def writes(cls, pipeline, stage):

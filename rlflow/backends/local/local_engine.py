@@ -202,7 +202,7 @@ class LocalEngine(Engine):
 
         def call_tools(calls):
             if runner is None:
-                return [agent_loop.ToolResult(INVALID, "Error: no tools are configured", error=True) for _, c in calls]
+                return [agent_loop.ToolResult(INVALID, "Error: no tools are configured", error=True) for _ in calls]
             return runner.call([c for _, c in calls], [tools_kwargs[r] for r, _ in calls])
 
         rows = agent_loop.run_agent_loop(
