@@ -13,9 +13,9 @@ the other:
 
 It writes ``benchmarks/results/agent_side_by_side.json``, the picture ``docs/learning_agent.png``
 and the table between ``<!-- agent:start -->`` and ``<!-- agent:end -->`` in docs/benchmarks.md.
-``--agent-run DIR`` takes the multi-turn arm from a finished run of the agent pipeline with the same
-seed (``bench_learning --task bird_agent`` keeps its seeds' run directories) instead of running it
-again; it is read the same way, cut at the budget. ``--quick`` runs 2 steps of each without the
+``--agent-run DIR`` and ``--single-run DIR`` take an arm from a finished run of its pipeline with the
+same seed (``bench_learning`` keeps its seeds' run directories) instead of running it again; it is
+read the same way, cut at the budget (a run that finished sooner keeps its last validation). ``--quick`` runs 2 steps of each without the
 budget (figures mean nothing; the docs are left alone).
 """
 
@@ -30,7 +30,8 @@ RESULTS = common.RESULTS
 PICTURE = common.ROOT / "docs" / "learning_agent.png"
 MARKERS = ("<!-- agent:start -->", "<!-- agent:end -->")
 ARMS = (("single-turn", "pipelines/bird_grpo.yaml"), ("multi-turn", "pipelines/bird_grpo_agent.yaml"))
-AGENT_BUDGET = 160  # data.max_response_length of bird_grpo_agent.yaml
+ARM_NAMES = {"single-turn": "bird-grpo", "multi-turn": "bird-grpo-agent"}  # the pipelines' names
+AGENT_BUDGET = 256  # data.max_response_length of bird_grpo_agent.yaml
 COST_STEPS = 12  # steps of the single-turn run under the agent's response budget (the first 2 are left out)
 MARKS = (5.0, 10.0, 15.0)
 COST_GOAL = 1.5
@@ -111,29 +112,31 @@ def picture(runs: list[dict], output: Path) -> None:
     fig.savefig(output, dpi=110)
 
 
-def multi_turn_arm(run_dir: Path, seed: int, minutes: float | None) -> dict:
-    """The multi-turn arm read from a finished run of the agent pipeline (``--agent-run``)."""
+def finished_arm(arm: int, run_dir: Path, seed: int, minutes: float | None) -> dict:
+    """Arm ``arm`` (an index of ``ARMS``) read from a finished run of its pipeline (``--single-run``, ``--agent-run``)."""
     import yaml
 
+    name, pipeline = ARMS[arm]
     resolved = yaml.safe_load((run_dir / "pipeline.resolved.yaml").read_text())
-    if resolved.get("name") != "bird-grpo-agent" or resolved.get("trainer", {}).get("seed") != seed:
-        raise SystemExit(f"{run_dir}: --agent-run must be a run of {ARMS[1][1]} with trainer.seed={seed}")
-    return side_by_side.read_recipe(ARMS[1][0], seed, run_dir, minutes, ARMS[1][1])
+    if resolved.get("name") != ARM_NAMES[name] or resolved.get("trainer", {}).get("seed") != seed:
+        raise SystemExit(f"{run_dir}: the {name} arm must be a run of {pipeline} with trainer.seed={seed}")
+    return side_by_side.read_recipe(name, seed, run_dir, minutes, pipeline)
 
 
 def agent_side_by_side(
-    seed: int, minutes: float, quick: bool, sets: list[str], runs_root: Path, out, agent_run: Path | None = None
+    seed: int, minutes: float, quick: bool, sets: list[str], runs_root: Path, out, finished: tuple = (None, None)
 ) -> int:
+    """``finished``: run directories to read the single-turn and the multi-turn arm from (None: run it)."""
     from benchmarks.bench_learning import QUICK_SETS, machine
 
     commit = common.commit_id()
     budget = None if quick else minutes
     extra = [*(QUICK_SETS if quick else side_by_side.BUDGET_SETS), *sets]
     runs = [
-        multi_turn_arm(agent_run, seed, budget)
-        if agent_run is not None and name == ARMS[1][0]
+        finished_arm(i, finished[i], seed, budget)
+        if finished[i] is not None
         else side_by_side.run_recipe(name, seed, extra, runs_root / name, budget, pipeline)
-        for name, pipeline in ARMS
+        for i, (name, pipeline) in enumerate(ARMS)
     ]
     cost_sets = [
         *(

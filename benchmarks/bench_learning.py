@@ -92,12 +92,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--side-by-side", action="store_true", help="the recipes one seed each at equal wall time")
     p.add_argument("--minutes", type=float, default=10.0, help="--side-by-side: wall minutes per recipe")
-    p.add_argument(
-        "--agent-run",
-        type=Path,
-        default=None,
-        help="--task bird_agent --side-by-side: take the multi-turn arm from this finished run of the same seed",
-    )
+    for arm in ("single", "agent"):
+        p.add_argument(
+            f"--{arm}-run",
+            type=Path,
+            default=None,
+            help=f"--task bird_agent --side-by-side: take the {arm} arm from this finished run of the same seed",
+        )
     p.add_argument(
         "--plot",
         nargs="+",
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         seed = (args.seeds or [1])[0]
         if args.task == "bird_agent":
             return agent_side_by_side.agent_side_by_side(
-                seed, args.minutes, args.quick, args.sets, runs_root, args.out, args.agent_run
+                seed, args.minutes, args.quick, args.sets, runs_root, args.out, (args.single_run, args.agent_run)
             )
         return side_by_side.side_by_side(algorithms, seed, args.minutes, args.quick, args.sets, runs_root, args.out)
     task = TASKS[args.task]

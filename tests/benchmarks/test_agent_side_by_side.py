@@ -49,8 +49,8 @@ def test_the_table_and_the_step_cost():
 
 def test_a_reused_agent_run_must_be_the_agent_pipeline_with_the_same_seed(tmp_path):
     (tmp_path / "pipeline.resolved.yaml").write_text(yaml.safe_dump({"name": "bird-grpo", "trainer": {"seed": 1}}))
-    with pytest.raises(SystemExit, match="--agent-run must be a run of pipelines/bird_grpo_agent.yaml"):
-        agent.multi_turn_arm(tmp_path, 1, 15.0)
+    with pytest.raises(SystemExit, match="the multi-turn arm must be a run of pipelines/bird_grpo_agent.yaml"):
+        agent.finished_arm(1, tmp_path, 1, 15.0)
     (tmp_path / "pipeline.resolved.yaml").write_text(
         yaml.safe_dump({"name": "bird-grpo-agent", "trainer": {"seed": 1}})
     )
@@ -64,5 +64,5 @@ def test_a_reused_agent_run_must_be_the_agent_pipeline_with_the_same_seed(tmp_pa
     ]
     (tmp_path / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in trace))
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
-    run = agent.multi_turn_arm(tmp_path, 1, 15.0)
+    run = agent.finished_arm(1, tmp_path, 1, 15.0)
     assert run["curve"] == [[0.1, 0.41], [0.5, 0.45]] and run["step_seconds"] == 24.0 and run["num_turns_mean"] == 3.5
