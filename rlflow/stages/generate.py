@@ -94,8 +94,12 @@ class Generate(StageKind):
 
     @classmethod
     def multi_turn_on(cls, stage) -> bool:
-        """Whether ``stage`` runs the agent loop (a plugin subclass's config may have no ``multi_turn``)."""
-        turns = getattr(cls.parse_config(stage.with_), "multi_turn", None)
+        """Whether ``stage`` runs the agent loop (a plugin subclass's config may have no ``multi_turn``; a
+        ``with:`` that does not parse is reported by the rule that checks it, not here)."""
+        try:
+            turns = getattr(cls.parse_config(stage.with_), "multi_turn", None)
+        except ValidationError:
+            return False
         return bool(turns is not None and turns.enable)
 
     @classmethod
