@@ -40,8 +40,9 @@ Design decisions:
   and has a string literal, in about a third of them the same query with that literal's case
   flipped, whose "(0 rows)" the answer then corrects. The loss covers the model's turns only (the
   rows read get none, as in GRPO). Accuracy is measured by the agent loop itself with the tool.
-  100 steps of 16 (about 4 epochs, 4 minutes): greedy 0.41 on dev with the tool called on nearly
-  every question (``num_turns`` 3.98: a call, the rows, an answer). Stopped at 50 steps it samples
+  100 steps of 16 (about 4 epochs, 4 minutes): greedy 0.41 on dev with a 160-token budget (0.43
+  with the shipped 256), the tool called on nearly every question (``num_turns`` 3.98: a call, the
+  rows, an answer). Stopped at 50 steps it samples
   (at temperature 1) malformed calls too often for GRPO to start from (sampled reward 0.04-0.11,
   two calls in three unparsable); at 100 the sampled reward is 0.17-0.31.
 - Deterministic on one machine: seeded initialisation, seeded shuffling, deterministic
