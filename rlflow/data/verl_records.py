@@ -1,33 +1,6 @@
 """Read verl's RL data format (``data.format: verl``) as its preprocessing scripts write it, and check it.
 
-A row (e.g. from verl's ``examples/data_preprocess/gsm8k.py``)::
-
-    {"data_source": "openai/gsm8k",
-     "prompt": [{"role": "user", "content": "..."}],
-     "ability": "math",
-     "reward_model": {"style": "rule", "ground_truth": "72"},
-     "extra_info": {"split": "train", "index": 0}}
-
-Required: ``data_source`` (a non-empty text), ``prompt`` (a non-empty text, used as it is, or a
-non-empty list of ``{role, content}`` text messages, rendered later by the tokenizer's chat
-template) and ``reward_model.ground_truth`` (any JSON value but null). ``ability`` (text) and
-``extra_info`` (an object) are optional; other columns are kept. The file's suffix chooses the
-reader: ``.parquet``, ``.jsonl`` (JSON Lines), or ``.json`` (a JSON list of rows, or JSON Lines,
-as Hugging Face ``datasets`` writes it).
-
-``reward_info_of(row)`` is what travels with the row to the reward: ``ground_truth``,
-``extra_info`` (``{}`` when absent) and every column but ``prompt`` and ``data_source``.
-
-Design decisions:
-
-- Everything is checked at load: a file missing a required column is one error naming the
-  column; otherwise every malformed row is named with its number (rows count from 0, as in
-  pyarrow and pandas) and its field, up to a screenful at once.
-- Values must be plain JSON (text, numbers, booleans, null, lists, objects with text keys), so
-  a reward gets the same Python values from Parquet and from JSON, and a row can cross any
-  process boundary; a column of another type (bytes, timestamps) is refused, naming it.
-- A message's null keys are dropped: Parquet stores messages as structs, which give every
-  message every key any message has.
+Design notes: docs/design/verl_records.md.
 """
 
 from __future__ import annotations

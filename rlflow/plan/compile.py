@@ -1,33 +1,6 @@
 """Compile a valid pipeline spec into a Plan: the init phase, the ordered step, resources, edges.
 
-What runs, mirroring verl's ``PPOTrainerSync``:
-- init: the resume phase (on resume, on the actor's resource), the weight sync (verl syncs
-  before the first generation), then validation when ``trainer.val_before_train`` and
-  ``data.val`` is set;
-- step: the declared stages in the order their data dependencies allow, verl's order breaking
-  ties (rlflow.plan.dataflow). Stages that would never run are left out: a ``reference``
-  stage without a KL term, a ``log_prob`` stage under ``algorithm.rollout_correction.bypass_mode``
-  (the rollout's own log-probs are the old policy's; verl skips that forward too), a
-  ``save_freq`` stage without ``save_freq``, a ``test_freq`` stage without ``test_freq`` or
-  ``data.val``, a ``balance`` stage unless it balances (below).
-- implicit stages: the built-in ``checkpoint`` kind (on the resource that writes
-  ``actor_weights``) when ``save_freq > 0`` and no checkpoint stage is declared; the built-in
-  ``validation`` kind (on the resource that writes ``responses``) when ``data.val`` is set
-  and it would run, and none is declared; the built-in ``balance`` kind (on the driver) when
-  ``trainer.balance_batch`` is on and the ``update`` stage's pool has more than one
-  data-parallel worker (verl balances across its actor's data-parallel ranks; with one there is
-  nothing to balance). They are marked ``implicit``.
-- the refill loop: with ``algorithm.filter_groups.enable`` the step's stages up to its last
-  reward stage are ``Plan.refill`` (DAPO's dynamic sampling repeats them until the batch is full).
-
-Stages are found by the role their kind declares, never by kind name. The trainer mode, what
-may run at once within a step and across two steps (rlflow.plan.concurrency) and, in an async
-mode, the staleness bound ride on the plan.
-
-``dataflow_problems`` is the validator's entry: every data-flow problem as (path, message).
-``compile_plan`` raises ``ConfigError`` with those problems (and with any unknown stage kind
-or resource, should an unvalidated spec get this far); everything else it trusts to the
-validator, which runs first. Pure: no torch, no ray.
+Design notes: docs/design/compile.md.
 """
 
 from __future__ import annotations

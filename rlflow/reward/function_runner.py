@@ -1,39 +1,6 @@
 """Run reward functions in a child process, under a per-call deadline, and report each call's outcome.
 
-``FunctionRunner`` owns one child (``rlflow.reward.function_child``) that loads the functions
-once and serves every step after; a stage keeps the runner in its per-worker state. ``run``
-sends a shard's calls in one message and reads the answers one by one, each within
-``timeout_s`` of the previous one. A call past its deadline gets the child killed, with every
-process it started, and restarted, and the remaining calls go to the new child; a child that dies
-mid-call (a crash, ``os._exit``, a native abort, the kernel's OOM killer) is an error for that
-call, reported with the real cause (its exception's last line, exit code or signal), and is
-restarted the same way.
-
-Design decisions:
-- The child is a supervisor (``rlflow.reward.function_supervisor``, no user code) that forks
-  the worker calling the functions (``rlflow.reward.function_child``, or the module named by
-  ``child``: the tool process, ``rlflow.tools.child``): it is a subreaper, so a
-  process a function starts cannot escape the clean-up by leaving the session, and it writes the
-  functions' stdout and stderr to a capped ``log_path`` (the run directory's ``rewards/``).
-- It is started with ``subprocess`` running ``python -c`` (as multiprocessing's ``spawn`` does)
-  rather than through ``spawn`` itself: ``spawn`` re-imports the parent's main module in the
-  child, which in a Ray worker is Ray's worker script with all of Ray behind it; starting bare
-  keeps a (re)start at the cost of Python plus the reward module. The pipe is
-  multiprocessing's ``Connection`` over a socket pair, and the child gets the parent's
-  ``sys.path`` so module references resolve as they do in the parent.
-- The worker's answers are checked before they are believed (``answer_of``): JSON only, each
-  field's type, the call id it answers, at most ``MAX_MESSAGE_BYTES``. A forged or malformed
-  message is that call's error and costs the child (a restart), never another row's score.
-  Extra metric names are sanitised (``metric_name``) and at most ``MAX_EXTRAS`` are kept.
-- One message per batch out, one per result back: the per-call cost is a pickle round of a
-  few hundred bytes, not a process or a thread per call.
-- A function that times out ``GIVE_UP_AFTER`` (3) times in a row within one ``run`` is not
-  called again in that run: its remaining calls are timeouts too. A function that hangs on
-  every row then costs three timeouts, not one per row, before the stage reports it failed on
-  every row; one slow row between answers never triggers it.
-- Failing to start (a function that no longer loads, an import past ``max_memory_mb``, a child
-  that does not answer within ``START_TIMEOUT_S``) raises ``RewardFunctionError``: nothing can
-  be scored, so the step fails with the reason.
+Design notes: docs/design/function_runner.md.
 """
 
 from __future__ import annotations

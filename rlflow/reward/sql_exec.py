@@ -1,31 +1,6 @@
 """Run untrusted SQL on a SQLite database without letting it change anything or run away.
 
-Model-written SQL is hostile input. Each layer below holds on its own:
-
-- The file is opened through a ``file:`` URI with ``mode=ro`` (SQLite refuses every write) and
-  ``immutable=1`` (SQLite takes no locks and never creates ``-journal``/``-wal``/``-shm`` files
-  next to the database; the training data is not expected to change while it is read).
-- ``PRAGMA query_only`` is switched on, then an authorizer allows only what a query needs
-  (SELECT, reading columns, calling functions other than ``load_extension``, recursive CTEs)
-  and denies everything else: writes, DDL, ATTACH/DETACH, every PRAGMA, transactions.
-- Extension loading is off and ``SQLITE_LIMIT_ATTACHED`` is 0; values are capped at 10 MB so
-  ``zeroblob(1e9)`` cannot allocate a gigabyte.
-- Memory is bounded twice. SQLite's own heap has a process-wide hard limit (``PRAGMA
-  hard_heap_limit``, with a soft limit below it so page caches shrink first): a row of 200
-  ``zeroblob(9e6)`` columns fails inside SQLite with "out of memory" instead of being built. The
-  result as Python holds it is capped in total (``max_result_bytes``): rows are fetched one at a
-  time and their sizes counted as they arrive, so a result is never held past the cap plus one row.
-- One wall-clock deadline covers the statement and the fetching: a progress handler interrupts
-  SQLite once it is spent (recursive-CTE bombs, cross joins) and the fetch loop checks it per row.
-  At most ``max_rows`` rows are fetched; more is an error.
-- Only one statement runs, and only a query: the text must open with SELECT, WITH or VALUES
-  (after comments and parentheses), and the sqlite3 module refuses a string holding two.
-
-The outcome is an ``ExecResult``: ``ok`` with the rows as a frozenset (BIRD compares result
-sets; with ``head=True``, the first ``max_rows`` rows in order and the column names instead,
-more rows being no error: what a tool shows the model), or ``error`` / ``refused`` /
-``timeout`` / ``too_many_rows`` / ``too_large`` / ``out_of_memory`` with a message; every
-failure of one query is a result, never an exception.
+Design notes: docs/design/sql_exec.md.
 """
 
 from __future__ import annotations

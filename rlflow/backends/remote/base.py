@@ -1,32 +1,6 @@
 """``RemoteBackend``: the seam through which an out-of-process RL backend plugs into rlflow.
 
-The surface is verl's RemoteBackend (``from_config`` with an optional reconnect ``handle``,
-``reconnect_handle``, ``destroy``, ``update_weights``, ``save_checkpoint``,
-``requires_single_forwarder``) on top of rlflow's ``Engine``, so that a forwarder can hand a
-connected backend to the stages as their engine and the stages never know the difference.
-
-How the runtime drives a backend (docs/remote_backend.md has the whole contract):
-
-- on the driver, once: ``backend = create_backend(name, main_config)`` (this may start the
-  backend's processes), then ``handle = backend.reconnect_handle()``;
-- in each forwarder (a Ray actor without GPUs): ``connect_backend(name, main_config, handle)``,
-  i.e. ``from_config(main_config, handle=handle)``, which connects and starts nothing;
-- at the end, failure or interrupt: ``destroy_backend(backend)`` on the driver.
-
-``single_forwarder`` is a class attribute so that validation can read it without creating a
-backend; ``requires_single_forwarder()`` returns it unless a subclass has a better reason.
-``accepts_rollout_weights`` (class attribute too) says the backend implements
-``load_rollout_weights``: its rollout can serve weights trained by a local actor, so a pipeline
-may bind generate to it and the update to a local pool.
-``runs_agent_loop`` (class attribute too) says its ``generate`` honours ``params["multi_turn"]``
-(verl's block): the backend runs the agent loop itself, with the tools on its side (tool files
-relative to ``main_config["project_root"]``, each row's verl ``tools_kwargs`` from its
-``reward_info``), and answers with whole transcripts (``response_mask`` 0 on tool tokens,
-``num_turns`` and ``tool_call_counts`` per row), as the local engine does.
-``config_model`` (optional) is a pydantic model of the resource's ``config:`` block, which
-lets validation report a typo in it before anything starts.
-
-This module keeps torch out of its own imports so that looking a backend class up stays cheap.
+Design notes: docs/design/remote_backend_base.md.
 """
 
 from __future__ import annotations
