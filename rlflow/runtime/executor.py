@@ -28,6 +28,7 @@ What lives here, once, for both:
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -78,6 +79,7 @@ class Executor(abc.ABC):
         self.attempt = attempt  # which start of the workers this is (0, then 1.. after restarts)
         self._trace = trace
         self.driver_state: dict[str, Any] = {}
+        self.driver_at_shutdown = contextlib.ExitStack()  # the driver stages' processes, closed by ``close``
         self._driver_lane: ThreadPoolExecutor | None = None  # stages bound to the driver, when submitted
 
     # ---- what each executor provides --------------------------------------------------------
@@ -117,6 +119,7 @@ class Executor(abc.ABC):
         if self._driver_lane is not None:
             self._driver_lane.shutdown(wait=True, cancel_futures=True)
             self._driver_lane = None
+        self.driver_at_shutdown.close()
 
     # ---- shared by every executor -----------------------------------------------------------
     def data_parallel_size(self, resource: str) -> int:
@@ -231,6 +234,7 @@ class Executor(abc.ABC):
             project_root=self.project_root,
             state=self.driver_state,
             sampling=call.sampling,
+            at_shutdown=self.driver_at_shutdown,
         )
         start = time.time()
         out = (

@@ -15,6 +15,7 @@ wall-clock times and pid that become a ``trace.jsonl`` record.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -84,6 +85,7 @@ class StageWorker:
         self.run_dir = run_dir
         self.engine: Any = None
         self.state: dict[str, Any] = {}
+        self.at_shutdown = contextlib.ExitStack()  # the stages' processes, closed by ``shutdown``
 
     # ---- set-up -------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -149,6 +151,7 @@ class StageWorker:
             project_root=str(self.project_root),
             state=self.state,
             sampling=call.sampling,
+            at_shutdown=self.at_shutdown,
         )
         start = time.time()
         out = kind().run(Batch() if batch is None else batch, ctx)
@@ -191,8 +194,12 @@ class StageWorker:
         return metrics
 
     def shutdown(self) -> None:
-        if self.engine is not None:
-            self.engine.close()
+        """Close what the stages hold (reward processes and their descendants), then the engine."""
+        try:
+            self.at_shutdown.close()
+        finally:
+            if self.engine is not None:
+                self.engine.close()
 
     @staticmethod
     def _timed(fn, *args: Any) -> WorkerResult:

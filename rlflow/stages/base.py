@@ -19,6 +19,7 @@ Design notes: docs/design/stage_kinds.md.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -107,6 +108,9 @@ class StageContext:
     checkpoint_dir: str | None = None  # where a checkpoint stage writes (set by the runtime)
     project_root: str | None = None  # the folder of rlflow.yaml: relative paths in ``with:`` start there
     state: dict[str, Any] = field(default_factory=dict)  # per-worker cache that lives across steps
+    # what the worker closes when it shuts down: a stage that holds a process (a reward function's) in
+    # ``state`` registers its close here, so the process ends with the run even when Ray then kills the worker
+    at_shutdown: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     sampling: dict[str, Any] = field(default_factory=dict)  # the rollout's, for kinds with needs_sampling
 
     def inputs(self, batch: Batch) -> Batch:

@@ -149,6 +149,7 @@ class RewardFunction(StageKind):
             log_path = Path(ctx.run_dir) / "rewards" / f"{ctx.stage_name}.rank{ctx.rank}.log" if ctx.run_dir else None
             references = [f.reference for f in functions]
             runner = FunctionRunner(references, root, config.timeout_s, config.max_memory_mb, log_path)
+            ctx.at_shutdown.callback(runner.close)
             held = ctx.state[key] = (config, runner, set())
         _, runner, warned = held
         sources = [str(s) for s in batch["data_source"]]

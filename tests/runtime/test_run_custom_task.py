@@ -129,3 +129,43 @@ def test_the_shipped_ranking_pipeline_runs_two_steps(tmp_path):
     sources = ("largest", "smallest", "second_largest", "second_smallest")
     assert {f"val-core/{source}/acc/mean@1" for source in sources} <= set(metrics[-1])
     assert metrics[1]["reward/error_rate"] == 0 and "reward/format_ok" in metrics[1]
+
+
+DETACHING_REWARD = """
+import os, subprocess
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    with open(os.path.join(os.path.dirname(__file__), "children.txt"), "a") as f:
+        f.write(f"{child.pid}\\n")
+    {ending}
+"""
+
+
+@pytest.mark.parametrize("ending", ["return 1.0", "raise ValueError('no')"])
+def test_a_reward_functions_detached_children_end_with_the_run(custom_project, ending):
+    """A child started in a session of its own escapes the worker's process group: the worker closes its
+    stages' reward processes on shutdown, whose supervisor kills every descendant."""
+    import os
+    import time
+
+    (custom_project / "rewards" / "task.py").write_text(DETACHING_REWARD.replace("{ending}", ending))
+    sets = ["--set", "trainer.total_steps=1", "--set", "trainer.test_freq=-1", "--set", "trainer.save_freq=-1"]
+    rlflow("run", "task.yaml", "--run-dir", str(custom_project / "runs" / "r"), *sets, cwd=custom_project)
+    pids = [int(p) for p in (custom_project / "rewards" / "children.txt").read_text().split()]
+    assert pids, "the reward function ran"
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper is gone for our purpose
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if alive(p)]
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left, f"{len(left)} of {len(pids)} detached children outlived the run"

@@ -73,6 +73,34 @@ ACCEPT_BACKLOG = 128  # pending accepts the kernel queues: a client waits its tu
 EVICT_JOIN_S = 1.0  # how long accepting waits for an evicted handshake's thread to exit
 
 
+REFUSAL_LOG_WINDOW_S = 10.0
+REFUSAL_LOG_LINES = 20  # refusals logged per window; the rest are counted in one line
+
+
+class RefusalLog:
+    """Logs refused frames one line each, at most ``REFUSAL_LOG_LINES`` per window: a stranger sending
+    malformed frames in a loop costs the log a line a refusal only until the cap."""
+
+    def __init__(self, lines: int = REFUSAL_LOG_LINES, window_s: float = REFUSAL_LOG_WINDOW_S) -> None:
+        self.lines, self.window_s = lines, window_s
+        self._lock = threading.Lock()
+        self._window_start = time.monotonic()
+        self._logged = self._suppressed = 0
+
+    def warning(self, message: str, *args: Any) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._window_start >= self.window_s:
+                if self._suppressed:
+                    log.warning("%d more refusals in the last %.0f s were not logged", self._suppressed, self.window_s)
+                self._window_start, self._logged, self._suppressed = now, 0, 0
+            if self._logged >= self.lines:
+                self._suppressed += 1
+                return
+            self._logged += 1
+        log.warning(message, *args)
+
+
 class ServerBusy(wire.WireError):
     """The server already serves ``max_connections`` connections."""
 
@@ -172,6 +200,7 @@ class BackendServer:
         self.evicted = 0  # unauthenticated connections cut to make room for a newer one
         self.executed: Counter[str] = Counter()  # engine calls actually run, per method
         self.refused = 0
+        self.refusals = RefusalLog()
         self._engine_lock = threading.Lock()
         self._remembered: OrderedDict[str, list] = OrderedDict()
         self._staging = WeightStaging(staging_limit(engine))  # guarded by the engine lock
@@ -364,6 +393,11 @@ class _TCPServer(socketserver.ThreadingTCPServer):
         finally:
             self.owner._leave(request)
 
+    def handle_error(self, request, client_address) -> None:
+        """One line for a connection that failed in a way no handler foresaw (not socketserver's traceback)."""
+        exc = sys.exc_info()[1]
+        self.owner.refusals.warning("dropped the connection from %s: %s: %s", client_address, type(exc).__name__, exc)
+
 
 class _TCPServer6(_TCPServer):
     address_family = socket.AF_INET6
@@ -425,10 +459,9 @@ class _Handler(socketserver.BaseRequestHandler):
             except OSError:
                 return  # the client retries on a new connection; remembered replies survive
 
-    @staticmethod
-    def _refuse(sock: socket.socket, peer: str, exc: wire.WireError) -> None:
-        """Log, answer with the reason (best effort), and let the handler close the connection."""
-        log.warning("refused a frame from %s: %s", peer, exc)
+    def _refuse(self, sock: socket.socket, peer: str, exc: wire.WireError) -> None:
+        """Log (rate-limited), answer with the reason (best effort), and let the handler close the connection."""
+        self.server.owner.refusals.warning("refused a frame from %s: %s", peer, exc)
         try:
             sock.settimeout(DRAIN_TIMEOUT_S)
             wire.send_frame(sock, wire.encode(error_header(exc)), HELLO_MAX_BYTES)

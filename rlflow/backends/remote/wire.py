@@ -42,6 +42,7 @@ PREFIX = struct.Struct(">4sHHIQ")
 ALIGN = 16
 RECV_CHUNK = 1 << 20  # bodies larger than this are received chunk by chunk into a growing buffer
 _TUPLE_EXT = 1
+MAX_TUPLE_NESTING = 32  # tuples inside tuples; Batch.non_tensors needs two or three
 
 # Only plain numeric dtypes travel; names are torch's own (str(torch.float32) minus "torch.").
 DTYPES: dict[str, torch.dtype] = {
@@ -95,19 +96,30 @@ def _pack_default(obj: Any) -> Any:
     )
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
-    if code == _TUPLE_EXT:
-        return tuple(unpack(data))
-    raise MalformedFrame(f"unknown msgpack extension type {code}")
-
-
 def pack(obj: Any) -> bytes:
     # strict_types routes tuples (and subclasses of list/dict) to _pack_default instead of flattening them
     return msgpack.packb(obj, use_bin_type=True, strict_types=True, default=_pack_default)
 
 
-def unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
+def unpack(data: bytes, _depth: int = 0) -> Any:
+    """Decode one msgpack value. Every way the bytes can be wrong is a ``MalformedFrame``: tuples nest
+    at most ``MAX_TUPLE_NESTING`` deep (each level recurses through msgpack's C code, which a few
+    hundred levels crash), a tuple holds a list, map keys are hashable."""
+    if _depth > MAX_TUPLE_NESTING:
+        raise MalformedFrame(f"tuples nested more than {MAX_TUPLE_NESTING} deep")
+
+    def ext_hook(code: int, payload: bytes) -> Any:
+        if code != _TUPLE_EXT:
+            raise MalformedFrame(f"unknown msgpack extension type {code}")
+        items = unpack(payload, _depth + 1)
+        if not isinstance(items, list):
+            raise MalformedFrame(f"a tuple extension must hold a list, not a {type(items).__name__}")
+        return tuple(items)
+
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=ext_hook)
+    except TypeError as exc:  # a map key that cannot be hashed (a list, a map)
+        raise MalformedFrame(f"not a valid message: {exc}") from None
 
 
 def _padded(n: int) -> int:
@@ -263,14 +275,18 @@ def _check_descriptor(desc: Any) -> tuple[str, torch.dtype, list[int], int]:
     dtype = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     if dtype is None:
         raise MalformedFrame(f"tensor {name!r}: unknown dtype {dtype_name!r}; known: {', '.join(DTYPES)}")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+    if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
         raise MalformedFrame(f"tensor {name!r}: shape must be a list of non-negative ints, got {shape!r}")
     numel = 1
     for d in shape:
         numel *= d
-    if not isinstance(nbytes, int) or nbytes != numel * dtype.itemsize:
+    if not _is_count(nbytes) or nbytes != numel * dtype.itemsize:
         raise MalformedFrame(f"tensor {name!r}: {nbytes!r} bytes do not match shape {shape} of {dtype_name}")
     return str(name), dtype, shape, nbytes
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def batch_to_wire(batch: Batch) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

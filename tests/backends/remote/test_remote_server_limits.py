@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+import msgpack
 import psutil
 import pytest
 from remote_helpers import HERE, TOKEN
@@ -190,3 +191,45 @@ def test_an_idle_authenticated_connection_is_closed_and_a_client_reconnects(serv
     time.sleep(1.0)
     client.call("set_global_steps", {"global_steps": 2})  # its connection was closed meanwhile: it reconnects
     client.close()
+
+
+def _hostile_headers() -> list[bytes]:
+    """Pre-auth frame headers that crashed the server (nested tuples: SIGSEGV) or raised in its thread."""
+    nested = msgpack.packb([])
+    for _ in range(300):
+        nested = msgpack.packb(msgpack.ExtType(1, nested))
+    return [
+        msgpack.packb({"kind": "hello", "x": msgpack.ExtType(1, nested)}),
+        msgpack.packb({(1, 2): 1}),
+        msgpack.packb({"kind": "hello", "x": msgpack.ExtType(1, msgpack.packb(5))}),
+        msgpack.packb({"kind": "hello", "tensors": [{"name": "x", "dtype": "uint8", "shape": [True], "nbytes": 1}]}),
+    ]
+
+
+def test_malformed_frames_before_the_hello_are_refused_in_bounded_log_lines(tmp_path):
+    """A stranger's frames under 1 KB once killed the server; now each is one refusal, the log is capped
+    per window, and a client with the token is served throughout."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+    log_path = tmp_path / "server.log"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, TOKEN, "{}"], stdout=subprocess.PIPE, stderr=log, text=True, env=env
+        )
+    try:
+        handle = json.loads(proc.stdout.readline())
+        frames = _hostile_headers()
+        for i in range(200):
+            header = frames[i % len(frames)]
+            with socket.create_connection((handle["host"], handle["port"]), timeout=5) as sock:
+                sock.sendall(wire.PREFIX.pack(wire.MAGIC, wire.PROTOCOL_VERSION, 0, len(header), 0) + header)
+                reply, _, _ = wire.recv_frame(sock, 1 << 20)  # answered with the reason, then closed
+                assert reply["kind"] == "error" and reply["error"]["type"] == "MalformedFrame", reply
+        assert proc.poll() is None, f"the server died (exit {proc.returncode})"
+        assert BackendClient(handle, retries=0).call("set_global_steps", {"global_steps": 1}) is None
+    finally:
+        proc.kill()
+        proc.wait()
+    text = log_path.read_text()
+    assert "Traceback" not in text
+    refusals = text.count("refused a frame")
+    assert 1 <= refusals <= 20, refusals  # 200 refusals in a few seconds: one window's cap

@@ -135,3 +135,41 @@ def test_sender_refuses_oversized_message_before_sending():
     with a, b:
         with pytest.raises(wire.FrameTooLarge, match="exceeds max_message_bytes=1024"):
             wire.send_frame(a, wire.encode({}, {"x": torch.zeros(1024)}), 1024)
+
+
+def _nested_tuples(depth: int) -> bytes:
+    data = msgpack.packb([])
+    for _ in range(depth):
+        data = msgpack.packb(msgpack.ExtType(1, data))
+    return data
+
+
+@pytest.mark.parametrize("depth", [33, 250, 5000])
+def test_deeply_nested_tuples_are_refused_not_a_crash(depth):
+    """Each tuple level recursed through msgpack's C code: a few hundred levels were a SIGSEGV."""
+    body = msgpack.packb({"kind": "hello", "x": msgpack.ExtType(1, _nested_tuples(depth))})
+    err = _raw((wire.MAGIC, wire.PROTOCOL_VERSION, 0, len(body), 0), body)
+    assert isinstance(err, wire.MalformedFrame) and "nested more than 32 deep" in str(err)
+
+
+def test_tuples_as_deep_as_the_bound_still_round_trip():
+    value: object = "leaf"
+    for _ in range(wire.MAX_TUPLE_NESTING):
+        value = (value,)
+    assert wire.unpack(wire.pack(value)) == value
+
+
+@pytest.mark.parametrize(
+    "header, says",
+    [
+        (msgpack.packb({(1, 2): 1}), "unhashable"),  # a map with a list key
+        (msgpack.packb({"x": msgpack.ExtType(1, msgpack.packb(5))}), "must hold a list"),  # a tuple of an int
+        (msgpack.packb({"x": msgpack.ExtType(9, b"")}), "unknown msgpack extension type 9"),
+        (msgpack.packb({"tensors": [{"name": "x", "dtype": "float32", "shape": [True], "nbytes": 4}]}), "shape"),
+        (msgpack.packb({"tensors": [{"name": "x", "dtype": "bool", "shape": [1], "nbytes": True}]}), "do not match"),
+        (msgpack.packb({"tensors": ["x"]}), "bad tensor descriptor"),
+    ],
+)
+def test_malformed_headers_are_malformed_frames(header, says):
+    err = _raw((wire.MAGIC, wire.PROTOCOL_VERSION, 0, len(header), 0), header)
+    assert isinstance(err, wire.MalformedFrame) and says in str(err)
