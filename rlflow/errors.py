@@ -6,7 +6,17 @@ The CLI turns these into one-line messages and an exit code, with no traceback u
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import asdict, dataclass
+
+
+def printable(text: str) -> str:
+    """``text`` as one line a terminal shows as it is: control characters (newlines included), bidirectional
+    overrides and other invisible format characters become ``\\uXXXX``, so a name a user or a file chose
+    cannot break the line or reorder what is shown."""
+    return "".join(
+        f"\\u{ord(ch):04x}" if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs") else ch for ch in text
+    )
 
 
 @dataclass(frozen=True, order=True)
@@ -27,7 +37,7 @@ class Diagnostic:
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}:{self.col}: " if self.file else ""
         what = f"{self.path}: {self.message}" if self.path else self.message
-        return where + what + (f" ({self.fix})" if self.fix else "")
+        return printable(where + what + (f" ({self.fix})" if self.fix else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,3 +137,8 @@ class RunDirInUse(RlflowError):
 
 class ClusterUnreachable(ResourceError):
     """The Ray cluster named in rlflow.yaml cannot be reached or refuses this driver (the address is named)."""
+
+
+class NodesLackPaths(ResourceError):
+    """Nodes of a joined cluster do not see the files the run's workers open, or its run directory (each node
+    and path is named)."""

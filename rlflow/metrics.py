@@ -4,7 +4,9 @@ verl's V1 trainer hands ``verl.trainer.ppo.metric_utils`` a ``DataProto`` of the
 ``verl_view`` builds the same from rlflow's ``Batch`` and these functions call verl's:
 ``compute_data_metrics`` (without a critic: ``critic/score|rewards|advantages|returns/*``,
 ``response_length/*``, ``response_length_non_aborted/*``, ``response/aborted_ratio``,
-``prompt_length/*``, and after a multi-turn rollout ``num_turns/*`` and ``tool_call_counts/*``),
+``prompt_length/*``, ``num_turns/*`` (2 per row after a single-turn rollout, verl's
+``SingleTurnAgentLoop``; the V1 trainer logs them again as ``training/num_turns/*``) and after a
+multi-turn rollout ``tool_call_counts/*``),
 ``compute_timing_metrics`` (``timing_s/*``, ``timing_per_token_ms/*``),
 ``compute_throughout_metrics`` (``perf/total_num_tokens|time_per_step|throughput``) and, when the
 rollout kept its log-probs, the rollout-vs-actor comparison verl runs because
@@ -24,12 +26,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from rlflow.batch import Batch, response_span
 
 if TYPE_CHECKING:  # pragma: no cover
     from verl import DataProto
 
 SEQLEN_PREFIX = "global_seqlen"  # verl's _balance_batch logging_prefix
+SINGLE_TURN = 2  # verl's num_turns of a single-turn rollout (SingleTurnAgentLoop)
 PER_TOKEN = ("response_mask", "token_level_scores", "token_level_rewards", "advantages", "returns")
 
 
@@ -51,12 +56,19 @@ def verl_view(batch: Batch, fields: tuple[str, ...] = PER_TOKEN) -> DataProto:
     view = DataProto.from_dict(
         tensors=tensors, meta_info={"global_token_num": (prompt_length + response_length).tolist()}
     )
-    # a multi-turn rollout's per-row counts: verl's compute_data_metrics reports num_turns/*, tool_call_counts/*
-    if "num_turns" in batch:
-        view.non_tensor_batch["__num_turns__"] = batch["num_turns"].cpu().numpy()
+    # per-row counts: verl's compute_data_metrics reports num_turns/* and a multi-turn rollout's tool_call_counts/*
+    view.non_tensor_batch["__num_turns__"] = num_turns(batch)
     if "tool_call_counts" in batch:
         view.non_tensor_batch["tool_call_counts"] = batch["tool_call_counts"].cpu().numpy()
     return view
+
+
+def num_turns(batch: Batch) -> np.ndarray:
+    """Each row's verl ``num_turns``: a multi-turn rollout's own, else 2 (a prompt and one answer), as verl's
+    ``SingleTurnAgentLoop`` counts every single-turn rollout."""
+    if "num_turns" in batch:
+        return batch["num_turns"].cpu().numpy()
+    return np.full(len(batch), SINGLE_TURN, dtype=np.int32)
 
 
 def compute_data_metrics(batch: Batch) -> dict[str, Any]:
@@ -65,7 +77,14 @@ def compute_data_metrics(batch: Batch) -> dict[str, Any]:
 
     if len(batch) == 0 or any(name not in batch for name in ("prompt_mask", *PER_TOKEN)):
         return {}
-    metrics = verl_data_metrics(verl_view(batch), use_critic=False)
+    view = verl_view(batch)
+    if "rollout_rs_mask" in batch:
+        # verl's advantage step writes the rejection mask over response_mask, so its
+        # critic/advantages|returns/* are over the kept tokens (the lengths stay the responses')
+        view.batch["response_mask"] = batch["rollout_rs_mask"][:, : view.batch["responses"].shape[-1]]
+    metrics = verl_data_metrics(view, use_critic=False)
+    # verl's V1 trainer logs the step's turns twice: compute_data_metrics' and its own training/num_turns/*
+    metrics.update({f"training/{key}": value for key, value in metrics.items() if key.startswith("num_turns/")})
     # num_turns/* come out as numpy integers; the step's metrics are JSON
     return {key: value.item() if hasattr(value, "item") else value for key, value in metrics.items()}
 
@@ -79,7 +98,8 @@ def compute_seqlen_metrics(batch: Batch, dp: int = 1) -> dict[str, Any]:
         return {}
     if "prompt_mask" not in batch or "response_mask" not in batch:
         return {}
-    seqlens = (batch["prompt_mask"].sum(-1) + batch["response_mask"].sum(-1)).tolist()
+    # verl sums its attention mask: a transcript's tool answers count (balance_batch's lengths too)
+    seqlens = (batch["prompt_mask"].sum(-1) + response_span(batch["response_mask"]).sum(-1)).tolist()
     rows = len(seqlens)
     shards = [list(range(r * rows // dp, (r + 1) * rows // dp)) for r in range(dp)]
     # verl's sums before balancing take dp chunks of equal size: placeholder rows of no tokens make them so

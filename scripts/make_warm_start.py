@@ -3,6 +3,7 @@
     python scripts/make_warm_start.py                   # remakes rlflow/assets/models/tiny-sql-warm (8 min, 1 core)
     python scripts/make_warm_start.py --task ranking    # remakes rlflow/assets/models/tiny-rank-warm (1 min)
     python scripts/make_warm_start.py --task bird_agent # remakes rlflow/assets/models/tiny-sql-agent (from tiny-sql-warm)
+    python scripts/make_warm_start.py --task tools --pipeline PIPELINE --out DIR  # your tools on your data
     python scripts/make_warm_start.py [--task bird] [--out DIR] [--seed 0] [--train-questions 0]
                                       [--steps N] [--lr LR] [--batch-size B]
 
@@ -45,6 +46,10 @@ Design decisions:
   rows, an answer). Stopped at 50 steps it samples
   (at temperature 1) malformed calls too often for GRPO to start from (sampled reward 0.04-0.11,
   two calls in three unparsable); at 100 the sampled reward is 0.17-0.31.
+- Your own tools (``tools``): the same kind of transcripts for any pipeline with an enabled
+  ``multi_turn`` block, from its own tool files and its train rows' demonstration calls
+  (``extra_info["tool_calls"]``), starting from its ``model.path``; see ``scripts/warm_start_tools.py``.
+  The record holds the greedy agent loop's mean score, turns, tool calls and tool error ratio.
 - Deterministic on one machine: seeded initialisation, seeded shuffling, deterministic
   algorithms; a constant learning rate after a short warmup, so ``--steps`` alone says where
   it stopped. Another CPU or thread count may round differently, so a rerun elsewhere gives
@@ -102,6 +107,9 @@ TASKS = {
         init="rlflow/assets/models/tiny-sql-warm",
         agent=True,
     ),
+    # --pipeline names the pipeline (its project root holds the data and tools), --out the new model, and
+    # training starts from the pipeline's own model.path
+    "tools": Task("", (), "", 60, 5e-4, 8, init="", agent=True),
     "ranking": Task(
         "pipelines/ranking_grpo.yaml",
         (f"rank_model_path={BUILTIN}",),
@@ -116,6 +124,7 @@ TASKS = {
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=sorted(TASKS), default="bird", help="which shipped pipeline to warm-start")
+    p.add_argument("--pipeline", default=None, help="--task tools: your pipeline, with an enabled multi_turn block")
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set for the pipeline")
     p.add_argument("--out", default=None, help="output Hugging Face directory (default: the task's asset folder)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the shuffling")
@@ -136,6 +145,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shipped weights were made with 1)")
     args = p.parse_args(argv)
     task = TASKS[args.task]
+    if (args.task == "tools") != bool(args.pipeline) or (args.task == "tools" and not args.out):
+        p.error(
+            "--task tools takes --pipeline (yours, with multi_turn enabled) and --out (a new model folder); "
+            "the shipped tasks take neither --pipeline"
+        )
     args.out = args.out or task.out
     args.steps = args.steps or task.steps
     args.lr = args.lr or task.lr
@@ -144,17 +158,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 # ---- data -------------------------------------------------------------------------------------
-def load_splits(task: Task, sets: list[str]):
-    """(spec, tokenizer, train dataset, dev dataset) with the pipeline's own prompt building."""
+def load_splits(task: Task, sets: list[str], pipeline: str | None = None):
+    """(spec, tokenizer, train dataset, dev dataset, project root) with the pipeline's own prompt building;
+    ``pipeline``: a pipeline of the user's (``--task tools``), whose project root is its own."""
     from rlflow.check import load_pipeline
     from rlflow.data import load_split
     from rlflow.data.tokenizer import load_tokenizer
 
-    spec = load_pipeline(ROOT / task.pipeline, sets=[*task.sets, *sets]).spec
-    tokenizer = load_tokenizer(spec.model, ROOT)
-    train = load_split(spec, "train", ROOT, tokenizer)
-    dev = load_split(spec, "val", ROOT, tokenizer)
-    return spec, tokenizer, train, dev
+    loaded = load_pipeline(Path(pipeline) if pipeline else ROOT / task.pipeline, sets=[*task.sets, *sets])
+    spec, root = loaded.spec, loaded.project.root if pipeline else ROOT
+    tokenizer = load_tokenizer(spec.model, root)
+    train = load_split(spec, "train", root, tokenizer)
+    dev = load_split(spec, "val", root, tokenizer)
+    return spec, tokenizer, train, dev, root
 
 
 def target_text(reward_info: dict, data_format: str) -> str:
@@ -280,7 +296,7 @@ def batches(num_rows: int, batch_size: int, seed: int):
 class Scorer:
     """The pipeline's own reward stage, run here on greedy answers."""
 
-    def __init__(self, spec) -> None:
+    def __init__(self, spec, root: Path = ROOT) -> None:
         from rlflow.plan.compile import compile_plan
         from rlflow.stages import get_stage_kind
         from rlflow.stages.base import StageContext
@@ -288,10 +304,14 @@ class Scorer:
         stage = compile_plan(spec).first_with_role("reward")
         self.kind = get_stage_kind(stage.kind)()
         config = self.kind.parse_config(dict(stage.config))
-        self.ctx = StageContext(spec, config, stage.name, reads=stage.reads, project_root=str(ROOT))
+        self.ctx = StageContext(spec, config, stage.name, reads=stage.reads, project_root=str(root))
 
     def __call__(self, batch) -> list[dict]:
-        return self.kind.run(self.ctx.inputs(batch), self.ctx)["reward_extra"]
+        return self.scored(batch)["reward_extra"]
+
+    def scored(self, batch):
+        """The reward stage's output on ``batch``: ``scores`` and ``reward_extra``."""
+        return self.kind.run(self.ctx.inputs(batch), self.ctx)
 
 
 @torch.no_grad()
@@ -324,8 +344,12 @@ def accuracy(model, tokenizer, dataset, scorer, limit: int = 0, batch_size: int 
 
 
 @torch.no_grad()
-def agent_accuracy(model, tokenizer, dataset, scorer, spec, limit: int = 0, batch_size: int = 32) -> dict:
-    """``accuracy`` of greedy multi-turn rollouts: the agent loop with the pipeline's tools, and the mean turns."""
+def agent_accuracy(
+    model, tokenizer, dataset, scorer, spec, limit: int = 0, batch_size: int = 32, root: Path = ROOT
+) -> dict:
+    """``accuracy`` of greedy multi-turn rollouts: the agent loop with the pipeline's tools (from ``root``); also the
+    mean score, turns and tool calls per question and the tools' error ratio (``acc``/``format_ok``: 0 for a
+    reward that has none)."""
     from dataclasses import replace
 
     from rlflow.backends.agent_loop import ToolTurn, rows_tools_kwargs, run_agent_loop
@@ -347,10 +371,11 @@ def agent_accuracy(model, tokenizer, dataset, scorer, spec, limit: int = 0, batc
         responses, got = sample(model, ids, mask, replace(params, max_new_tokens=max_new))
         return [(responses[i, :n].tolist(), [0.0] * n) for i, n in enumerate(got.sum(-1).tolist())]
 
-    runner = ToolRunner(config, ROOT)
+    runner = ToolRunner(config, root)
     render = ToolTurn(tokenizer).tokens
     count = min(limit or len(dataset), len(dataset))
-    totals = {"acc": 0.0, "format_ok": 0.0, "num_turns": 0.0}
+    totals = {"acc": 0.0, "format_ok": 0.0, "num_turns": 0.0, "score": 0.0, "tool_calls": 0.0}
+    failed = 0
     model.eval()
     try:
         for start in range(0, count, batch_size):
@@ -368,13 +393,18 @@ def agent_accuracy(model, tokenizer, dataset, scorer, spec, limit: int = 0, batc
             )
             batch["response_mask"] = torch.ones((len(rows), 1), dtype=torch.long)
             batch["response_text"] = [tokenizer.decode(r.tokens, skip_special_tokens=True) for r in rows]
-            for extra, row in zip(scorer(batch), rows, strict=True):
-                totals["acc"] += extra["acc"]
-                totals["format_ok"] += extra["format_ok"]
+            scored = scorer.scored(batch)
+            for extra, score, row in zip(scored["reward_extra"], scored["scores"], rows, strict=True):
+                totals["acc"] += extra.get("acc", 0.0)
+                totals["format_ok"] += extra.get("format_ok", 0.0)
                 totals["num_turns"] += row.num_turns
+                totals["score"] += float(score)
+                totals["tool_calls"] += len(row.calls)
+                failed += sum(call.error for call in row.calls)
     finally:
         runner.close()
-    return {k: v / max(count, 1) for k, v in totals.items()} | {"questions": count}
+    error_ratio = failed / totals["tool_calls"] if totals["tool_calls"] else 0.0
+    return {k: v / max(count, 1) for k, v in totals.items()} | {"tool_error_ratio": error_ratio, "questions": count}
 
 
 # ---- training ---------------------------------------------------------------------------------
@@ -422,15 +452,16 @@ def main(argv: list[str] | None = None) -> int:
     from rlflow.schemas.pipeline import ModelSpec
 
     task = TASKS[args.task]
-    spec, tokenizer, train_set, dev_set = load_splits(task, args.sets)
-    scorer = Scorer(spec)
+    spec, tokenizer, train_set, dev_set, root = load_splits(task, args.sets, args.pipeline)
+    scorer = Scorer(spec, root)
     n = spec.data.max_response_length
-    model = load_model(ModelSpec(path=task.init), tokenizer, seed=args.seed, root=ROOT).float()
+    base = ModelSpec(path=task.init) if task.init else spec.model  # --task tools: the pipeline's own model
+    model = load_model(base, tokenizer, seed=args.seed, root=root).float()
     torch.manual_seed(args.seed)
 
     def measure(model, dataset, limit: int = 0) -> dict:
         if task.agent:
-            return agent_accuracy(model, tokenizer, dataset, scorer, spec, limit)
+            return agent_accuracy(model, tokenizer, dataset, scorer, spec, limit, root=root)
         return accuracy(model, tokenizer, dataset, scorer, limit, max_new_tokens=n)
 
     def report(step: int) -> None:
@@ -446,16 +477,25 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     chosen = subset(len(train_set), args.train_questions, args.seed)
-    if task.agent:
+    figures: dict = {}
+    if args.task == "tools":
+        from warm_start_tools import DemoError, tool_rows
+
+        try:
+            rows, figures = tool_rows(train_set, tokenizer, spec, root, lambda i: target_text(i, spec.data.format))
+        except DemoError as exc:
+            raise SystemExit(f"make_warm_start: {exc}") from None
+    elif task.agent:
         rows = agent_rows(train_set, tokenizer, spec, args.seed)
     else:
         rows = sft_rows(train_set, tokenizer, spec.data.format)
     history = train(model, [rows[i] for i in chosen], args, report)
-    out = (ROOT / args.out) if not Path(args.out).is_absolute() else Path(args.out)
+    out = Path(args.out) if args.task == "tools" else ROOT / args.out  # yours: from the working directory
     meta = {
-        "base": task.init,
+        "base": base.path,
         "task": args.task,
-        "pipeline": task.pipeline,
+        "pipeline": args.pipeline or task.pipeline,
+        **figures,
         "trained_on": str(train_set.source.name),
         "train_questions": len(chosen),
         "seed": args.seed,
@@ -470,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     if spec.data.format != "verl":
         meta["train_question_ids"] = [train_set[i].reward_info["extra_info"]["question_id"] for i in chosen]
     save(model, tokenizer, out, meta)
-    reloaded = load_model(ModelSpec(path=str(out)), tokenizer, seed=args.seed)
+    reloaded = load_model(ModelSpec(path=str(out.absolute())), tokenizer, seed=args.seed)
     meta["greedy_acc"] = {"train": measure(reloaded, train_set), "dev": measure(reloaded, dev_set)}
     (out / "warm_start.json").write_text(json.dumps(meta, indent=2) + "\n")
     log.info(

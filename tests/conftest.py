@@ -16,3 +16,19 @@ def pytest_runtest_setup(item):
 
     if not torch.cuda.is_available():
         pytest.skip("RLFLOW_TEST_GPU=1, but torch sees no CUDA GPU")
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB filesystem (a tmpfs; mounting needs root): a full disk for what writes more than that."""
+    import subprocess
+
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)

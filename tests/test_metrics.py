@@ -36,9 +36,7 @@ DIFFERENCES = {
     "timing_s/update_critic": "the critic's update; GRPO has no critic",
     "timing_per_token_ms/values": "the critic's forward; GRPO has no critic",
     "timing_per_token_ms/update_critic": "the critic's update; GRPO has no critic",
-    "num_turns/": "logged after a multi-turn rollout only (generate's multi_turn.enable); this pipeline is single-turn",
-    "tool_call_counts/": "logged after a multi-turn rollout only, as num_turns/*",
-    "training/num_turns/": "verl V1's copy of num_turns/*; rlflow logs num_turns/* once",
+    "tool_call_counts/": "logged after a multi-turn rollout only (verl 0.9.1's agent loop never fills the field)",
     "timing_s/dump_rollout_generations": "verl's trainer.rollout_data_dir dump; rlflow has no such option",
 }
 # names only rlflow logs (docs/metrics.md describes each)
@@ -96,12 +94,26 @@ def same(a: float, b: float) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-6, abs=1e-9)
 
 
+def single_turn_proto(batch: Batch):
+    """``full_width_proto`` with the turns verl's ``SingleTurnAgentLoop`` gives every row (``num_turns=2``)."""
+    import numpy as np
+
+    data = full_width_proto(batch)
+    data.non_tensor_batch["__num_turns__"] = np.full(len(batch), 2, dtype=np.int32)
+    return data
+
+
+def with_v1_turns(metrics: dict) -> dict:
+    """verl's V1 trainer's step metrics add its ``training/num_turns/*``: the same turns again."""
+    return {**metrics, **{f"training/{k}": v for k, v in metrics.items() if k.startswith("num_turns/")}}
+
+
 def test_data_metrics_are_verls_with_clip_ratios_against_the_longest_row():
     from verl.trainer.ppo.metric_utils import compute_data_metrics as verl_data_metrics
 
     batch = step_batch()
     ours = compute_data_metrics(batch)
-    theirs = verl_data_metrics(full_width_proto(batch), use_critic=False)
+    theirs = with_v1_turns(verl_data_metrics(single_turn_proto(batch), use_critic=False))
     assert set(ours) == set(theirs)
     for name, value in theirs.items():
         if not name.endswith("clip_ratio"):
@@ -116,6 +128,7 @@ def test_data_metrics_are_verls_with_clip_ratios_against_the_longest_row():
 def test_multi_turn_data_metrics_are_verls():
     """A transcript's mask has 0 on tool answers: lengths count them (verl's attention mask), num_turns/* too."""
     from verl.trainer.ppo.metric_utils import compute_data_metrics as verl_data_metrics
+    from verl.utils.seqlen_balancing import log_seqlen_unbalance
 
     batch = step_batch()
     holes = batch["response_mask"].clone()
@@ -128,12 +141,57 @@ def test_multi_turn_data_metrics_are_verls():
     data.batch["attention_mask"][:, P:] = step_batch()["response_mask"]
     data.non_tensor_batch["__num_turns__"] = batch["num_turns"].numpy()
     data.non_tensor_batch["tool_call_counts"] = batch["tool_call_counts"].numpy()
-    ours, theirs = compute_data_metrics(batch), verl_data_metrics(data, use_critic=False)
+    ours, theirs = compute_data_metrics(batch), with_v1_turns(verl_data_metrics(data, use_critic=False))
     assert set(ours) == set(theirs) and ours["num_turns/mean"] == 2.5 and ours["tool_call_counts/max"] == 1
+    assert ours["training/num_turns/min"] == 2 and ours["training/num_turns/max"] == 4
     for name, value in theirs.items():
         if not name.endswith("clip_ratio"):
             assert same(ours[name], float(value)), name
     assert ours["response_length/max"] == 5  # the tool tokens count: verl's attention mask, not the loss mask
+    seqlens = data.batch["attention_mask"].sum(-1).tolist()
+    assert compute_seqlen_metrics(batch) == log_seqlen_unbalance(seqlens, [list(range(8))], "global_seqlen")
+
+
+def test_a_single_turn_step_logs_verls_two_turns_every_step():
+    """verl's SingleTurnAgentLoop gives every row num_turns=2; its V1 trainer logs num_turns/* and
+    training/num_turns/* from them each step."""
+    from verl.trainer.ppo.metric_utils import compute_data_metrics as verl_data_metrics
+
+    batch = step_batch()
+    assert "num_turns" not in batch
+    ours = compute_data_metrics(batch)
+    theirs = with_v1_turns(verl_data_metrics(single_turn_proto(batch), use_critic=False))
+    names = [f"{p}num_turns/{s}" for p in ("", "training/") for s in ("mean", "max", "min")]
+    assert {name: ours[name] for name in names} == {name: theirs[name] for name in names} == dict.fromkeys(names, 2)
+
+
+def test_advantages_and_returns_are_over_the_tokens_the_rejection_kept():
+    """verl's V1 advantage step writes ``rollout_rs``'s mask over ``response_mask`` before its step metrics."""
+    import numpy as np
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.metric_utils import compute_data_metrics as verl_data_metrics
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+    batch = step_batch()
+    data = full_width_proto(batch)
+    data, _ = compute_rollout_correction_and_add_to_batch(
+        data, RolloutCorrectionConfig(rollout_is=None, rollout_rs="seq_mean_k1", rollout_rs_threshold="0.99_1.01")
+    )
+    kept = data.batch["response_mask"]
+    assert 0 < kept.sum() < batch["response_mask"].sum(), "the threshold rejects some rows, not all"
+    uids = np.array(list("aabbccdd"), dtype=object)
+    advantages, returns = core_algos.compute_grpo_outcome_advantage(batch["token_level_rewards"], kept, uids)
+    data.batch["advantages"], data.batch["returns"] = advantages, returns
+    batch["advantages"], batch["returns"], batch["rollout_rs_mask"] = advantages, returns, kept.clone()
+
+    ours, theirs = compute_data_metrics(batch), verl_data_metrics(data, use_critic=False)
+    for family in ("critic/advantages/", "critic/returns/"):
+        for stat in ("mean", "max", "min"):
+            assert same(ours[family + stat], float(theirs[family + stat])), family + stat
+    assert ours["response_length/mean"] == float(batch["response_mask"].sum(-1).float().mean())  # every token
+    plain = batch.select([k for k in batch.keys() if k != "rollout_rs_mask"])
+    assert compute_data_metrics(plain)["critic/advantages/mean"] != pytest.approx(ours["critic/advantages/mean"])
 
 
 def test_data_metrics_need_the_reward_and_advantage_fields():
@@ -252,6 +310,7 @@ def test_a_run_logs_every_verl_metric_name_but_the_named_differences(two_steps):
     extra = logged - verl
     assert sorted(k for k in extra if not k.startswith(RLFLOW_ONLY + VALIDATION)) == []
     assert any(k.startswith("val-core/") for k in extra)
-    assert len(expected) == 92 and len(verl) == 110  # counts quoted in docs/metrics.md
+    assert len(expected) == 98 and len(verl) == 110  # counts quoted in docs/metrics.md
+    assert last["num_turns/mean"] == last["training/num_turns/max"] == 2  # single-turn, as verl counts it
     assert last["training/rollout_probs_diff_max"] < 1e-3  # the torch rollout samples from the actor itself
     assert 0 < last["perf/mfu/actor"] and last["response_length/clip_ratio"] > 0

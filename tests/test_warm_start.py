@@ -143,3 +143,97 @@ def test_the_agent_warm_start_calls_its_tool_first(warm):
     calls = [parse_tool_calls(t)[1] for t in texts]
     assert all(len(c) == 1 for c in calls)  # one call each, well-formed or answered with the parse error
     assert sum(c[0].name == "run_sql" and c[0].error is None for c in calls) >= PROMPTS // 4, texts
+
+
+def _calculator_project(root: Path) -> Path:
+    """A project of one's own: a @function_tool file, verl-format rows whose extra_info names the demonstration
+    call, a reward function, and an agent pipeline on the built-in model; returns the pipeline."""
+    (root / "tools").mkdir(parents=True)
+    (root / "data").mkdir()
+    (root / "pipelines").mkdir()
+    (root / "rlflow.yaml").write_text("runs_dir: runs\n")
+    (root / "tools" / "calc.py").write_text((ROOT / "tests" / "tools" / "assets" / "function_tools.py").read_text())
+    rows = [
+        {
+            "data_source": "calc",
+            "prompt": [{"role": "user", "content": f"What is {a} times {b}? Call multiply, then answer after ####."}],
+            "reward_model": {"style": "rule", "ground_truth": str(a * b)},
+            "extra_info": {
+                "answer": f"#### {a * b}",
+                "tool_calls": [{"name": "multiply", "arguments": {"a": a, "b": b}}],
+            },
+        }
+        for a, b in [(3, 4), (2, 5), (6, 7), (8, 3), (2, 2), (3, 9)]
+    ]
+    rows[1]["extra_info"].pop("tool_calls")  # a row that answers at once
+    for name, part in (("train", rows[:4]), ("val", rows[4:])):
+        (root / "data" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    pipeline = root / "pipelines" / "agent.yaml"
+    pipeline.write_text(
+        "name: calc-agent\nmodel: {path: builtin:tiny-qwen2}\n"
+        "data: {format: verl, train: data/train.jsonl, val: data/val.jsonl, max_prompt_length: 64, "
+        "max_response_length: 128}\n"
+        "algorithm: {adv_estimator: grpo, n: 2}\ntrainer: {train_batch_size: 4, ppo_mini_batch_size: 4}\n"
+        "resources:\n  pool: {type: local, device: cpu}\nstages:\n"
+        "  - {name: generate, uses: generate, on: pool,\n"
+        "     with: {multi_turn: {enable: true, max_assistant_turns: 2, function_tool_path: tools/calc.py}}}\n"
+        '  - {name: reward, uses: reward_function, on: pool, with: {function: "rlflow.reward.math_answer:compute_score"}}\n'
+        "  - {name: old_log_prob, uses: old_log_prob, on: pool}\n"
+        "  - {name: advantage, uses: grpo_advantage, on: driver}\n"
+        "  - {name: update_actor, uses: update_actor, on: pool}\n"
+        "  - {name: sync_weights, uses: sync_weights, on: pool}\n"
+    )
+    return pipeline
+
+
+def test_transcripts_of_your_own_tools_run_them_and_train_on_the_models_turns_only(tmp_path, monkeypatch):
+    from rlflow.backends.agent_loop import ToolTurn
+    from rlflow.check import load_pipeline
+    from rlflow.data import load_split
+    from rlflow.data.tokenizer import load_tokenizer
+
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from warm_start_tools import DemoError, demo_calls, tool_rows
+
+    pipeline = _calculator_project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    spec = load_pipeline(pipeline).spec
+    tokenizer = load_tokenizer(spec.model, tmp_path)
+    train = load_split(spec, "train", tmp_path, tokenizer)
+    rows, figures = tool_rows(train, tokenizer, spec, tmp_path, lambda info: info["extra_info"]["answer"])
+    assert figures == {"demonstration_calls": 3, "failed_calls": 0, "over_budget": 0}
+    prompt, target, trained = rows[0]
+    assert prompt == list(train.examples[0].input_ids)
+    call = '<tool_call>{"name": "multiply", "arguments": {"a": 3, "b": 4}}</tool_call>'
+    eos = [tokenizer.eos_token_id]
+    turn = tokenizer(call, add_special_tokens=False)["input_ids"] + eos
+    seen = ToolTurn(tokenizer).tokens(["12"])  # the tool's own answer, through the chat template
+    answer = tokenizer("#### 12", add_special_tokens=False)["input_ids"] + eos
+    assert target == turn + seen + answer
+    assert trained == [1] * len(turn) + [0] * len(seen) + [1] * len(answer)
+    assert rows[1][1] == tokenizer("#### 10", add_special_tokens=False)["input_ids"] + eos  # no calls: answers
+    with pytest.raises(DemoError, match=r"train row 2: extra_info.tool_calls\[0\] is .*; write extra_info.tool_calls"):
+        demo_calls({"tool_calls": [{"name": "multiply", "args": {}}]}, 2, 1)
+    with pytest.raises(DemoError, match="2 tool calls, but the pipeline's multi_turn allows 1 tool turns"):
+        demo_calls({"tool_calls": [{"name": "m", "arguments": {}}] * 2}, 0, 1)
+
+
+def test_a_warm_start_for_your_own_tools_at_the_smallest_size(tmp_path):
+    """scripts/make_warm_start.py --task tools, run as a user runs it from their project: two steps."""
+    import subprocess
+    import sys
+
+    pipeline = _calculator_project(tmp_path / "project")
+    command = [sys.executable, str(ROOT / "scripts" / "make_warm_start.py"), "--task", "tools"]
+    command += ["--pipeline", str(pipeline.relative_to(tmp_path / "project")), "--out", "models/calc-warm"]
+    done = subprocess.run(
+        [*command, "--steps", "2", "--batch-size", "2"], cwd=tmp_path / "project", capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "project" / "models" / "calc-warm"
+    meta = json.loads((out / "warm_start.json").read_text())
+    assert meta["task"] == "tools" and meta["base"] == "builtin:tiny-qwen2" and meta["steps"] == 2
+    assert meta["demonstration_calls"] == 3 and meta["failed_calls"] == 0
+    for split in ("train", "dev"):
+        assert {"score", "num_turns", "tool_calls", "tool_error_ratio"} <= set(meta["greedy_acc"][split])
+    assert (out / "config.json").exists() and (out / "tokenizer_config.json").exists()

@@ -7,12 +7,17 @@ spent, at ``max_assistant_turns`` or ``max_user_turns``, or on an answer without
 otherwise its hermes calls (the first ``max_parallel_calls``) run, all rows' calls of the turn in
 one message to the tool process, and their answers are appended as ``tool`` messages, rendered
 by the tokenizer's chat template (the text the conversation gains, tokenized), unless they would
-spend the budget, which ends the trajectory. Model tokens get ``response_mask`` 1 and their
-sampled log-probs; tool tokens get 0 for both. ``num_turns`` is verl's: user + assistant turns + 1.
+spend the budget, which ends the trajectory. A call verl's parser drops is dropped here too, so a
+turn of such calls only is an answer, unless ``invalid_tool_calls: error_observation`` answers
+them with their errors. Both are counted (``tool/over_budget_ratio``, ``tool/dropped_calls``) and
+warned of once. Model tokens get ``response_mask`` 1 and their sampled log-probs; tool tokens get
+0 for both. ``num_turns`` is verl's: user + assistant turns + 1.
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +25,9 @@ from dataclasses import dataclass, field
 from rlflow.tools.config import MultiTurnConfig
 from rlflow.tools.hermes import ToolCall, parse_tool_calls
 from rlflow.tools.runner import ToolResult
+from rlflow.tools.text import valid_text
+
+log = logging.getLogger(__name__)
 
 # (sequences of live rows, the most new tokens, turn) -> per row: (new tokens through EOS, their log-probs)
 Decode = Callable[[list[list[int]], int, int], list[tuple[list[int], list[float]]]]
@@ -33,6 +41,8 @@ class Trajectory:
     assistant_turns: int = 0
     user_turns: int = 0
     calls: list[ToolResult] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # why verl's parser drops each call it dropped here
+    over_budget: bool = False  # ended because its tools' answers did not fit in the response budget
 
     @property
     def num_turns(self) -> int:
@@ -40,20 +50,56 @@ class Trajectory:
 
 
 class ToolTurn:
-    """Renders tool answers as the conversation's next tokens: the chat template's delta after a model turn."""
+    """Renders tool answers as the conversation's next tokens: the chat template's delta after a model turn.
+
+    The answers are a tool's (or an error echoing the model's call) and never the template's own: a lone
+    surrogate in one becomes U+FFFD, and a control token written in one (the tokenizer's special tokens:
+    ``<|im_end|>``, EOS) is tokenized as the text it is, so an answer can neither end the model's context
+    early nor forge a turn. verl tokenizes the rendered text whole, control tokens included; an answer
+    without one gets the same ids here."""
 
     _BASE = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    _MARK = "\ue000"  # a private-use character: repeated past its longest run in the text, it is a unique marker
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.base = tokenizer.apply_chat_template(self._BASE, tokenize=False, add_generation_prompt=False)
+        special = sorted({t.content for t in tokenizer.added_tokens_decoder.values() if t.special}, key=len)
+        # longest first, so a control token that contains another is found whole
+        self.control = re.compile("|".join(re.escape(t) for t in reversed(special))) if special else None
 
     def tokens(self, texts: list[str]) -> list[int]:
+        texts = [valid_text(text) for text in texts]
+        texts, found, mark = self._hide(texts)
         messages = [*self._BASE, *({"role": "tool", "content": text} for text in texts)]
         full = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         if not full.startswith(self.base):
             raise ValueError("the chat template renders a conversation differently once a tool message follows")
-        return self.tokenizer(full[len(self.base) :], add_special_tokens=False)["input_ids"]
+        delta = full[len(self.base) :]
+        if not found:
+            return self.tokenizer(delta, add_special_tokens=False)["input_ids"]
+        pieces = re.split(f"{mark}(\\d+){mark}", delta)  # text, index of a hidden control token, text, ...
+        plain = self.tokenizer(pieces[::2], add_special_tokens=False)["input_ids"]
+        as_text = self.tokenizer(found, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        ids = list(plain[0])
+        for index, after in zip(pieces[1::2], plain[1:], strict=True):
+            ids += as_text[int(index)]
+            ids += after
+        return ids
+
+    def _hide(self, texts: list[str]) -> tuple[list[str], list[str], str]:
+        """``texts`` with each control token replaced by a marker holding its index; the tokens; the marker."""
+        if self.control is None or not any(self.control.search(text) for text in texts):
+            return texts, [], ""
+        seen = "".join([*texts, str(self.tokenizer.chat_template or "")])
+        mark = self._MARK * (max((len(run) for run in re.findall(f"{self._MARK}+", seen)), default=0) + 1)
+        found: list[str] = []
+
+        def hide(match: re.Match) -> str:
+            found.append(match.group(0))
+            return f"{mark}{len(found) - 1}{mark}"
+
+        return [self.control.sub(hide, text) for text in texts], found, mark
 
 
 def run_agent_loop(
@@ -87,6 +133,9 @@ def run_agent_loop(
             if config.max_user_turns and row.user_turns >= config.max_user_turns:
                 continue
             _, calls = parse_tool_calls(text_of(tokens))
+            if config.invalid_tool_calls == "drop":
+                row.dropped += [call.error for call in calls if call.verl_drops]
+                calls = [call for call in calls if not call.verl_drops]
             if calls:
                 pending[r] = calls[: config.max_parallel_calls]
         flat = [(r, call) for r, calls in pending.items() for call in calls]
@@ -100,6 +149,7 @@ def run_agent_loop(
             row.calls += results_of_row
             observation = render([result.text for result in results_of_row])
             if len(row.tokens) + len(observation) >= budget:
+                row.over_budget = True
                 continue
             row.tokens += observation
             row.mask += [0] * len(observation)
@@ -108,6 +158,34 @@ def run_agent_loop(
             live.append(r)
         live.sort()
     return rows
+
+
+def warn_once(rows: list[Trajectory], budget: int, warned: set[str]) -> None:
+    """The first time (per ``warned``) calls are dropped, and the first time trajectories end because their
+    tools' answers do not fit in the response budget, one warning each (verl logs every dropped call and says
+    nothing of the budget); the metrics count both every step."""
+    dropped = [error for row in rows for error in row.dropped]
+    if dropped and "dropped" not in warned:
+        warned.add("dropped")
+        log.warning(
+            "multi-turn: %d tool call(s) dropped, as verl's hermes parser drops them (the first: %s); a turn left "
+            "without calls ends its trajectory. tool/dropped_calls counts them each step "
+            "(multi_turn.invalid_tool_calls: error_observation answers them instead; logged once)",
+            len(dropped),
+            dropped[0][:200],
+        )
+    ended = sum(row.over_budget for row in rows)
+    if ended and "over_budget" not in warned:
+        warned.add("over_budget")
+        log.warning(
+            "multi-turn: %d of %d trajectories ended because a tool's answer did not fit in the response budget of "
+            "%d tokens (data.max_response_length, every turn counted), as verl ends them; tool/over_budget_ratio "
+            "counts them each step (raise data.max_response_length or lower multi_turn.max_tool_response_length; "
+            "logged once)",
+            ended,
+            len(rows),
+            budget,
+        )
 
 
 def rows_tools_kwargs(batch) -> list[dict]:
@@ -123,7 +201,8 @@ def rows_tools_kwargs(batch) -> list[dict]:
 
 
 def tool_metrics(rows: list[Trajectory]) -> dict[str, float]:
-    """Per tool: calls per trajectory, the share of calls that failed, mean seconds per call."""
+    """Per tool: calls per trajectory, the share of calls that failed, mean seconds per call; over all: the
+    same, the dropped calls per trajectory and the share of trajectories whose tool answers did not fit."""
     calls = [call for row in rows for call in row.calls]
     out: dict[str, float] = {}
     for name in sorted({call.name for call in calls}):
@@ -134,4 +213,6 @@ def tool_metrics(rows: list[Trajectory]) -> dict[str, float]:
     if rows:
         out["tool/calls"] = len(calls) / len(rows)
         out["tool/error_ratio"] = sum(call.error for call in calls) / len(calls) if calls else 0.0
+        out["tool/dropped_calls"] = sum(len(row.dropped) for row in rows) / len(rows)
+        out["tool/over_budget_ratio"] = sum(row.over_budget for row in rows) / len(rows)
     return out

@@ -5,7 +5,8 @@ name gets its did-you-mean there). These rules refuse, in one line each, the reg
 whose step needs a part rlflow does not run (a critic, REMAX's greedy baseline rollout, the
 actor's sum of squared probabilities, the rollout's own log-probs), and the settings verl would
 refuse only once training started (``dro`` without ``dro_beta``, ``gdpo`` without its reward keys, dynamic sampling without a
-metric). A knob the chosen estimator never reads is a warning, as verl would silently ignore it.
+metric). A knob the chosen estimator never reads is a warning, as verl would silently ignore it;
+so are the rollout-correction settings bypass mode leaves unused.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ def check_algorithm(subject: Subject, report: Reporter) -> None:
         return
     for key in ("adv_estimator", "loss_mode"):
         name = getattr(algo, key)
-        if name in NEEDS:
+        if name in NEEDS and not (name == "bypass_mode" and algo.rollout_correction.bypass_mode):
             message, fix = NEEDS[name]
             report(("algorithm", key), message, fix)
+    check_bypass_mode(algo, report)
     if algo.loss_mode == "dro" and algo.dro_beta is None:
         report(
             ("algorithm", "loss_mode"),
@@ -59,4 +61,36 @@ def check_algorithm(subject: Subject, report: Reporter) -> None:
             "dynamic sampling (filter_groups.enable) needs filter_groups.metric: the value whose spread decides "
             "which groups to keep",
             "set metric: reward (the score), or a key your reward function returns, such as acc",
+        )
+
+
+def check_bypass_mode(algo, report: Reporter) -> None:
+    """Bypass mode as verl's V1 trainer runs it: the configured loss against the rollout's log-probs.
+
+    V1 corrects nothing there (no importance weights, no rejection: ``rollout_is``, ``rollout_rs``
+    and ``loss_type`` are inert, a warning each). verl's legacy trainer (``apply_bypass_mode``)
+    instead swapped the loss for its ``bypass_mode`` loss, which applies them; rlflow keeps that
+    behaviour under its name, ``loss_mode: bypass_mode``, and warns that it is the legacy one.
+    """
+    rc = algo.rollout_correction
+    if not rc.bypass_mode:
+        return
+    if algo.loss_mode == "bypass_mode":
+        report.warn(
+            ("algorithm", "loss_mode"),
+            "loss_mode bypass_mode is verl's legacy trainer's bypass loss (apply_bypass_mode): PPO clip or "
+            "REINFORCE (rollout_correction.loss_type) against the rollout's log-probs, rollout_is and rollout_rs "
+            "applied inside; verl's V1 trainer keeps the configured loss in bypass mode and corrects nothing",
+            "keep it for the legacy loss, or set loss_mode: vanilla (or another loss) for V1's",
+        )
+        return
+    inert = [key for key in ("rollout_is", "rollout_rs") if getattr(rc, key) is not None]
+    inert += ["loss_type"] if rc.loss_type != "ppo_clip" else []
+    for key in inert:
+        report.warn(
+            ("algorithm", "rollout_correction", key),
+            f"{key} has no effect under bypass_mode: verl's V1 trainer corrects nothing in bypass mode, "
+            f"loss_mode {algo.loss_mode} trains against the rollout's log-probs as they are",
+            "set loss_mode: bypass_mode for verl's legacy bypass loss, which applies it, or bypass_mode: false "
+            "for the decoupled correction",
         )

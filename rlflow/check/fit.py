@@ -8,53 +8,102 @@ Design decisions:
   wants and what each node has: "pool actor_pool wants 8 GPUs on 1 node; node0 has 4".
 - A local pool is a GPU pool when its device is ``gpu``, or ``auto`` and the inventory has
   GPUs; otherwise its workers are CPU processes.
+- A pool pinned to nodes (``label_selector:``, custom ``resources:``) is placed only on the
+  inventory nodes whose ``labels`` match and whose ``resources`` hold it (``rlflow.check.packing``,
+  the rule the run-time cluster check uses too).
 - CPUs are checked in aggregate (every worker, forwarder and CPU-pool actor together),
   and each worker must fit on the largest node.
 """
 
 from __future__ import annotations
 
+from rlflow.check.packing import Ask, Room, Shortfall, place
+from rlflow.schemas.labels import describe_selector
 from rlflow.schemas.pipeline import data_parallel_size
 from rlflow.schemas.subject import Reporter, Subject
 
 
 def check_inventory(subject: Subject, inventory, report: Reporter) -> None:
     has_gpus = any(node.gpus for node in inventory.nodes)
-    free = {node.name: node.gpus for node in inventory.nodes}
-    placed: dict[str, list[str]] = {node.name: [] for node in inventory.nodes}
+    rooms = [Room(node.name, {"GPU": float(node.gpus), **node.resources}, node.labels) for node in inventory.nodes]
+    totals = {node.name: node.gpus for node in inventory.nodes}
     for name, res in subject.resources.items():
         if res.type == "local" and (res.device == "gpu" or (res.device == "auto" and has_gpus)):
-            _place_gpu_pool(name, res, inventory, free, placed, report)
+            _place_gpu_pool(name, res, rooms, totals, report)
         elif res.type == "local" and res.nnodes > len(inventory.nodes):
             report(
                 ("resources", name, "nnodes"),
                 f"pool {name} wants {res.nnodes} nodes; the inventory has {len(inventory.nodes)}",
                 f"set nnodes: {len(inventory.nodes)} or fewer",
             )
+        elif res.resources or res.label_selector:
+            _place_pinned_pool(name, res, rooms, report)
     _check_cpus(subject, inventory, report)
 
 
-def _place_gpu_pool(name, res, inventory, free, placed, report: Reporter) -> None:
+def _place_gpu_pool(name, res, rooms: list[Room], totals: dict[str, int], report: Reporter) -> None:
     want, count = res.gpus_per_node, res.nnodes
-    fitting = sorted((n for n in inventory.nodes if free[n.name] >= want), key=lambda n: free[n.name])
-    if len(fitting) >= count:
-        for node in fitting[:count]:
-            free[node.name] -= want
-            placed[node.name].append(name)
+    group = {"GPU": float(want), **{key: amount * want for key, amount in res.resources.items()}}
+    short = place([Ask(name, group, count, True, res.label_selector)], rooms)
+    if not short:
+        return
+    if short[0].resource != "GPU":
+        _report_pinned(name, res, short[0], report)
         return
     where = "1 node" if count == 1 else f"each of {count} nodes"
     report(
         ("resources", name, "gpus_per_node"),
-        f"pool {name} wants {want} GPUs on {where}; "
-        + ", ".join(_node_state(n, free, placed) for n in inventory.nodes),
+        f"pool {name} wants {want} GPUs on {where}{_labelled(res)}; "
+        + ", ".join(_node_state(room, totals[room.name]) for room in short[0].usable),
         "lower gpus_per_node or nnodes, or add nodes to the inventory",
     )
 
 
-def _node_state(node, free, placed) -> str:
-    state = f"{node.name} has {node.gpus}"
-    if placed[node.name]:
-        state += f" ({free[node.name]} free after {', '.join(placed[node.name])})"
+def _place_pinned_pool(name, res, rooms: list[Room], report: Reporter) -> None:
+    """A CPU-only pool pinned to nodes: enough nodes with its labels and custom resources (CPUs are counted
+    by ``_check_cpus``)."""
+    actors, _ = _cpu_demand(res)
+    size, count, spread = (res.gpus_per_node, res.nnodes, True) if res.type == "local" else (1, actors, False)
+    group = {key: amount * size for key, amount in res.resources.items()}
+    short = place([Ask(name, group, count, spread, res.label_selector)], rooms)
+    if short:
+        _report_pinned(name, res, short[0], report)
+
+
+def _report_pinned(name, res, short: Shortfall, report: Reporter) -> None:
+    """Why a pinned pool finds no room: no node with its labels, too few of them, or too little of a resource."""
+    count = short.ask.count
+    if not short.usable:
+        report(
+            ("resources", name, "label_selector"),
+            f"pool {name} selects nodes labelled {describe_selector(res.label_selector)}; no inventory node has them",
+            "label the nodes with ray start --labels and list them as labels: under inventory.nodes, or change label_selector",
+        )
+    elif short.resource is None:
+        report(
+            ("resources", name, "nnodes"),
+            f"pool {name} wants {count} nodes{_labelled(res)}; the inventory has {len(short.usable)}",
+            f"set nnodes: {len(short.usable)} or fewer",
+        )
+    else:
+        key, amount = short.resource, short.ask.group[short.resource]
+        where = f"on each of {count} nodes" if short.ask.spread and count > 1 else "on one node"
+        have = ", ".join(f"{room.name} has {room.free.get(key, 0.0):g}" for room in short.usable)
+        report(
+            ("resources", name, "resources"),
+            f"pool {name} wants {amount:g} of resource {key!r} {where}{_labelled(res)}; {have}",
+            "lower it, or offer more with ray start --resources and list it as resources: under inventory.nodes",
+        )
+
+
+def _labelled(res) -> str:
+    return f" labelled {describe_selector(res.label_selector)}" if res.label_selector else ""
+
+
+def _node_state(room: Room, gpus: int) -> str:
+    state = f"{room.name} has {gpus}"
+    if room.placed:
+        state += f" ({room.free['GPU']:g} free after {', '.join(dict.fromkeys(room.placed))})"
     return state
 
 

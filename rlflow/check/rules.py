@@ -12,10 +12,11 @@ reward; a ``log_prob`` stage may go under ``rollout_correction.bypass_mode``); a
 stage is present exactly when the algorithm needs a reference policy; a rollout correction has
 a rollout that keeps its log-probs; batch sizes divide the way verl needs; new weights can
 reach the rollout; the engines chosen work together; an async trainer mode can overlap the rollout with the update
-(``colocate_async`` is refused, ``separate_async`` needs the rollout on a resource of its own);
+(``colocate_async`` is refused, ``separate_async`` needs the rollout on a resource of its own, and
+under ``max_off_policy_threshold: 1`` is a warning that says what it costs);
 remote backends are registered, take the forwarders given and their ``config:`` fits the
 backend's ``config_model``; a ``clip_ratio`` that verl's loss would ignore (both bounds set) is
-a warning;
+a warning, and so is a ``multi_turn`` key verl's agent loop ignores (``multi_turn.py``);
 resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); the data
 section sets only what its format reads (``data.databases`` and ``data.prompt_template`` are for
 the text-to-SQL formats); when asked, the data files, databases and model directory exist
@@ -36,6 +37,7 @@ from rlflow.check import paths
 from rlflow.check.algorithm import check_algorithm
 from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
+from rlflow.check.multi_turn import check_multi_turn
 from rlflow.plan.compile import dataflow_problems
 from rlflow.schemas.diagnostics import parse_path, suggestion
 from rlflow.schemas.pipeline import DRIVER, TEXT2SQL_FORMATS, Pipeline, StageSpec, data_parallel_size
@@ -61,6 +63,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
         check_reference(subject, report)
     check_clip_ratio(subject, report)
     check_rollout_log_probs(subject, report)
+    check_multi_turn(subject, report)
     check_algorithm(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
@@ -386,6 +389,28 @@ def check_trainer_mode(subject: Subject, report: Reporter) -> None:
                 f"{OVERLAP_NEEDS}",
                 f"bind {stage.name} to a resource of its own, or set trainer_mode: sync",
             )
+    check_threshold_one(subject, report)
+
+
+def check_threshold_one(subject: Subject, report: Reporter) -> None:
+    """A warning with its cost: separate_async under ``max_off_policy_threshold: 1``, which lets a step train only
+    on a batch sampled by the weights of the step before, and the rollout never has those while that step trains."""
+    trainer = subject.trainer
+    if trainer.max_off_policy_threshold != 1:
+        return
+    strategy = trainer.max_off_policy_strategy
+    cost = {
+        "drop": "every batch sampled while a step trains spans 2 versions and is dropped: each step generates two "
+        "batches and waits for the second, slower than trainer_mode sync",
+        "wait": "the rollout samples nothing ahead: each step waits for its whole batch, as trainer_mode sync does, "
+        "with none of the overlap",
+    }[strategy]
+    report.warn(
+        ("trainer", "max_off_policy_threshold"),
+        f"max_off_policy_threshold 1 with trainer_mode separate_async admits only batches sampled by the weights "
+        f"of the step before; with max_off_policy_strategy {strategy}, {cost}",
+        "set max_off_policy_threshold: 2 (one step stale) or more, or trainer_mode: sync",
+    )
 
 
 def check_training_engines(subject: Subject, report: Reporter) -> None:

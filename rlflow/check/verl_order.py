@@ -7,7 +7,8 @@ A ``separate_async`` plan is compared with ``PPOTrainerSeparateAsync`` instead: 
 order (verl's V1 ``_step_once``, which both trainers share) and its start-up, with the weights
 pushed to the standalone rollout; its hybrid GPU switching (``switch_*`` timers) is left out,
 since rlflow keeps each resource to its stages. That the rollout runs ahead is the mode itself,
-not an order to compare (docs/verl_order.md). The comparisons:
+not an order to compare (docs/verl_order.md); the lane's ``parameter_sync_step`` cycles a step are
+compared with the plan's mini-batches (``rlflow.check.verl_update_cycles``). The comparisons:
 
 - what verl does, matched to rlflow stages through one table (``STEP_STAGES``, ``STARTUP_STAGES``):
   a timed stage by its timer, an untimed one (``_balance_batch``) by its call. Plan entries stand
@@ -51,6 +52,7 @@ from rlflow.check.verl_source import (
     read_trainer,
     verl_root,
 )
+from rlflow.check.verl_update_cycles import LOOP, compare_update_cycles
 from rlflow.plan.model import RESUME, Plan, PlanStage
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.stages.base import Cadence, due
@@ -123,8 +125,9 @@ KNOWN_CONDITIONS: dict[str, Known] = {
         "rollout_data_dir": Known("trainer.rollout_data_dir, which rlflow does not have", _never),
     }.items()
 }
-# Loops verl runs a stage in that still run it once per rlflow step.
-KNOWN_LOOPS = {canonical("range(self.parameter_sync_step)"): "the sync trainer's parameter_sync_step is 1"}
+# Loops verl runs a stage in that still run it once per rlflow step: the sync trainer's parameter_sync_step
+# is 1; the separate-async trainer's cycles are compared as a whole (verl_update_cycles), not stage by stage.
+KNOWN_LOOPS = {canonical(LOOP): "the update cycles of a step"}
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,7 @@ class VerlOrderReport:
     differences: tuple[str, ...] = ()
     skipped: str | None = None
     trainer: str = SYNC_TRAINER[1]  # the verl trainer compared with
+    cycles: str = ""  # separate_async: the parameter_sync_step the plan's update runs as
 
     def warnings(self) -> list[str]:
         """The lines a user sees as warnings (none when the plan runs as verl does)."""
@@ -221,7 +225,8 @@ class VerlOrderReport:
     def summary(self) -> str:
         if self.skipped:
             return self.skipped
-        lane = "" if self.trainer == SYNC_TRAINER[1] else " (trainer lane; the rollout runs ahead, as in verl)"
+        cycles = f"; {self.cycles}" if self.cycles else ""
+        lane = "" if self.trainer == SYNC_TRAINER[1] else f" (trainer lane{cycles}; the rollout runs ahead, as in verl)"
         if self.differences:
             return f"verl order: {len(self.differences)} difference(s) from {self.trainer} in {self.source}{lane}"
         return f"verl order: the plan runs as {self.trainer} in {self.source} does{lane}"
@@ -244,13 +249,15 @@ def compare_with_verl(spec: Pipeline, plan: Plan, root: Path | None = None) -> V
     except VerlSourceError as exc:
         return VerlOrderReport(source, (f"cannot read verl's {trainer[1]}: {exc}",), trainer=trainer[1])
     step = [s for s in sites.step if not HYBRID_SWITCH_TIMERS & {s.name, *s.timers}]
+    cycles = compare_update_cycles(spec, step, root) if plan.is_async else None
     differences = [
         *_phase_differences(STEP_STAGES, step, plan.step, spec, plan, step=True),
+        *(cycles.differences if cycles else ()),
         *_unknown_timers(step),
         *_timer_names(plan, step),
         *_phase_differences(startup_rows, sites.startup, plan.init, spec, plan, step=False),
     ]
-    return VerlOrderReport(source, tuple(differences), trainer=trainer[1])
+    return VerlOrderReport(source, tuple(differences), trainer=trainer[1], cycles=cycles.describe() if cycles else "")
 
 
 def _installed_source() -> str:

@@ -21,7 +21,8 @@ import typer
 
 from rlflow.cli.extras import PLOT_MODULES, require_train
 from rlflow.cli.positional_overrides import EXTRA_ARGUMENTS, reject_extra_arguments
-from rlflow.errors import RlflowError
+from rlflow.errors import CannotWrite, ConfigError, Diagnostic, RlflowError
+from rlflow.io import why_unwritable, write_output
 
 FORMATS = ("text", "mermaid", "dot", "json")
 DEFAULT_STEP_PICTURE = Path("step.svg")
@@ -57,6 +58,8 @@ def graph(
         raise typer.BadParameter("--steps chooses the steps of a --timeline", param_hint="--steps")
     if timeline is not None:
         _timeline(timeline, fmt, render, output, _step_range(steps))
+    elif pipeline.is_dir():
+        raise ConfigError([_folder_hint(pipeline)])
     else:
         _pipeline_graph(pipeline, tuple(set_ or ()), tuple(drops or ()), fmt, render, output)
 
@@ -72,6 +75,16 @@ def _pipeline_graph(
         _draw(plan, output or DEFAULT_STEP_PICTURE)
         return
     _emit(_renderer(fmt)(plan), output)
+
+
+def _folder_hint(folder: Path) -> Diagnostic:
+    """A folder given as the pipeline: a run directory is charted with ``--timeline``, and the error says so."""
+    from rlflow.plan.timeline import TRACE_FILE
+
+    if (folder / TRACE_FILE).is_file():
+        fix = f"to chart its trace: rlflow graph --timeline {folder}"
+        return Diagnostic("", 0, 0, "", f"{folder} is a run directory, not a pipeline file", fix)
+    return Diagnostic("", 0, 0, "", f"{folder} is a folder, not a pipeline file", "give a pipeline YAML file")
 
 
 def _renderer(fmt: str):
@@ -121,7 +134,7 @@ def _timeline(run_dir: Path, fmt: str, render: bool, output: Path | None, steps:
     if fmt != "text":
         raise typer.BadParameter("a timeline prints as text (or draws with --render)", param_hint="--format")
     path = tl.trace_path(run_dir)
-    spans = tl.read_trace(path)
+    spans = tl.read_trace(path, steps)  # only the chosen steps are held
     if render:
         require_train("graph --timeline --render", PLOT_MODULES)
         from rlflow.cli.plot import run_title
@@ -139,8 +152,11 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         typer.echo(text, nl=False)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_output(output, text.encode())
+    except OSError as exc:  # a full disk, /dev/full: one line, and never "wrote"
+        raise CannotWrite(why_unwritable(output, exc) + "; give -o a path you can write") from None
     typer.echo(f"wrote {output}")
 
 

@@ -13,7 +13,7 @@ import os
 import sys
 
 import rlflow.cli
-from rlflow.errors import RlflowError
+from rlflow.errors import ConfigError, RlflowError, printable
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     except RlflowError as exc:
         if os.environ.get("RLFLOW_DEBUG"):
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc if isinstance(exc, ConfigError) else printable(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
 
 

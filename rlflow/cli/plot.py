@@ -15,23 +15,33 @@ Choices:
 - The title is the pipeline's name (from ``pipeline.resolved.yaml``) and the run id.
 - A last line that does not end in a newline is skipped: the run may still be writing it.
   matplotlib is imported inside the command (on a bare ``Figure``), keeping ``rlflow --help`` fast.
+- Bounded whatever the file: it is read a line at a time (a line at most 1 MiB), a series longer than
+  ``2 * MAX_POINTS`` is averaged down as it is read, at most ``MAX_SERIES`` names are kept, and a bad
+  line (not UTF-8, not JSON, nested too deeply) is one error naming it.
+- The picture is drawn in memory and written whole (``rlflow.io.write_output``): the suffix picks the
+  format (none: PNG, under the name given), and a full disk or ``/dev/full`` is one line, not "wrote".
 """
 
 from __future__ import annotations
 
 import difflib
-import json
+import io
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
 from rlflow.cli.extras import PLOT_MODULES, require_train
-from rlflow.errors import DataError
+from rlflow.errors import CannotWrite, DataError
+from rlflow.io import read_json_lines, why_unwritable, write_output
 
 Series = dict[str, list[tuple[int, float]]]
+MAX_LINE_BYTES = 1 << 20  # one step's metrics: a few kB in verl's runs
+MAX_SERIES = 1000  # metric names; verl logs about 150 per step
+MAX_POINTS = 500  # per series, before pairs are averaged: a panel is about 800 pixels wide
 VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>[^/]+)/(?P<stat>mean@\d+)$")
 
 
@@ -45,8 +55,11 @@ class Panel:
     keys: tuple[str, ...] = ()
     pattern: str = ""
     smooth: bool = True
+    needs: str = ""  # a metric without which the panel says nothing (it is left out)
 
     def series(self, metrics: Series) -> Series:
+        if self.needs and self.needs not in metrics:
+            return {}
         chosen = {k: metrics[k] for k in self.keys if k in metrics}
         if self.pattern:
             chosen.update({k: v for k, v in sorted(metrics.items()) if re.match(self.pattern, k)})
@@ -61,7 +74,14 @@ PANELS = (
     Panel("length", "response length", "tokens", keys=("response_length/mean",)),
     Panel("kl", "KL to the reference", "kl_loss", keys=("actor/kl_loss",)),
     Panel("entropy", "entropy", "nats", keys=("actor/entropy",)),
-    Panel("turns", "turns per trajectory", "turns", keys=("num_turns/mean", "tool_call_counts/mean")),
+    # a single-turn run logs num_turns/* too (2, as verl): only a multi-turn rollout's turns are worth a panel
+    Panel(
+        "turns",
+        "turns per trajectory",
+        "turns",
+        keys=("num_turns/mean", "tool_call_counts/mean"),
+        needs="tool_call_counts/mean",
+    ),
     Panel("errors", "error rates", "share of samples", pattern=r"^reward/\w+_rate$|^tool/(.+/)?error_ratio$"),
 )
 PANEL_NAMES = tuple(p.name for p in PANELS)
@@ -77,25 +97,60 @@ def metrics_file(run: Path) -> Path:
 
 
 def read_series(path: Path) -> Series:
-    """Every numeric metric: name -> [(step, value)] in file order."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if not text.endswith("\n"):
-        lines = lines[:-1]  # a record still being written
-    series: Series = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    """Every numeric metric: name -> [(step, value)] in file order, at most ``2 * MAX_POINTS`` points each.
+
+    The file is read a line at a time, so its size does not matter; a longer series is averaged down as it is
+    read (``Downsampled``), so neither does the run's length."""
+    series: dict[str, Downsampled] = {}
+    for number, record in _records(path):
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             raise DataError(f"{path}:{number}: each line must be a JSON object with an integer 'step'")
         for key, value in record.items():
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                series.setdefault(key, []).append((record["step"], float(value)))
-    return series
+                points = series.get(key)
+                if points is None:
+                    if len(series) == MAX_SERIES:
+                        raise DataError(
+                            f"{path}:{number}: more than {MAX_SERIES} metric names, the most `rlflow plot` reads "
+                            "(is this a metrics.jsonl written by `rlflow run`?)"
+                        )
+                    points = series[key] = Downsampled()
+                points.add(record["step"], float(value))
+    return {key: points.finish() for key, points in series.items()}
+
+
+def _records(path: Path) -> Iterator[tuple[int, object]]:
+    return read_json_lines(path, MAX_LINE_BYTES, DataError)
+
+
+class Downsampled:
+    """One metric's points in bounded memory: once ``2 * MAX_POINTS`` are held, neighbours are averaged in
+    pairs and each later point stands for twice as many records, so every point is the mean of an equal
+    run of records (the last may hold fewer) at the step of its first."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[int, float]] = []
+        self.stride = 1
+        self.pending: tuple[int, float, int] | None = None  # first step, sum, records, of the point being filled
+
+    def add(self, step: int, value: float) -> None:
+        first, total, count = self.pending or (step, 0.0, 0)
+        total, count = total + value, count + 1
+        if count < self.stride:
+            self.pending = (first, total, count)
+            return
+        self.pending = None
+        self.points.append((first, total / count))
+        if len(self.points) >= 2 * MAX_POINTS:
+            pairs = zip(self.points[::2], self.points[1::2], strict=True)
+            self.points = [(a_step, (a + b) / 2) for (a_step, a), (_, b) in pairs]
+            self.stride *= 2
+
+    def finish(self) -> list[tuple[int, float]]:
+        if self.pending is None:
+            return self.points
+        first, total, count = self.pending
+        return [*self.points, (first, total / count)]
 
 
 def choose_panels(metrics: Series, names: list[str] | None) -> list[tuple[Panel, Series]]:
@@ -172,9 +227,33 @@ def draw(panels: list[tuple[Panel, Series]], output: Path, title: str, smooth: f
     for ax in axes[max(0, len(panels) - cols) : len(panels)]:
         ax.set_xlabel("step", fontsize=9)
     fig.suptitle(title, fontsize=12, fontweight="bold")
-    output.parent.mkdir(parents=True, exist_ok=True)
+    picture = io.BytesIO()
     with matplotlib.rc_context({"svg.fonttype": "none"}):
-        fig.savefig(output, dpi=130)
+        fig.savefig(picture, format=picture_format(output), dpi=130)
+    write_picture(output, picture.getvalue())
+
+
+def picture_format(output: Path) -> str:
+    """matplotlib's format for ``output``'s suffix (PNG when it has none); an error naming the known ones."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = FigureCanvasBase.get_supported_filetypes()
+    fmt = output.suffix.lower().lstrip(".") or "png"
+    if fmt not in known:
+        raise CannotWrite(
+            f"cannot draw {str(output)!r}: matplotlib writes no {output.suffix!r} files; "
+            f"give -o a name ending in .png, .svg or .pdf (or {', '.join('.' + k for k in sorted(known))})"
+        )
+    return fmt
+
+
+def write_picture(output: Path, data: bytes) -> None:
+    """Write a drawn picture whole (``write_output``); any failure is one ``CannotWrite`` line naming the path."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_output(output, data)
+    except OSError as exc:
+        raise CannotWrite(why_unwritable(output, exc) + "; give -o a path you can write") from None
 
 
 def _plot_series(ax, panel: Panel, key: str, points: list[tuple[int, float]], colour: str, smooth: float) -> None:
@@ -231,6 +310,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Draw a run's learning curves: reward, validation per data source, length, KL, entropy, errors."""
         require_train("plot", PLOT_MODULES)
+        picture_format(output)  # a suffix matplotlib cannot write is refused before the file is read
         path = metrics_file(run_dir)
         names = [n.strip() for n in metrics.split(",") if n.strip()] if metrics else None
         panels = choose_panels(read_series(path), names)

@@ -77,9 +77,15 @@ def run(
     except KeyboardInterrupt as exc:
         # the runtime has already stopped workers and backends on its way out
         terminated = isinstance(exc, Terminated)
+        checkpoint, where = getattr(exc, "checkpoint", None), getattr(exc, "run_dir", None)
+        if checkpoint is not None:
+            after = f"checkpoint {checkpoint.name} is complete (continue with --resume {where})"
+        elif where is not None:
+            after = f"no checkpoint was complete yet: {where} keeps what was logged, with nothing to resume from"
+        else:
+            after = "the run had not started"
         typer.echo(
-            f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: workers and backends were stopped; "
-            "the last complete checkpoint is usable (continue with --resume latest)",
+            f"{'terminated (SIGTERM)' if terminated else 'interrupted'}: workers and backends were stopped; {after}",
             err=True,
         )
         raise typer.Exit(143 if terminated else 130) from None

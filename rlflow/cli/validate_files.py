@@ -18,6 +18,8 @@ from pathlib import Path
 
 from rlflow.cli.positional_overrides import print_override_error
 
+MAX_PRINTED = 100  # problems printed per file; --json has every one
+
 
 def check_files(
     pipelines: Sequence[Path],
@@ -70,10 +72,12 @@ def check_files(
             if unloadable:
                 results.append({"file": str(path), "ok": False, "diagnostics": [], "text": unloadable})
                 continue
+            idle = _declared_not_run(spec)
             result = {
                 "file": str(path),
                 "ok": True,
-                "stages": len(spec.stages),
+                "stages": len(spec.stages) - len(idle),
+                **({"not_run": idle} if idle else {}),
                 "resources": len(spec.resources),
                 "diagnostics": [],
                 "warnings": [d.to_dict() for d in loaded.warnings],
@@ -85,6 +89,15 @@ def check_files(
                 result["verl_order"] = _verl_order(spec)
             results.append(result)
     return results
+
+
+def _declared_not_run(spec) -> list[str]:
+    """The declared stages the compiled step leaves out under the pipeline's settings (``old_log_prob`` under
+    ``rollout_correction.bypass_mode``, ``save_checkpoint`` with ``save_freq: -1``)."""
+    from rlflow.plan.compile import compile_plan
+
+    runs = set(compile_plan(spec).stage_names())
+    return [stage.name for stage in spec.stages if stage.name not in runs]
 
 
 def _data_problems(loaded) -> list[str]:
@@ -183,7 +196,8 @@ def _print_lines(results: list[dict]) -> None:
     for r in results:
         if r["ok"]:
             out = sys.stderr if "resolved" in r else sys.stdout  # --print keeps stdout for the YAML
-            print(f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources)", file=out)
+            idle = f"; declared but not run under these settings: {', '.join(r['not_run'])}" if "not_run" in r else ""
+            print(f"{r['file']}: ok ({r['stages']} stages, {r['resources']} resources{idle})", file=out)
             for line in r["warning_text"]:
                 print(line, file=sys.stderr)
             order = r.get("verl_order")
@@ -197,8 +211,11 @@ def _print_lines(results: list[dict]) -> None:
             print(f"{r['file']}: {r['error']}", file=sys.stderr)
         else:
             problems += len(r["text"])
-            for line in r["text"]:
+            for line in r["text"][:MAX_PRINTED]:
                 print(line, file=sys.stderr)
+            if len(r["text"]) > MAX_PRINTED:
+                left = len(r["text"]) - MAX_PRINTED
+                print(f"{r['file']}: ... and {left} more problems (every one: --json)", file=sys.stderr)
     if problems:
         bad = sum(not r["ok"] for r in results)
         print(f"{problems} problem{'s' * (problems != 1)} in {bad} file{'s' * (bad != 1)}", file=sys.stderr)

@@ -2,8 +2,11 @@
 
 The order of epoch ``e`` is a permutation drawn from ``random.Random(f"{seed}:{e}")`` (string
 seeds are hashed the same way on every platform and Python version), so any position can be
-recomputed from ``(seed, epoch, position)`` alone: that triple is the whole checkpointed state,
-and a resumed run draws exactly the batches the uninterrupted run would have drawn.
+recomputed from ``(seed, epoch, position, offset)`` alone: that is the whole checkpointed state,
+and a resumed run draws exactly the prompts the uninterrupted run would have drawn. A step takes
+a batch (``next_indices``); dynamic sampling's refills take any number of prompts (``take``), as
+verl's V1 trainer fetches them one at a time, so ``offset`` counts the prompts drawn past the
+last whole batch.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from rlflow.errors import DataError, ResumeError
 
 
 class StepSampler:
-    """Yields ``batch_size`` dataset indices per step; ``epoch`` is the epoch of the last batch drawn."""
+    """Yields dataset indices, ``batch_size`` per step; ``epoch`` is the epoch of the last prompt drawn."""
 
     def __init__(self, dataset_len: int, batch_size: int, seed: int, shuffle: bool = True) -> None:
         if batch_size <= 0:
@@ -27,7 +30,7 @@ class StepSampler:
         self.dataset_len, self.batch_size, self.seed, self.shuffle = dataset_len, batch_size, seed, shuffle
         self.steps_per_epoch = dataset_len // batch_size
         self.epoch = 0
-        self._position = 0  # batches already drawn from this epoch
+        self._drawn = 0  # prompts already drawn from this epoch
         self._order = self._permutation(0)
 
     def _permutation(self, epoch: int) -> list[int]:
@@ -37,18 +40,27 @@ class StepSampler:
         return order
 
     def next_indices(self) -> list[int]:
-        if self._position == self.steps_per_epoch:
-            self.epoch += 1
-            self._position = 0
-            self._order = self._permutation(self.epoch)
-        start = self._position * self.batch_size
-        self._position += 1
-        return self._order[start : start + self.batch_size]
+        return self.take(self.batch_size)
+
+    def take(self, count: int) -> list[int]:
+        """The next ``count`` indices; past the epoch's last whole batch they come from the next epoch."""
+        indices: list[int] = []
+        per_epoch = self.steps_per_epoch * self.batch_size
+        while len(indices) < count:
+            if self._drawn == per_epoch:
+                self.epoch += 1
+                self._drawn = 0
+                self._order = self._permutation(self.epoch)
+            part = min(count - len(indices), per_epoch - self._drawn)
+            indices += self._order[self._drawn : self._drawn + part]
+            self._drawn += part
+        return indices
 
     def state_dict(self) -> dict:
         return {
             "epoch": self.epoch,
-            "position": self._position,
+            "position": self._drawn // self.batch_size,  # whole batches drawn from this epoch
+            "offset": self._drawn % self.batch_size,  # and prompts past them
             "seed": self.seed,
             "dataset_len": self.dataset_len,
             "batch_size": self.batch_size,
@@ -62,5 +74,7 @@ class StepSampler:
         if changed:
             detail = ", ".join(f"{k}: saved {state.get(k)!r}, now {mine[k]!r}" for k in changed)
             raise ResumeError(f"cannot resume the data position: {detail}; resume with the same data and batch size")
-        self.epoch, self._position = int(state["epoch"]), int(state["position"])
+        # a checkpoint written before refills drew single prompts has no offset
+        self.epoch = int(state["epoch"])
+        self._drawn = int(state["position"]) * self.batch_size + int(state.get("offset", 0))
         self._order = self._permutation(self.epoch)

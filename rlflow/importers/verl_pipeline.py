@@ -44,7 +44,7 @@ from rlflow.schemas.pipeline import NAME_PATTERN, Pipeline
 from rlflow.schemas.validation import clean_loc
 from rlflow.schemas.verl_names import BY_VERL, ROLLOUT, VERL_NAMES, VerlName, why_not
 from rlflow.stages import STAGE_KINDS
-from rlflow.tools.config import MultiTurnConfig
+from rlflow.tools.config import IGNORED, MultiTurnConfig
 
 VERL_DEFAULT_REWARD = "verl.utils.reward_score:default_compute_score"
 ACTOR_POOL, REWARD_POOL, ROLLOUT_POOL = "actor_pool", "reward_pool", "rollout_pool"
@@ -175,13 +175,17 @@ class _Converter:
 
     def _multi_turn(self) -> None:
         """verl's ``rollout.multi_turn`` block, when enabled, as the generate stage's ``with.multi_turn`` (the
-        keys rlflow shares with verl; the others are listed). Disabled, its keys are ignored, as verl does."""
+        keys both read; those verl's agent loop ignores, and rlflow too, are listed instead). Disabled, its keys
+        are ignored, as verl does."""
         prefix = f"{ROLLOUT}.multi_turn."
-        keys = [k for k in MultiTurnConfig.model_fields if self.cfg.has(prefix + k)]
-        self.consumed.update(prefix + k for k in keys)
+        keys = [k for k in MultiTurnConfig.model_fields if self.cfg.has(prefix + k) and k not in IGNORED]
+        self.consumed.update(prefix + k for k in [*keys, *IGNORED])
         if not self.cfg.get(prefix + "enable"):
             self.consumed.update(k for k in self.cfg.set_keys if k.startswith(prefix))
             return
+        for key, why in IGNORED.items():
+            if prefix + key in self.cfg.set_keys:
+                self.drop(f"{prefix}{key}: {show(self.cfg.get(prefix + key))}: verl's agent loop ignores it, and {why}")
         block = {k: self.cfg.get(prefix + k) for k in keys if self.cfg.get(prefix + k) is not None}
         self.withs.setdefault("generate", {})["multi_turn"] = block
         for key in block:
@@ -221,7 +225,9 @@ class _Converter:
             if separate and kind == "generate":  # verl's separate_async: the rollout on GPUs of its own
                 resource = ROLLOUT_POOL
             if (kind == "ref_log_prob" and not uses_kl) or (kind == "validate" and not validates):
-                self.consumed.difference_update(n.verl for n in VERL_NAMES if n.owner == kind)
+                unused = {n.verl for n in VERL_NAMES if n.owner == kind}  # listed once: as not carried over
+                self.consumed.difference_update(unused)
+                self.out.changed = [line for line in self.out.changed if line.partition("=")[0] not in unused]
                 continue
             stage = {"name": name, "uses": kind, "on": resource}
             if self.withs.get(kind):
@@ -364,7 +370,9 @@ def _targets() -> dict[tuple, list[VerlName]]:
     """The pipeline places the table fills, each with its verl keys in the table's order."""
     targets: dict[tuple, list[VerlName]] = {}
     for name in VERL_NAMES:
-        if name.place in ("field", "stage", "pool") and name.owner != "reward_function":
+        # the reward function and the multi_turn block are converted whole (_reward, _multi_turn)
+        multi_turn = name.verl.startswith(f"{ROLLOUT}.multi_turn.")
+        if name.place in ("field", "stage", "pool") and name.owner != "reward_function" and not multi_turn:
             targets.setdefault((name.place, name.owner, name.rlflow), []).append(name)
     return targets
 

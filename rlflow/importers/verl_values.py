@@ -179,6 +179,19 @@ def _needs(key: str) -> Converter:
     return convert
 
 
+def _loss_mode(value: Any, conv: Context) -> Any:
+    """verl's bypass loss carries over beside ``rollout_correction.bypass_mode`` (verl's legacy trainer's pair)."""
+    if value == "bypass_mode" and conv.cfg.get("algorithm.rollout_correction.bypass_mode"):
+        # verl's V1 worker reads the loss's settings from actor.policy_loss.rollout_correction; rlflow
+        # has one section, so the loss applies algorithm.rollout_correction's, as the legacy trainer did
+        conv.changed(
+            "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode: verl's bypass loss applies "
+            "algorithm.rollout_correction's rollout_is, rollout_rs and loss_type (verl's legacy trainer)"
+        )
+        return value
+    return _needs("actor_rollout_ref.actor.policy_loss.loss_mode")(value, conv)
+
+
 def _device(value: Any, conv: Context) -> Any:
     if value in ("cuda", "gpu"):
         return "gpu"
@@ -251,7 +264,7 @@ CONVERTERS: dict[str, Converter] = {
     "actor_rollout_ref.actor.strategy": _strategy,
     "actor_rollout_ref.rollout.name": _rollout,
     "algorithm.adv_estimator": _needs("algorithm.adv_estimator"),
-    "actor_rollout_ref.actor.policy_loss.loss_mode": _needs("actor_rollout_ref.actor.policy_loss.loss_mode"),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": _loss_mode,
     "actor_rollout_ref.actor.policy_loss.dro_beta": _nullable,
     "trainer.device": _device,
     "trainer.v1.trainer_mode": _trainer_mode,

@@ -112,20 +112,22 @@ class Placement:
     forwarders: int = 0
     stages: tuple[str, ...] = ()
     bundle_of: tuple[int, ...] = ()  # the bundle index of each worker (several share a node-sized bundle)
+    resources: Mapping[str, float] = field(default_factory=FrozenDict)  # custom Ray resources per worker
+    label_selector: Mapping[str, str] = field(default_factory=FrozenDict)  # the nodes every bundle may use
 
     def with_device(self, device: Literal["cpu", "gpu"]) -> Placement:
         """This placement with ``device: auto`` resolved (only local pools carry a device choice)."""
         if self.type != "local" or self.device == device:
             return self
         gpus = 1.0 if device == "gpu" else 0.0
-        bundles, bundle_of = local_bundles(self.workers, self.cpus_per_worker, gpus, self.nnodes)
+        bundles, bundle_of = local_bundles(self.workers, self.cpus_per_worker, gpus, self.nnodes, self.resources)
         return replace(self, device=device, gpus_per_worker=gpus, bundles=bundles, bundle_of=bundle_of)
 
 
 def local_bundles(
-    workers: int, cpus: float, gpus: float, nnodes: int = 1
+    workers: int, cpus: float, gpus: float, nnodes: int = 1, custom: Mapping[str, float] | None = None
 ) -> tuple[tuple[Mapping[str, float], ...], tuple[int, ...]]:
-    """Bundles of a pool and each worker's bundle index.
+    """Bundles of a pool and each worker's bundle index; ``custom``: each worker's custom Ray resources.
 
     One node: one bundle per worker (placed with PACK). Several nodes: one node-sized bundle per
     node holding that node's ``workers // nnodes`` workers (placed with STRICT_SPREAD, so each
@@ -134,6 +136,7 @@ def local_bundles(
     per_node = workers // nnodes
     size = 1 if nnodes == 1 else per_node
     bundle = {"CPU": float(cpus * size), **({"GPU": float(gpus * size)} if gpus else {})}
+    bundle.update({name: float(amount * size) for name, amount in (custom or {}).items()})
     count = workers if nnodes == 1 else nnodes
     return tuple(FrozenDict(bundle) for _ in range(count)), tuple(r // size for r in range(workers))
 

@@ -12,6 +12,8 @@ Choices:
 - A cpu pool is ``workers`` CPU actors; a remote resource is ``forwarders`` CPU-only
   forwarder actors (zero GPUs: the remote backend owns its own); the driver is the driver
   process and reserves nothing.
+- A pool pinned to nodes (``resources:``, ``label_selector:``) carries its custom resources in
+  every bundle (times the workers the bundle holds); its selector applies to every bundle.
 """
 
 from __future__ import annotations
@@ -39,24 +41,29 @@ def build_placements(spec: Pipeline, entries: Iterable[PlanStage]) -> Mapping[st
 
 
 def _placement(name: str, resource: LocalPool | CpuPool | RemotePool, stages: tuple[str, ...]) -> Placement:
+    pinned = {
+        "resources": frozen_mapping(resource.resources),
+        "label_selector": frozen_mapping(resource.label_selector),
+    }
+    custom = resource.resources
     if isinstance(resource, LocalPool):
         workers = data_parallel_size(resource)
         gpus = 1.0 if resource.device == "gpu" else 0.0
-        bundles, bundle_of = local_bundles(workers, resource.cpus_per_worker, gpus, resource.nnodes)
+        bundles, bundle_of = local_bundles(workers, resource.cpus_per_worker, gpus, resource.nnodes, custom)
         return Placement(
             name=name, type="local", device=resource.device, workers=workers, nnodes=resource.nnodes,
             bundles=bundles, bundle_of=bundle_of, strategy="PACK" if resource.nnodes == 1 else "STRICT_SPREAD",
-            cpus_per_worker=resource.cpus_per_worker, gpus_per_worker=gpus, stages=stages,
+            cpus_per_worker=resource.cpus_per_worker, gpus_per_worker=gpus, stages=stages, **pinned,
         )  # fmt: skip
     if isinstance(resource, CpuPool):
         return Placement(
             name=name, type="cpu", device="cpu", workers=resource.workers, nnodes=1,
-            bundles=local_bundles(resource.workers, resource.cpus_per_worker, 0.0)[0], strategy="PACK",
-            cpus_per_worker=resource.cpus_per_worker, gpus_per_worker=0.0, stages=stages,
+            bundles=local_bundles(resource.workers, resource.cpus_per_worker, 0.0, 1, custom)[0], strategy="PACK",
+            cpus_per_worker=resource.cpus_per_worker, gpus_per_worker=0.0, stages=stages, **pinned,
         )  # fmt: skip
     return Placement(
         name=name, type="remote", device="cpu", workers=resource.forwarders, nnodes=1,
-        bundles=local_bundles(resource.forwarders, resource.cpus_per_forwarder, 0.0)[0], strategy="PACK",
+        bundles=local_bundles(resource.forwarders, resource.cpus_per_forwarder, 0.0, 1, custom)[0], strategy="PACK",
         cpus_per_worker=resource.cpus_per_forwarder, gpus_per_worker=0.0, backend=resource.backend,
-        backend_config=frozen_mapping(resource.config), forwarders=resource.forwarders, stages=stages,
+        backend_config=frozen_mapping(resource.config), forwarders=resource.forwarders, stages=stages, **pinned,
     )  # fmt: skip

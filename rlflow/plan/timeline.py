@@ -5,28 +5,28 @@
 (the first weight sync, validation before training). ``startup.jsonl`` (``phase``, ``start``,
 ``end``) holds what came before it: loading data, starting Ray, starting the pools.
 
+Both are read a line at a time (``rlflow.io.read_json_lines``) and at most ``MAX_SPANS`` spans are held
+(``--steps`` chooses which, as they are read). The chart is drawn by ``rlflow.plan.timeline_chart``,
+in bounded memory too.
+
 Design notes: docs/design/timeline.md.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlflow.errors import RlflowError
+from rlflow.io import read_json_lines
 
 TRACE_FILE = "trace.jsonl"
 STARTUP_FILE = "startup.jsonl"
 STARTUP_LANE = "start-up"
-STARTUP_COLOURS = ("0.72", "0.84")  # greys, apart from the stages' colours
-LIGHT = {"C1", "C6", "C7", "C8", "C9"}  # stage colours that take black text
-MIN_BAR_PX = 2.5  # no stage is drawn narrower: a 50 ms stage in a 10-minute run still shows
-LABEL_PX_PER_CHAR = 5.5
-STEP_LABEL_PX = 45
-BAR_HEIGHT = 0.56
 REQUIRED = ("step", "stage", "resource", "pid", "start", "end")
+MAX_LINE_BYTES = 64 << 10  # one stage call: about 150 bytes
+MAX_SPANS = 500_000  # held at once (about 100 MB); a run of 40 calls a step reaches it after 12,500 steps
 
 
 class TraceError(RlflowError):
@@ -35,7 +35,7 @@ class TraceError(RlflowError):
     exit_code = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: half a million of them fit in about 100 MB
 class Span:
     step: int
     stage: str
@@ -64,37 +64,56 @@ def trace_path(run_dir: Path) -> Path:
     return path
 
 
-def read_trace(path: Path) -> list[Span]:
-    """Every span of a trace file; a bad line is an error naming the file, the line and the problem."""
-    spans = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            spans.append(_span(path, number, line))
-    if not spans:
+def read_trace(path: Path, steps: tuple[int, int] | None = None) -> list[Span]:
+    """Every span of a trace file (of ``steps`` only, when given); a bad line is an error naming the file, the
+    line and the problem, and more than ``MAX_SPANS`` spans one naming the size and ``--steps``."""
+    spans: list[Span] = []
+    names: dict[str, str] = {}  # one copy of each stage and resource name, however many spans hold it
+    last_step = -1
+    for number, row in _rows(path):
+        span = _span(path, number, row, names)
+        last_step = max(last_step, span.step)
+        if steps is None or _in_range(span.step, steps):
+            if len(spans) == MAX_SPANS:
+                _too_many(path, number, last_step, steps)
+            spans.append(span)
+    if not spans and steps is None:
         raise TraceError(f"{path}: the trace is empty (did the run reach its first stage?)")
+    if not spans:
+        raise TraceError(f"the trace has no step in {steps[0]}-{steps[1]} (it holds steps 0-{last_step})")
     return spans
 
 
-def _span(path: Path, number: int, line: str) -> Span:
+def _too_many(path: Path, number: int, last_step: int, steps: tuple[int, int] | None) -> None:
+    size = path.stat().st_size / 1e6
+    chosen = f" of steps {steps[0]}-{steps[1]}" if steps else ""
+    raise TraceError(
+        f"{path}: more than {MAX_SPANS:,} stage calls{chosen} ({size:,.0f} MB; step {last_step} by line "
+        f"{number:,}), the most a timeline holds; choose fewer steps with --steps FIRST-LAST"
+    )
+
+
+def _rows(path: Path) -> Iterator[tuple[int, object]]:
+    return read_json_lines(path, MAX_LINE_BYTES, TraceError)
+
+
+def _span(path: Path, number: int, row: object, names: dict[str, str]) -> Span:
     where = f"{path}:{number}"
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{where}: not JSON ({exc.msg})") from None
     missing = [k for k in REQUIRED if not isinstance(row, dict) or k not in row]
     if missing:
         raise TraceError(f"{where}: missing {', '.join(missing)} (each line needs {', '.join(REQUIRED)})")
     try:
-        span = Span(int(row["step"]), str(row["stage"]), str(row["resource"]), int(row["pid"]),
-                    float(row["start"]), float(row["end"]))  # fmt: skip
-    except (TypeError, ValueError) as exc:
+        stage, resource = str(row["stage"]), str(row["resource"])
+        span = Span(int(row["step"]), names.setdefault(stage, stage), names.setdefault(resource, resource),
+                    int(row["pid"]), float(row["start"]), float(row["end"]))  # fmt: skip
+    except (TypeError, ValueError, OverflowError) as exc:
         raise TraceError(f"{where}: {exc}") from None
     if span.end < span.start:
         raise TraceError(f"{where}: stage {span.stage!r} ends ({span.end}) before it starts ({span.start})")
     return span
 
 
-def _windows(spans: Iterable[Span], key) -> dict:
+def windows_by(spans: Iterable[Span], key) -> dict:
     """key(span) -> (first start, last end)."""
     out: dict = {}
     for s in spans:
@@ -117,13 +136,13 @@ class ResourceUse:
 
 
 def _step_windows(spans: Iterable[Span]) -> list[tuple[float, float]]:
-    return [window for step, window in _windows(spans, lambda s: s.step).items() if step >= 1]
+    return [window for step, window in windows_by(spans, lambda s: s.step).items() if step >= 1]
 
 
 def summarize(spans: list[Span]) -> list[StageTime]:
     """Per-stage totals: training stages by total time (largest first), then init stages."""
     step_time = _covered(_step_windows(spans))
-    per_call = _windows(spans, lambda s: (s.step >= 1, s.stage, s.step))
+    per_call = windows_by(spans, lambda s: (s.step >= 1, s.stage, s.step))
     totals: dict[tuple[bool, str], list[float]] = {}
     for (training, stage, _), (lo, hi) in per_call.items():
         totals.setdefault((training, stage), []).append(hi - lo)
@@ -219,15 +238,15 @@ def read_startup(run_dir: Path) -> list[Span]:
     if not run_dir.is_dir() or not path.is_file():
         return []
     phases = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                row = json.loads(line)
-                phases.append(Span(-1, str(row["phase"]), STARTUP_LANE, 0, float(row["start"]), float(row["end"])))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise TraceError(
-                    f"{path}:{number}: not a start-up phase ({exc}); each line needs phase, start, end"
-                ) from None
+    for number, row in _rows(path):
+        if len(phases) == MAX_SPANS:
+            raise TraceError(f"{path}: more than {MAX_SPANS:,} start-up phases (a run writes about ten)")
+        try:
+            phases.append(Span(-1, str(row["phase"]), STARTUP_LANE, 0, float(row["start"]), float(row["end"])))
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise TraceError(
+                f"{path}:{number}: not a start-up phase ({exc}); each line needs phase, start, end"
+            ) from None
     return phases
 
 
@@ -236,10 +255,15 @@ def in_steps(spans: list[Span], steps: tuple[int, int] | None) -> list[Span]:
     if steps is None:
         return spans
     first, last = steps
-    chosen = [s for s in spans if first <= s.step <= last or (s.step < 0 and first <= 0)]
+    chosen = [s for s in spans if _in_range(s.step, steps)]
     if not any(s.step >= 0 for s in chosen):
         raise TraceError(f"the trace has no step in {first}-{last} (it holds steps 0-{max(s.step for s in spans)})")
     return chosen
+
+
+def _in_range(step: int, steps: tuple[int, int]) -> bool:
+    first, last = steps
+    return first <= step <= last or (step < 0 and first <= 0)
 
 
 def idle_shares(spans: list[Span]) -> dict[tuple[str, int], float]:
@@ -271,96 +295,8 @@ def render_timeline(
     startup: Sequence[Span] = (),
     steps: tuple[int, int] | None = None,
 ) -> Path:
-    """Draw the Gantt chart to ``output`` (SVG or PNG by suffix): a start-up lane when phases are given,
-    one lane per worker with its idle share, stages at a visible minimum width, names on long bars."""
-    import matplotlib
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
+    """Draw the Gantt chart to ``output`` (SVG or PNG by suffix): ``rlflow.plan.timeline_chart``, imported
+    here so that reading a trace imports nothing of matplotlib's."""
+    from rlflow.plan.timeline_chart import draw_timeline
 
-    if output.suffix.lower() not in (".svg", ".png"):
-        raise TraceError(f"cannot draw {str(output)!r}: use a .svg or .png file name")
-    shown = sorted(in_steps([*startup, *spans], steps), key=lambda s: s.start)
-    origin = min(s.start for s in shown)
-    span_s = max(max(s.end for s in shown) - origin, 1e-6) * 1.005
-    lanes = list(dict.fromkeys((s.resource, s.pid) for s in sorted(shown, key=lambda s: (s.step >= 0, s.start))))
-    lane_of = {lane: i for i, lane in enumerate(lanes)}
-    colours = {stage: f"C{i % 10}" for i, stage in enumerate(dict.fromkeys(s.stage for s in shown if s.step >= 0))}
-    idle = idle_shares(shown)
-    overlapping = steps_in_flight(shown)[1] > 0
-    use = resource_use(shown)
-    if use:
-        title = (
-            (title or "stage timeline")
-            + "\nidle share of training by resource: "
-            + ", ".join(f"{r.resource} {100 * r.idle:.0f}%" for r in use)
-        )
-
-    fig = Figure(figsize=(13, 1.5 + 0.5 * len(lanes)), layout="constrained")
-    ax = fig.add_subplot()
-    ax.set_yticks(range(len(lanes)), [_lane_label(lane, idle) for lane in lanes], fontsize=8)
-    ax.set_ylim(len(lanes) - 0.5, -0.5)  # the first lane on top
-    ax.set_xlim(0, span_s)
-    ax.set_xlabel("seconds since " + ("start-up began" if any(s.step < 0 for s in shown) else "the first stage"))
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.set_title(title or "stage timeline", loc="left", pad=16)
-    handles = [Patch(color=colour, label=stage) for stage, colour in colours.items()]
-    if overlapping:
-        handles.append(Patch(facecolor="0.6", edgecolor="white", hatch="//", label="even steps"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    fig.draw_without_rendering()  # lay out first: bar widths and labels are sized in pixels
-    px_per_s = ax.get_window_extent().width / span_s
-    outside = 0  # start-up labels too long for their bar go above and below it, in turn
-    for n, s in enumerate(shown):
-        lane, startup_phase = lane_of[(s.resource, s.pid)], s.step < 0
-        colour = STARTUP_COLOURS[n % 2] if startup_phase else colours[s.stage]
-        width = max(s.end - s.start, MIN_BAR_PX / px_per_s)
-        middle = s.start - origin + width / 2
-        hatch = "//" if overlapping and s.step > 0 and s.step % 2 == 0 else None  # tell step t+1 from step t
-        ax.barh(
-            lane,
-            width,
-            left=s.start - origin,
-            height=BAR_HEIGHT,
-            color=colour,
-            linewidth=0,
-            hatch=hatch,
-            edgecolor="white",
-        )  # the hatch takes the edge colour; no edge is drawn (linewidth 0)
-        name = f"{s.stage} {s.step}" if overlapping and s.step > 0 else s.stage
-        if width * px_per_s > LABEL_PX_PER_CHAR * len(name) + 6:
-            ax.text(middle, lane, name, ha="center", va="center", fontsize=7,
-                    color="black" if startup_phase or colour in LIGHT else "white")  # fmt: skip
-        elif startup_phase:
-            below = outside % 2
-            ax.text(middle, lane + (0.5 if below else -0.5) * BAR_HEIGHT, s.stage, ha="center",
-                    va="top" if below else "bottom", fontsize=6.5, color="0.3")  # fmt: skip
-            outside += 1
-    _step_marks(ax, shown, origin, px_per_s)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.rc_context({"svg.fonttype": "none"}):  # SVG text stays text: searchable, smaller
-        fig.savefig(output, dpi=110)
-    return output
-
-
-def _step_marks(ax, spans: list[Span], origin: float, px_per_s: float) -> None:
-    """A faint line where each step starts and its name over the middle of it, as often as names fit."""
-    windows = sorted(_windows([s for s in spans if s.step >= 0], lambda s: s.step).items())
-    last_label, named = float("-inf"), False
-    for step, (lo, hi) in windows:
-        ax.axvline(lo - origin, color="grey", linestyle=":", linewidth=0.7, alpha=0.7)
-        middle = (lo + hi) / 2 - origin
-        if (middle - last_label) * px_per_s >= STEP_LABEL_PX:
-            label = "init" if step == 0 else str(step) if named else f"step {step}"
-            named = named or step > 0
-            ax.text(middle, 1.0, label, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=7,
-                    color="grey")  # fmt: skip
-            last_label = middle
-
-
-def _lane_label(lane: tuple[str, int], idle: dict[tuple[str, int], float]) -> str:
-    resource, pid = lane
-    if resource == STARTUP_LANE:
-        return "start-up (driver)"
-    percent = 100 * idle.get(lane, 0.0)
-    share = f"\nidle {percent:.{0 if percent < 99.5 else 1}f}% of training" if lane in idle else ""
-    return f"{resource} (pid {pid}){share}"
+    return draw_timeline(spans, output, title, startup, steps)

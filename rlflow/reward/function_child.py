@@ -8,7 +8,8 @@ one end of a socket pair as ``fd``. The protocol, over ``multiprocessing.connect
   answers ``["ready"]`` or ``["failed", index, text]``;
 - runner -> worker, then (pickled): lists of calls ``(call id, function index, keyword
   arguments)``; the worker answers each call, in order, with one message: ``["ok", id, score,
-  extras, dropped]``, ``["bad", id, text]`` for a return that is not a finite number or a dict
+  extras, dropped]`` (a bare number returned is also its ``acc`` extra, as verl's reward managers
+  log it), ``["bad", id, text]`` for a return that is not a finite number or a dict
   with a finite numeric ``score``, or ``["raised", id, exception type, text]`` where the text
   names the traceback's last frame; ``["fatal", text]`` if the worker itself fails. (The tool
   process, ``rlflow.tools.child``, speaks the same protocol; its ``ok`` carries the tool's text last.)
@@ -49,15 +50,23 @@ _CAP_SYS_RESOURCE = 24
 _PR_CAPBSET_DROP = 24
 
 
+# scores are float32 tensors whose squares make the group's std: 1e308 passed as finite and became inf
+MAX_SCORE = 1e18
+NOT_A_SCORE = f"not a finite number within +-{MAX_SCORE:g}"
+
+
 def _short(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "..."
 
 
-def _finite(value: Any) -> float | None:
+def _finite(value: Any, bound: float = math.inf) -> float | None:
     if isinstance(value, numbers.Real):
-        number = float(value)
-        if math.isfinite(number):
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float
+            return None
+        if math.isfinite(number) and abs(number) <= bound:
             return number
     return None
 
@@ -65,13 +74,15 @@ def _finite(value: Any) -> float | None:
 def normalise(value: Any) -> tuple:
     """A function's return value as an ``ok`` or ``bad`` message (see the module docstring)."""
     if not isinstance(value, dict):
-        score = _finite(value)
+        score = _finite(value, MAX_SCORE)
         if score is None:
-            return ("bad", f"returned {type(value).__name__} {_short(repr(value))}, not a finite number")
-        return ("ok", score, {}, 0)
-    score = _finite(value.get("score"))
+            return ("bad", f"returned {type(value).__name__} {_short(repr(value))}, {NOT_A_SCORE}")
+        # verl's reward managers log a bare score as `acc` too: validation's core figure and DAPO's
+        # filter_groups.metric: acc read it
+        return ("ok", score, {"acc": score}, 0)
+    score = _finite(value.get("score"), MAX_SCORE)
     if score is None:
-        return ("bad", f"returned a dict whose 'score' is {_short(repr(value.get('score')))}, not a finite number")
+        return ("bad", f"returned a dict whose 'score' is {_short(repr(value.get('score')))}, {NOT_A_SCORE}")
     extras: dict[str, float] = {}
     dropped = 0
     for key, item in value.items():

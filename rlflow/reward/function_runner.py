@@ -20,7 +20,7 @@ from multiprocessing import Pipe
 from pathlib import Path
 
 from rlflow.errors import StageError
-from rlflow.reward.function_child import MAX_EXTRAS
+from rlflow.reward.function_child import MAX_EXTRAS, MAX_SCORE
 
 START_TIMEOUT_S = 120.0  # loading the functions may import heavy packages
 STOP_TIMEOUT_S = 5.0  # for the supervisor to kill what the functions started and report
@@ -66,8 +66,8 @@ def metric_name(key: str) -> str:
     return _NOT_A_NAME.sub("_", key).lstrip(".")[:64] or "_"
 
 
-def _bad(detail: str) -> Outcome:
-    return Outcome(failure="error", kind="bad message", detail=f"the reward process sent {detail}")
+def _bad(detail: str, process: str = "the reward process") -> Outcome:
+    return Outcome(failure="error", kind="bad message", detail=f"{process} sent {detail}")
 
 
 def _text(value) -> bool:
@@ -79,23 +79,30 @@ def _line(text: str) -> str:
     return _CONTROL.sub(" ", text)
 
 
-def answer_of(raw: bytes, due: int) -> Outcome:
-    """The Outcome of one answer of the child to call ``due``, checked field by field (see the module docstring)."""
+def answer_of(raw: bytes, due: int, process: str = "the reward process") -> Outcome:
+    """The Outcome of one answer of the child to call ``due``, checked field by field (see the module docstring);
+    ``process`` names the child in the failures' details."""
     try:
         message = json.loads(raw, parse_constant=lambda c: None)  # NaN and Infinity are not scores
     except (ValueError, RecursionError):
-        return _bad("a message that is not JSON (a function writing to its pipe?)")
+        return _bad("a message that is not JSON (a function writing to its pipe?)", process)
     if not isinstance(message, list) or not message or not isinstance(message[0], str):
-        return _bad("a message that is not a list starting with its kind")
+        return _bad("a message that is not a list starting with its kind", process)
     kind, fields = message[0], message[1:]
     if kind == "fatal" and len(fields) == 1 and _text(fields[0]):
-        return Outcome(failure="error", kind="process died", detail=f"the reward process failed: {_line(fields[0])}")
+        return Outcome(failure="error", kind="process died", detail=f"{process} failed: {_line(fields[0])}")
     if not fields or fields[0] != due or isinstance(fields[0], bool):
-        return _bad(f"an answer to call {str(fields[0] if fields else None)[:40]!r} while call {due} was due")
+        return _bad(f"an answer to call {str(fields[0] if fields else None)[:40]!r} while call {due} was due", process)
     fields = fields[1:]
     if kind == "ok" and len(fields) in (3, 4):
         score, extras, dropped, *text = fields  # a tool's answer carries its text last
-        if _number(score) and _numbers(extras) and isinstance(dropped, int) and dropped >= 0:
+        if (
+            _number(score)
+            and abs(score) <= MAX_SCORE
+            and _numbers(extras)
+            and isinstance(dropped, int)
+            and dropped >= 0
+        ):
             if all(isinstance(t, str) for t in text):
                 return _clean(float(score), extras, dropped, "".join(text))
     elif kind == "bad" and len(fields) == 1 and _text(fields[0]):
@@ -103,7 +110,7 @@ def answer_of(raw: bytes, due: int) -> Outcome:
     elif kind == "raised" and len(fields) == 2 and all(_text(f) for f in fields):
         name = _line(fields[0][:100])
         return Outcome(failure="error", kind=f"raised {name}", detail=f"{name} at {_line(fields[1])}")
-    return _bad(f"a malformed {kind[:20]!r} message")
+    return _bad(f"a malformed {kind[:20]!r} message", process)
 
 
 def _numbers(extras) -> bool:
@@ -135,7 +142,8 @@ def _clean(score: float, extras: dict, dropped: int, text: str) -> Outcome:
 class _Child:
     """One supervised child process and the parent's end of its pipe; stopped when dropped."""
 
-    def __init__(self, init: dict, log_path: str, child: str) -> None:
+    def __init__(self, init: dict, log_path: str, child: str, process: str) -> None:
+        self.process = process  # how messages name it: the reward process, the tool process
         parent_end, child_end = Pipe(duplex=True)
         status_r, status_w = os.pipe()
         self.started = time.monotonic()
@@ -167,7 +175,7 @@ class _Child:
             return _DIED
         except OSError as exc:
             if "bad message length" in str(exc):
-                return _bad(f"a message over {MAX_MESSAGE_BYTES} bytes")
+                return _bad(f"a message over {MAX_MESSAGE_BYTES} bytes", self.process)
             return _DIED
 
     def exit_status(self) -> str:
@@ -215,12 +223,20 @@ class FunctionRunner:
         max_memory_mb: int | None,
         log_path: str | Path | None = None,
         child: str = CHILD,
+        serving: str | None = None,
+        keys: tuple[str, str] = ("timeout_s", "max_memory_mb"),
     ) -> None:
         """``log_path``: where the functions' stdout and stderr go (capped); None: this process's stderr.
-        ``child``: the module serving the calls (the tool process uses this runner with its own)."""
+        ``child``: the module serving the calls (the tool process uses this runner with its own);
+        ``serving``: what the child serves, as messages name it (``the tools of tools.yaml``), which then
+        call the child "the tool process"; None: the reward functions, named by their references;
+        ``keys``: the config keys of the deadline and the memory cap, as the messages' fixes name them."""
         self.references = list(references)
         self.child = child
+        self.serving = serving
+        self.process = "the tool process" if serving else "the reward process"
         self.timeout_s = timeout_s
+        self.timeout_key, self.memory_key = keys
         self.log_path = str(log_path or "")
         if log_path is not None:
             Path(log_path).parent.mkdir(exist_ok=True)  # not its parents: a run directory swept away stays away
@@ -247,7 +263,8 @@ class FunctionRunner:
                     outcomes[row][index] = Outcome(
                         failure="timeout",
                         kind="timeout",
-                        detail=f"not run: {GIVE_UP_AFTER} calls in a row went past timeout_s {self.timeout_s:g} s",
+                        detail=f"not run: {GIVE_UP_AFTER} calls in a row went past {self.timeout_key} "
+                        f"{self.timeout_s:g} s",
                     )
                 else:
                     runnable.append((row, index))
@@ -271,7 +288,9 @@ class FunctionRunner:
                     streak[index] += message is _TIMEOUT
                     todo = todo[position + 1 :]
                     break
-                outcome = message if isinstance(message, Outcome) else answer_of(message, first + position)
+                outcome = (
+                    message if isinstance(message, Outcome) else answer_of(message, first + position, self.process)
+                )
                 outcomes[row][index] = outcome
                 streak[index] = 0
                 if outcome.distrusted:
@@ -289,21 +308,23 @@ class FunctionRunner:
     def _lost(self, message, child: _Child) -> Outcome:
         if message is _TIMEOUT:
             self._drop_child()
-            return Outcome(failure="timeout", kind="timeout", detail=f"no result within timeout_s {self.timeout_s:g} s")
+            detail = f"no result within {self.timeout_key} {self.timeout_s:g} s"
+            return Outcome(failure="timeout", kind="timeout", detail=detail)
         said = child.exit_status()  # before the clean-up, which would report its own SIGKILL
         self._drop_child()
-        return Outcome(failure="error", kind="process died", detail=f"the reward process {said}")
+        return Outcome(failure="error", kind="process died", detail=f"{self.process} {said}")
 
     def _ready_child(self) -> _Child:
         if self._child is not None:
             return self._child
-        child = _Child(self._init, self.log_path, self.child)
+        child = _Child(self._init, self.log_path, self.child, self.process)
         message = child.receive(START_TIMEOUT_S)
+        loading = self.serving or ", ".join(self.references)
+        process = self.process if self.serving else "the reward functions' process"
         if message is _TIMEOUT:
             child.stop()
             raise RewardFunctionError(
-                f"the reward functions' process did not load {', '.join(self.references)} within "
-                f"{START_TIMEOUT_S:g} s (a module that hangs on import?)"
+                f"{process} did not load {loading} within {START_TIMEOUT_S:g} s (a module that hangs on import?)"
             )
         answer = _start_answer(message, len(self.references)) if isinstance(message, bytes) else None
         if answer is None or answer[0] != "ready":
@@ -311,13 +332,19 @@ class FunctionRunner:
             child.stop()
             if answer is None:
                 raise RewardFunctionError(
-                    f"the reward functions' process {status} while loading {', '.join(self.references)} "
-                    "(if max_memory_mb is set, raise it: the imports may need more address space)"
+                    f"{process} {status} while loading {loading} "
+                    f"(if {self.memory_key} is set, raise it: the imports may need more address space)"
                 )
-            which = f"reward function {self.references[answer[1]]!r}" if answer[1] is not None else "its process"
+            which = self.serving or (
+                f"reward function {self.references[answer[1]]!r}" if answer[1] is not None else "its process"
+            )
             raise RewardFunctionError(
                 f"{which} cannot be loaded: {answer[2]}"
-                + (" (raise max_memory_mb: its imports need more address space)" if "MemoryError" in answer[2] else "")
+                + (
+                    f" (raise {self.memory_key}: its imports need more address space)"
+                    if "MemoryError" in answer[2]
+                    else ""
+                )
             )
         self.starts += 1
         self.start_seconds = time.monotonic() - child.started

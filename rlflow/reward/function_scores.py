@@ -3,7 +3,8 @@
 Design decisions:
 - A row's score is the weighted sum of its functions' scores (TRL's ``reward_funcs`` with
   ``reward_weights``); a function that failed on the row adds 0.
-- ``reward_extra``: with one function its extra numbers keep their own keys (verl's habit);
+- ``reward_extra``: with one function its extra numbers keep their own keys (verl's habit; a
+  function returning a bare number has ``acc``, that number, as verl's reward managers log it);
   with several, each is prefixed with the function's name (``<name>/<key>``) and each function's
   own score is ``<name>/score``. Every row gets every key some row of the batch has, 0 where a
   row lacks it (a failed call), so validation statistics see one value per row.

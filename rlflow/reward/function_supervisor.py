@@ -41,6 +41,8 @@ def describe(status: int) -> str:
         name = signal.Signals(-code).name
     except ValueError:
         name = "unknown"
+    if -code == signal.SIGKILL:  # the address-space cap raises MemoryError: a SIGKILL is the machine's memory
+        name += ": most often the kernel's out-of-memory killer"
     return f"killed by signal {-code} ({name})"
 
 

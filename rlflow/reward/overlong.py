@@ -1,7 +1,8 @@
 """DAPO's overlong reward shaping: a response that runs into the last ``len`` tokens of the budget loses reward.
 
 As verl's DAPO reward manager (``verl/workers/reward_manager/dapo.py``) computes it per row:
-with ``expected = max_resp_len - len``, a response of ``L`` tokens gets
+with ``expected = max_resp_len - len``, a response of ``L`` tokens (verl's attention-mask length:
+a multi-turn transcript's tool answers count) gets
 ``min(-(L - expected) / len * penalty_factor, 0)`` added to its score, in float32 as verl's
 tensors hold it: 0 up to ``expected`` tokens, falling linearly to ``-penalty_factor`` at the
 full budget. ``max_resp_len`` is the pipeline's ``data.max_response_length`` (verl's recipes

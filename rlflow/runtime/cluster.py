@@ -1,4 +1,4 @@
-"""Starting or joining Ray, and checking that the cluster can hold every pool before anything starts.
+"""Starting or joining Ray; whether its nodes have room for every pool is ``rlflow.runtime.fit``'s check.
 
 With no ``ray.address`` in rlflow.yaml an embedded local Ray is started (no dashboard, usage
 stats off, quiet, and without the Python daemons that serve nothing in such a run: the
@@ -12,7 +12,7 @@ down many times over when anything else runs.
 The embedded cluster keeps Ray's default, token authentication; Ray's notice that it turned it
 on (a warning at every start) is left out of the run's narration.
 
-With an address, the existing cluster is joined and its real resources are checked. Ray reads
+With an address, the existing cluster is joined (its real resources are then checked). Ray reads
 its token-authentication settings (``RAY_AUTH_MODE=token`` and the token from
 ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) from the environment;
 rlflow passes them through untouched. A cluster that cannot be reached (probed with a plain
@@ -25,23 +25,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import dataclass
 
-from rlflow.errors import ClusterUnreachable, ResourceError
+from rlflow.errors import ClusterUnreachable
+from rlflow.runtime.fit import Demand
 
 log = logging.getLogger("rlflow.runtime")
 EMBEDDED_START_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class Demand:
-    """What one pool needs: ``workers`` bundles of cpus/gpus, spread over ``nnodes`` nodes."""
-
-    pool: str
-    workers: int
-    cpus: float
-    gpus: float
-    nnodes: int = 1
 
 
 def start_ray(project, demands: list[Demand]) -> bool:
@@ -61,6 +50,7 @@ def start_ray(project, demands: list[Demand]) -> bool:
         kwargs.setdefault("namespace", project.ray.namespace)
     if project.ray.address:
         _join(ray, project.ray.address, project.ray.connect_timeout_s, kwargs)
+        relay_ray_errors(ray)
         return True
     # Ray warns at every embedded start that it enabled its default (token authentication): not news
     logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
@@ -82,7 +72,36 @@ def start_ray(project, demands: list[Demand]) -> bool:
     else:
         ray.init(address="local", num_cpus=cpus, **kwargs)  # the last attempt: its failure is the run's
     stop_idle_daemons(ray, kwargs)
+    relay_ray_errors(ray)
     return True
+
+
+def relay_ray_errors(ray) -> None:
+    """Send the errors Ray's cluster pushes to the driver to rlflow's log, one line each (shown with ``-v``),
+    instead of Ray's stdout.
+
+    Ray prints each as it arrives: a raylet's death is its last 20 log lines, then the node "marked dead"
+    notice, all before rlflow has said what failed. The failure they cause reaches the run as a dead worker,
+    reported once, naming the worker, its Ray node and why (``RayExecutor``). Ray has no switch for it; its
+    listener thread looks ``print_to_stdstream`` up in its module for every message, so that name is
+    wrapped (``RLFLOW_DEBUG=1`` leaves it alone, as does a Ray release without it). Worker logs that
+    ``log_to_driver`` streams do not go through it.
+    """
+    module = getattr(getattr(ray, "_private", None), "worker", None)
+    printer = getattr(module, "print_to_stdstream", None)
+    if os.environ.get("RLFLOW_DEBUG") or printer is None or getattr(printer, "relays", False):
+        return
+
+    def relay(data: dict, ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":
+            printer(data, ignore_prefix)
+            return
+        for message in data.get("lines", []):
+            first = next((line.strip() for line in str(message).splitlines() if line.strip()), "")
+            log.info("Ray: %s", first[:300])
+
+    relay.relays = True
+    module.print_to_stdstream = relay
 
 
 def stop_idle_daemons(ray, kwargs: dict) -> None:
@@ -134,16 +153,14 @@ def oversubscription(demands: list[Demand], cores: int) -> str | None:
 def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:
     """Join the cluster at ``address``; every way it can fail is one ``ClusterUnreachable`` line."""
     where = f"the Ray cluster at {address!r} (ray.address in rlflow.yaml)"
-    _probe(address, timeout_s, where)
+    if _probe(address, timeout_s, where) and "://" not in address:  # a GCS address (Ray Client's is not one)
+        _check_token(address, where)
     try:
         ray.init(address=address, **kwargs)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError or its own errors here
         ray.shutdown()
-        if type(exc).__name__ == "AuthenticationError":
-            raise ClusterUnreachable(
-                f"{where} refused this driver's token: set RAY_AUTH_MODE=token and the cluster's token in "
-                "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH (or ~/.ray/auth_token) before `rlflow run`"
-            ) from exc
+        if _refused_token(exc):
+            raise ClusterUnreachable(_token_refused(where)) from exc
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ClusterUnreachable(
             f"cannot join {where}: {first} (check the address and port, that the cluster runs the same Ray "
@@ -151,12 +168,56 @@ def _join(ray, address: str, timeout_s: float, kwargs: dict) -> None:
         ) from exc
 
 
-def _probe(address: str, timeout_s: float, where: str) -> None:
-    """Fail fast when ``host:port`` takes no TCP connection ("auto" is left to Ray, which looks locally)."""
+def _token_refused(where: str) -> str:
+    return (
+        f"{where} refused this driver's token: set RAY_AUTH_MODE=token and the cluster's token in "
+        "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH (or ~/.ray/auth_token) before `rlflow run`"
+    )
+
+
+def _refused_token(exc: BaseException | None) -> bool:
+    """Whether Ray's error is a refused token: Ray 2.60 wraps its ``AuthenticationError`` in a ConnectionError
+    over a RuntimeError that holds it only as traceback text."""
+    for _ in range(10):
+        if exc is None:
+            return False
+        if type(exc).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _check_token(address: str, where: str) -> None:
+    """Ask the cluster for its id once, before ``ray.init``: a refused token is known in about a second, where
+    ``ray.init`` retries it for 20 s and prints a C++ warning each time. Any other failure is left to ``ray.init``."""
+    try:
+        from ray._raylet import GcsClient
+    except ImportError:  # another Ray release: ray.init reports it
+        return
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:  # the C++ client's one warning line about the refusal
+            os.dup2(null.fileno(), 2)
+            try:
+                GcsClient(address=address).cluster_id  # noqa: B018 (the call is the check)
+            except Exception as exc:
+                refused = _refused_token(exc)
+            else:
+                refused = False
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    if refused:
+        raise ClusterUnreachable(_token_refused(where))
+
+
+def _probe(address: str, timeout_s: float, where: str) -> bool:
+    """Fail fast when ``host:port`` takes no TCP connection; False when the address names no port ("auto" is
+    left to Ray, which looks locally)."""
     target = address.split("://", 1)[-1]
     host, sep, port = target.rpartition(":")
     if not sep or not port.isdigit():
-        return
+        return False
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as exc:
@@ -165,47 +226,4 @@ def _probe(address: str, timeout_s: float, where: str) -> None:
             f"cannot reach {where}: {reason} within ray.connect_timeout_s={timeout_s:g}; check that `ray start "
             "--head` runs there, the host name and port (the GCS port, 6379 by default), and firewalls"
         ) from None
-
-
-def cluster_nodes() -> list[dict[str, float]]:
-    """Per alive node: its CPU and GPU totals."""
-    import ray
-
-    nodes = []
-    for node in ray.nodes():
-        if node.get("Alive"):
-            res = node.get("Resources", {})
-            nodes.append(
-                {"name": node.get("NodeManagerAddress", "?"), "CPU": res.get("CPU", 0.0), "GPU": res.get("GPU", 0.0)}
-            )
-    return nodes
-
-
-def check_fit(demands: list[Demand], nodes: list[dict[str, float]]) -> None:
-    """Fail with every shortfall named when the cluster cannot hold the pools."""
-    problems = []
-    total_cpu = sum(n["CPU"] for n in nodes)
-    total_gpu = sum(n["GPU"] for n in nodes)
-    want_cpu = sum(d.workers * d.cpus for d in demands)
-    want_gpu = sum(d.workers * d.gpus for d in demands)
-    for d in demands:
-        if d.gpus <= 0:
-            continue
-        per_node = d.workers // d.nnodes * d.gpus
-        able = sorted((n for n in nodes if n["GPU"] >= per_node), key=lambda n: -n["GPU"])
-        if len(able) < d.nnodes:
-            biggest = max(nodes, key=lambda n: n["GPU"], default={"name": "none", "GPU": 0})
-            problems.append(
-                f"pool {d.pool} wants {per_node:g} GPUs on each of {d.nnodes} node(s); "
-                f"{len(able)} node(s) have that many (largest: {biggest['name']} with {biggest['GPU']:g})"
-            )
-    if want_gpu > total_gpu and not problems:
-        problems.append(f"the pools want {want_gpu:g} GPUs in all; the cluster has {total_gpu:g}")
-    if want_cpu > total_cpu:
-        problems.append(f"the pools want {want_cpu:g} CPUs in all; the cluster has {total_cpu:g}")
-    if problems:
-        raise ResourceError(
-            "the cluster cannot hold this pipeline: "
-            + "; ".join(problems)
-            + " (shrink the pools, or add nodes / set `ray.address` in rlflow.yaml to a bigger cluster)"
-        )
+    return True

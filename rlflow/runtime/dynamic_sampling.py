@@ -1,30 +1,38 @@
 """DAPO's dynamic sampling (``algorithm.filter_groups``): generate and score until the batch is full.
 
 The step's refill stages (``Plan.refill``: the rollout and the reward, in step order) run on
-a generation batch of ``train_batch_size`` prompts drawn from the sampler; groups whose
-``filter_groups.metric`` is the same for every sample (``reward``: the row's score; else a key
-of the reward's ``reward_extra``) are dropped, as verl drops them (a group of one sample is
-kept), and the stages run again on fresh prompts until ``train_batch_size`` groups are kept.
-The first groups kept, in the order they were generated, make the batch; the surplus is
-discarded. Design decisions:
+``train_batch_size`` prompts drawn from the sampler; groups whose ``filter_groups.metric`` is the
+same for every sample (``reward``: the row's score; else a key of the reward's ``reward_extra``)
+are dropped, as verl drops them (a group of one sample is kept), and the stages run again on
+fresh prompts until ``train_batch_size`` groups are kept. The first groups kept, in the order
+they were generated, make the batch; the surplus is discarded. Design decisions:
 
-- Bounds: rlflow honours ``max_num_gen_batches`` as verl's DAPO recipe trainer does (generation
-  batches a step may take, the first included; the step fails with a clear error past it);
-  verl's V1 trainer ignores it. ``0`` or less means one pass over the training set, so a task
-  on which no group ever varies fails instead of hanging. ``max_inflight_gen_batches`` is how
-  many generation batches one refill round generates together (verl's bound on what is in
-  flight); a round asks for twice the groups still missing, as verl's refill credit does.
+- How many prompts a refill round draws is verl's V1 replay buffer's arithmetic: each dropped
+  group adds two prompts of credit, and a round draws the credit, at most
+  ``max_inflight_gen_batches x train_batch_size`` prompts (verl's bound on what is in flight;
+  a round here is generated whole, so nothing else is). 7 groups dropped of 8 draw 14 prompts.
+- Bounds: rlflow honours ``max_num_gen_batches`` as verl's DAPO recipe trainer does (a step may
+  draw that many batches' worth of prompts, ``x train_batch_size``, the first batch included;
+  it fails with a clear error past it); verl's V1 trainer ignores it. ``0`` or less means one
+  pass over the training set, so a task on which no group ever varies fails instead of hanging.
+  Whatever the bound, a step that draws a whole pass over the training set without keeping one
+  group fails then (a constant reward under ``max_num_gen_batches: 1e9`` would otherwise loop for
+  hours), and a step still filling after ``PROGRESS_EVERY_S`` says on the console how far it is.
 - Every prompt comes from the sampler in order, so the data position in a checkpoint counts
   every prompt drawn (the discarded ones included) and a resumed run draws what the
   uninterrupted run would have drawn.
 - Metrics carry verl's replay-buffer names: ``training/filter_groups/evicted_samples`` (groups
   dropped; verl counts prompts there) and ``training/filter_groups/discarded_surplus_samples``,
-  with verl's DAPO recipe's ``train/num_gen_batches`` and ``training/filter_groups/gen_rounds``.
+  with verl's DAPO recipe's ``train/num_gen_batches`` (prompts drawn / ``train_batch_size``) and
+  ``training/filter_groups/gen_rounds``. A reward's ``reward/<key>`` of a key every row carries
+  in ``reward_extra`` is the mean over the rows the step trains on, the rows ``critic/score/*``
+  covers, so the console's ``reward`` and ``acc`` read the same rows.
 """
 
 from __future__ import annotations
 
-import math
+import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from rlflow.batch import Batch
@@ -38,6 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 LEFT_PADDED = ("prompts", "prompt_mask")  # the only fields whose width differs between generation batches
 PREFIX = "training/filter_groups"
+PROGRESS_EVERY_S = 30.0  # a step filling longer than this says so, and again each time as long
+log = logging.getLogger("rlflow.runtime")
 
 
 def fill_batch(executor: Executor, plan: Plan, data: Any, spec: Any, step: int, timer: StepTimer) -> Batch:
@@ -45,16 +55,22 @@ def fill_batch(executor: Executor, plan: Plan, data: Any, spec: Any, step: int, 
     groups = spec.algorithm.filter_groups
     size = spec.trainer.train_batch_size
     stages = [plan.stage(name) for name in plan.refill]
-    limit = groups.max_num_gen_batches if groups.max_num_gen_batches > 0 else data.sampler.steps_per_epoch
+    batches = groups.max_num_gen_batches if groups.max_num_gen_batches > 0 else data.sampler.steps_per_epoch
+    limit = batches * size  # prompts a step may draw
+    one_pass = data.sampler.steps_per_epoch * size
     kept: list[Batch] = []
-    kept_groups = evicted = gen_batches = rounds = prompts = 0
+    kept_groups = evicted = rounds = prompts = barren = 0  # barren: prompts drawn since a group was last kept
+    credit = size  # the first round draws a batch, as verl's prepare_step does
+    said = time.monotonic()
     while kept_groups < size:
         interrupts.raise_if_requested()
-        if gen_batches >= limit:
-            raise StageError(_exhausted(step, groups, gen_batches, prompts, kept_groups, size))
-        want = 1 if rounds == 0 else min(groups.max_inflight_gen_batches, math.ceil(2 * (size - kept_groups) / size))
-        want = min(want, limit - gen_batches)
-        indices = [i for _ in range(want) for i in data.sampler.next_indices()]
+        if prompts >= limit:
+            raise StageError(_exhausted(step, groups, prompts, kept_groups, size))
+        if barren >= one_pass:
+            raise StageError(_barren(step, groups, prompts, kept_groups, size, barren))
+        want = min(credit, groups.max_inflight_gen_batches * size, limit - prompts)
+        credit -= want
+        indices = data.sampler.take(want)
         batch = data.train.to_batch(indices, data.tokenizer.pad_token_id, step=step)
         if rounds:  # the loader's uids name (step, row, index): keep each round's groups apart
             batch["uid"] = [f"{uid}/{rounds}" for uid in batch["uid"]]
@@ -63,19 +79,43 @@ def fill_batch(executor: Executor, plan: Plan, data: Any, spec: Any, step: int, 
                 batch = executor.run_stage(stage, batch, step)
         keep_rows, dropped = varying_groups(batch, groups.metric, step)
         kept.append(batch.index(keep_rows))
-        kept_groups += len(set(batch["uid"])) - dropped
+        new = len(set(batch["uid"])) - dropped
+        kept_groups += new
         evicted += dropped
-        gen_batches, rounds, prompts = gen_batches + want, rounds + 1, prompts + len(indices)
+        credit += 2 * dropped  # verl's refill credit: two fresh prompts for each group dropped
+        rounds, prompts = rounds + 1, prompts + len(indices)
+        barren = 0 if new else barren + len(indices)
+        if kept_groups < size and time.monotonic() - said >= PROGRESS_EVERY_S:
+            said = time.monotonic()
+            log.warning(_progress(step, groups, rounds, prompts, kept_groups, size, limit))
     batch, surplus = first_groups(concat(kept, data.tokenizer.pad_token_id), size)
+    batch.metrics.update(trained_row_means(batch))
     batch.metrics.update(
         {
             f"{PREFIX}/evicted_samples": float(evicted),
             f"{PREFIX}/discarded_surplus_samples": float(surplus),
             f"{PREFIX}/gen_rounds": float(rounds),
-            "train/num_gen_batches": float(gen_batches),
+            "train/num_gen_batches": prompts / size,
         }
     )
     return batch
+
+
+def trained_row_means(batch: Batch) -> dict[str, float]:
+    """``reward/<key>`` over ``batch``'s rows, for each key the reward reported a mean of and every row carries.
+
+    The reward stage reported them over each round's rows, the dropped groups included; the step
+    trains on (and ``critic/score/*`` covers) the kept rows only.
+    """
+    if "reward_extra" not in batch or not len(batch):
+        return {}
+    extras = batch["reward_extra"]
+    keys = set.intersection(*(set(extra) for extra in extras))
+    return {
+        f"reward/{key}": sum(float(extra[key]) for extra in extras) / len(extras)
+        for key in sorted(keys)
+        if f"reward/{key}" in batch.metrics
+    }
 
 
 def varying_groups(batch: Batch, metric: str, step: int) -> tuple[list[int], int]:
@@ -139,15 +179,32 @@ def _cat_left(pad, value):
     return torch.cat([pad, value], dim=-1)
 
 
-def _exhausted(step: int, groups: Any, gen_batches: int, prompts: int, kept: int, size: int) -> str:
+def _exhausted(step: int, groups: Any, prompts: int, kept: int, size: int) -> str:
     bound = (
         f"max_num_gen_batches={groups.max_num_gen_batches}"
         if groups.max_num_gen_batches > 0
         else "one pass over the training set (max_num_gen_batches <= 0)"
     )
     return (
-        f"step {step}: dynamic sampling generated {gen_batches} batches ({prompts} prompts) and only {kept} of "
+        f"step {step}: dynamic sampling generated {prompts / size:g} batches ({prompts} prompts) and only {kept} of "
         f"train_batch_size {size} groups had a varying {groups.metric!r}, within {bound}; raise "
         "algorithm.filter_groups.max_num_gen_batches, or check that the task is neither too easy nor too hard "
         "for the model"
+    )
+
+
+def _progress(step: int, groups: Any, rounds: int, prompts: int, kept: int, size: int, limit: int) -> str:
+    return (
+        f"step {step}: dynamic sampling is still filling the batch: {rounds} rounds, {prompts} prompts drawn, "
+        f"{kept} of train_batch_size {size} groups kept (a group whose {groups.metric!r} is the same for every "
+        f"sample is dropped); it draws at most {limit} prompts (max_num_gen_batches={groups.max_num_gen_batches})"
+    )
+
+
+def _barren(step: int, groups: Any, prompts: int, kept: int, size: int, barren: int) -> str:
+    return (
+        f"step {step}: dynamic sampling drew {barren} prompts, a whole pass over the training set, without one "
+        f"group whose {groups.metric!r} varies ({kept} of train_batch_size {size} kept, {prompts} prompts drawn in "
+        "all): the reward gives every sample of a prompt the same value (a constant reward?), or the task is far "
+        "too easy or too hard for the model; check the reward function"
     )

@@ -22,13 +22,16 @@ What lives here, once, for both:
 - the merge rule: a stage that changes rows replaces the batch (metrics kept), any other adds
   its fields and metrics;
 - trace records: one per worker call (``step``, ``stage``, ``resource``, ``pid``, ``start``,
-  ``end``, ``attempt``).
+  ``end``, ``attempt``);
+- the warnings a worker in another process collected during the stage are logged here, naming
+  the resource and worker, so they reach the console.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +48,7 @@ from rlflow.stages import STATE_FIELDS, StageContext, get_stage_kind
 from rlflow.stages.fields import output_problems
 
 TraceFn = Callable[[list[dict[str, Any]]], None]
+log = logging.getLogger("rlflow.runtime")
 
 
 @dataclass(eq=False)
@@ -60,6 +64,7 @@ class Handle:
     numpy: bool = False  # sent as numpy arrays (a kind that never imports torch)
     on_driver: bool = False  # runs on the executor's driver thread: pending is its future
     done: Batch | None = None  # the merged result, once waited for (or at once, on the driver)
+    ran: float | None = None  # seconds the stage itself ran (its slowest worker), once waited for
 
 
 class Executor(abc.ABC):
@@ -177,7 +182,7 @@ class Executor(abc.ABC):
             if self._driver_lane is None:
                 self._driver_lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlflow-driver")
             sent = batch if stage.changes_rows else payload(stage, batch)  # what it reads, as it is now
-            handle.pending = self._driver_lane.submit(self.run_here, stage, sent, step, call=call, label=label)
+            handle.pending = self._driver_lane.submit(self._timed_here, stage, sent, step, call=call, label=label)
             handle.on_driver = True
             return handle
         if stage.dispatch == "all":  # an empty batch each, only metrics back: nothing to check
@@ -199,13 +204,20 @@ class Executor(abc.ABC):
             return handle.done
         stage = handle.stage
         if handle.on_driver:
-            handle.done = merge(handle.batch, handle.pending.result(), stage.changes_rows)
+            out, handle.ran = handle.pending.result()
+            handle.done = merge(handle.batch, out, stage.changes_rows)
             return handle.done
         results = self._collect(stage, handle.pending)
+        # each worker's own clock, from when it took the call up: not the time it waited in a queue
+        handle.ran = max((r.end - r.start for r in results), default=0.0)
         if handle.numpy:
             for result in results:
                 result.batch = result.batch.to_torch()
         self.trace([self.record(handle.step, handle.label, stage.resource, r) for r in results])
+        for rank, result in enumerate(results):
+            if result.pid != os.getpid():  # a worker in this process logged its warnings here already
+                for warning in result.warnings:
+                    log.warning("%s, worker %d: %s", self.describe_resource(stage.resource), rank, warning)
         for rank, (rows, result) in enumerate(zip(handle.rows, results)):
             self.check_output(stage, result.batch, rows, handle.step, rank if len(handle.rows) > 1 else None)
         merged = Batch.concat([r.batch for r in results])
@@ -254,6 +266,12 @@ class Executor(abc.ABC):
         )
         self.check_output(stage, out, len(batch), step)
         return out
+
+    def _timed_here(self, stage: PlanStage, batch: Batch, step: int, **kwargs: Any) -> tuple[Batch, float]:
+        """``run_here`` on the driver lane, with the seconds it ran (not those it waited for the lane)."""
+        start = time.perf_counter()
+        out = self.run_here(stage, batch, step, **kwargs)
+        return out, time.perf_counter() - start
 
     def check_output(self, stage: PlanStage, out: Batch, rows: int, step: int, worker: int | None = None) -> None:
         """Refuse ``out`` unless it holds ``stage.writes`` as rlflow.stages.fields describes them.

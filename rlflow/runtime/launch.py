@@ -3,16 +3,19 @@
 Order: lock the run directory (one run per directory, see ``run_lock``), compile the plan,
 compare it with the installed verl's step (each difference a warning, see
 ``rlflow.check.verl_order``), load the data on the driver (tokenized prompts, no torch: a
-fraction of a second, and a bad file fails before anything starts), start (or join) Ray, check
-that the cluster can hold every pool (fail within seconds, shortfall named), start the pools
-(the driver imports torch while their workers start), then train.
+fraction of a second, and a bad file fails before anything starts), start (or join) Ray, on a
+joined cluster check that every node sees the run's files (``node_paths``), check
+that the cluster's nodes have room for every pool (refused within seconds, the shortfall named, or
+after a bounded wait for room another job holds), start the pools (the driver imports torch while
+their workers start), then train.
 Whatever happens (an error, a dead worker, Ctrl-C) the pools are stopped and remote backends
 destroyed; the last complete checkpoint stays usable. A run that fails before its first checkpoint
 leaves no run directory; one that fails later leaves it resumable; one stopped on purpose (Ctrl-C,
 SIGTERM) keeps what it logged; the lock is released in every case. ``rlflow run`` supervises the driver (``supervise``), so a driver that dies natively is
 cleaned up after too; a directory left by a run nobody supervised is swept by the next run. With ``trainer.max_restarts > 0`` a
-dead worker makes the run stop the pools, start them again and resume from the last
-checkpoint, truncating metrics past it so no step is lost or repeated.
+dead worker makes the run stop the pools, check the fit again (a lost node may leave too little
+room: refused naming the pool), start them again and resume from the last checkpoint, truncating
+metrics past it so no step is lost or repeated.
 
 The console (``RunConsole``) narrates it: a header with the run directory and the pipeline's
 key facts, then each start-up phase with its duration (loading data, starting Ray, starting
@@ -22,6 +25,7 @@ and end, also go to the run directory's ``startup.jsonl``, for the timeline.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlflow.errors import ResumeError, RunDirInUse
+from rlflow.errors import CannotWrite, ResumeError, RunDirInUse
 from rlflow.runtime import checkpoints, interrupts
 from rlflow.runtime.console import RunConsole
 from rlflow.runtime.run_dir import CHECKPOINTS, RunDir, latest_run, new_run_id
@@ -51,7 +55,22 @@ class RunResult:
 
 def prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) -> tuple[RunDir, Path | None, RunLock]:
     """Pick and lock the run directory and, when resuming, the checkpoint to start from. The lock comes
-    before any file is read or written; on a refusal it is released and what it created removed."""
+    before any file is read or written; on a refusal it is released and what it created removed. A path the
+    system refuses (a file there, a device, a name too long) is one line naming it."""
+    try:
+        return _prepare_run_dir(loaded, project, run_dir, resume)
+    except OSError as exc:
+        where = exc.filename or run_dir or project.resolve(project.runs_dir)
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, FileExistsError):
+            reason = "it exists and is not a folder"
+        elif isinstance(exc, NotADirectoryError):
+            reason = "a part of the path is a file, not a folder"
+        fix = "a shorter --run-dir or pipeline name" if exc.errno == errno.ENAMETOOLONG else "another --run-dir"
+        raise CannotWrite(f"cannot use {str(where)[:200]!s} as the run directory: {reason}; choose {fix}") from None
+
+
+def _prepare_run_dir(loaded, project, run_dir: str | None, resume: str | None) -> tuple[RunDir, Path | None, RunLock]:
     runs_dir = project.resolve(project.runs_dir)
     name = loaded.spec.name
     sweep_abandoned(runs_dir / name, _resumable)
@@ -114,7 +133,8 @@ def run_pipeline(
         fork_driver(lambda signum: _after_driver_death(rd, lock, signum))
     try:
         return _run_locked(loaded, project, rd, ckpt, force, console)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a stop asked for, not a failure; what was logged stays
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: a stop asked for, not a failure; what was logged stays
+        exc.run_dir, exc.checkpoint = rd.path, checkpoints.latest(rd.checkpoints)  # for the console's last line
         raise
     except BaseException:
         if not _resumable(rd.path):
@@ -252,7 +272,8 @@ def _train_with_restarts(
 ) -> RunResult:
     import ray
 
-    from rlflow.runtime.cluster import check_fit, cluster_nodes, start_ray
+    from rlflow.runtime.cluster import start_ray
+    from rlflow.runtime.fit import await_fit, cluster_nodes
     from rlflow.runtime.pools import demands, start_pools, stop_pools
     from rlflow.runtime.ray_executor import RayExecutor, WorkerDied
     from rlflow.runtime.trainer import StepLoop, fresh_sampler
@@ -266,9 +287,16 @@ def _train_with_restarts(
             started = start_ray(project, demands(plan, 0))
             nodes = cluster_nodes()
             phase.detail = cluster_facts(project, started, nodes)
-        gpus = sum(n["GPU"] for n in nodes)
-        check_fit(demands(plan, gpus), nodes)
+        if project.ray.address:  # a joined cluster may span hosts; the embedded Ray is this machine
+            from rlflow.runtime.node_paths import check_node_paths
+
+            with console.phase("check nodes") as phase:
+                phase.detail = check_node_paths(pipeline_dict, project.root, rd.path, tuple(project.plugins))
+        gpus = sum(n.total.get("GPU", 0.0) for n in nodes)
+        wanted, wait_s = demands(plan, gpus), project.ray.placement_timeout_s
         while True:
+            # again before each restart: the worker that died may have taken its node, and its room, with it
+            await_fit(wanted, wait_s, f"restart {restarts} of {spec.trainer.max_restarts}: " if restarts else "")
             console.on_phase = lambda label, start, end, attempt=restarts: rd.append_startup(label, start, end, attempt)
             pools = start_pools(
                 plan,
@@ -280,6 +308,7 @@ def _train_with_restarts(
                 str(rd.path),
                 console,
                 meanwhile=import_torch,
+                placement_timeout_s=wait_s,
             )
             rd.write_workers({name: pool.describe() for name, pool in pools.items()})
             executor = RayExecutor(pools, spec, rd.append_trace, str(rd.path), restarts, str(project.root))
@@ -310,9 +339,23 @@ def _train_with_restarts(
 
 def cluster_facts(project, started: bool, nodes: list[dict]) -> str:
     """The start-Ray line's detail: which Ray, and what it has."""
-    cpus, gpus = sum(n["CPU"] for n in nodes), sum(n["GPU"] for n in nodes)
-    which = f"joined {project.ray.address}" if project.ray.address else "embedded" if started else "already running"
+    cpus, gpus = (sum(n.total.get(key, 0.0) for n in nodes) for key in ("CPU", "GPU"))
+    which = (
+        f"joined {joined(project.ray.address)}" if project.ray.address else "embedded" if started else "already running"
+    )
     return f"{which}, {len(nodes)} node{'s' * (len(nodes) > 1)}, {cpus:g} CPUs, {gpus:g} GPUs"
+
+
+def joined(address: str) -> str:
+    """``address`` and, when it does not say which cluster it found (``auto``, a host name), the GCS address
+    joined: with several Ray instances on a host, "joined auto" would not tell them apart."""
+    import ray
+
+    try:
+        gcs = ray.get_runtime_context().gcs_address
+    except Exception:  # Ray Client (ray://) keeps the GCS address on the far side
+        return address
+    return address if not gcs or gcs == address else f"{address}: {gcs}"
 
 
 def main_config(pipeline_dict: dict, placement, project, run_dir: Path) -> dict[str, Any]:

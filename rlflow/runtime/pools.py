@@ -4,12 +4,15 @@
   node-sized bundle per node under STRICT_SPREAD); one ``StageWorker`` per device
   holding every role bound to the pool; workers of a pool with several devices form a
   torch.distributed data-parallel group (rank 0's address).
-- ``cpu``: ``workers`` CPU-only actors.
+- ``cpu``: ``workers`` CPU-only actors, one bundle each.
 - ``remote``: the driver creates the backend once (it starts its own process and owns its
-  GPUs), then ``forwarders`` zero-GPU actors reconnect to it by handle.
+  GPUs), then ``forwarders`` zero-GPU actors, one bundle each, reconnect to it by handle.
 
-A placement group that does not become ready within ``PG_READY_TIMEOUT_S`` is removed and
-reported with the pool's name: the run never waits forever for resources.
+Every pool reserves its bundles as a placement group first (``rlflow.runtime.reserve``): placed
+within ``ray.placement_timeout_s``, saying what it waits for meanwhile, or refused naming the
+pool and the shortfall; a pinned pool's custom resources ride in its bundles and on its workers.
+Workers that do not answer their set-up within ``SETUP_TIMEOUT_S`` end the run with one line
+naming the pool and the workers: the run never waits forever for resources.
 
 The pools start side by side: every local and CPU pool's workers are created first (Ray
 starts their processes in parallel, reusing the Python workers it started ahead of time, which
@@ -29,12 +32,13 @@ from typing import Any
 
 from rlflow.backends.remote.registry import forwarder_problem
 from rlflow.errors import ConfigError, Diagnostic, ResourceError
-from rlflow.runtime.cluster import Demand
 from rlflow.runtime.console import QUIET, RunConsole
+from rlflow.runtime.fit import Demand
+from rlflow.runtime.reserve import reserve
 
 log = logging.getLogger("rlflow.runtime")
-PG_READY_TIMEOUT_S = 60.0
 SETUP_TIMEOUT_S = 600.0
+PLACEMENT_TIMEOUT_S = 60.0  # rlflow.yaml's ray.placement_timeout_s when it sets none
 
 
 @dataclass
@@ -71,20 +75,26 @@ def resolve_device(device: str, cluster_gpus: float) -> str:
 
 
 def demands(plan, cluster_gpus: float) -> list[Demand]:
-    out = []
-    for placement in plan.resources.values():
-        if placement.type == "local":
-            gpu = resolve_device(placement.device, cluster_gpus) == "gpu"
-            out.append(
-                Demand(
-                    placement.name, placement.workers, placement.cpus_per_worker, 1.0 if gpu else 0.0, placement.nnodes
-                )
-            )
-        elif placement.type == "cpu":
-            out.append(Demand(placement.name, placement.workers, placement.cpus_per_worker, 0.0))
-        elif placement.type == "remote":
-            out.append(Demand(placement.name, placement.forwarders, placement.cpus_per_worker, 0.0))
-    return out
+    """What each pool of the plan reserves, its device resolved for a cluster with ``cluster_gpus``."""
+    return [
+        demand_of(placement.with_device(resolve_device(placement.device, cluster_gpus)))
+        for placement in plan.resources.values()
+        if placement.type in ("local", "cpu", "remote")
+    ]
+
+
+def demand_of(placement) -> Demand:
+    """What one placement (its device resolved) reserves, for the fit check and the messages."""
+    return Demand(
+        placement.name,
+        placement.workers,
+        placement.cpus_per_worker,
+        placement.gpus_per_worker,
+        placement.nnodes,
+        per_worker=placement.type != "local",
+        resources=dict(placement.resources),
+        label_selector=dict(placement.label_selector),
+    )
 
 
 def start_pools(
@@ -97,21 +107,23 @@ def start_pools(
     run_dir: str | None = None,
     console: RunConsole | None = None,
     meanwhile: Callable[[], None] | None = None,
+    placement_timeout_s: float = PLACEMENT_TIMEOUT_S,
 ) -> dict[str, Pool]:
     """Start every resource of the plan, side by side; on any failure, stop what was started and re-raise.
 
-    Every local and CPU pool's workers are created at once; while they start, ``meanwhile`` runs
-    here (the driver's own start-up work: importing torch) and remote resources start; then each
-    pool is waited for, and the local pools load their models together.
+    Every local and CPU pool's workers are created at once (each pool's placement group placed
+    first, within ``placement_timeout_s``); while they start, ``meanwhile`` runs here (the driver's
+    own start-up work: importing torch) and remote resources start; then each pool is waited for,
+    and the local pools load their models together.
     """
     pools: dict[str, Pool] = {}
     worker_args = (pipeline_dict, project_root, plugins, run_dir)
     console = console or RunConsole(QUIET)
     try:
         starting = [
-            _create_local(placement, plan, worker_args, cluster_gpus, pools)
+            _create_local(placement, plan, worker_args, cluster_gpus, pools, placement_timeout_s)
             if placement.type == "local"
-            else _create_cpu(placement, worker_args, pools)
+            else _create_cpu(placement, worker_args, pools, placement_timeout_s)
             for placement in plan.resources.values()
             if placement.type in ("local", "cpu")
         ]
@@ -120,7 +132,9 @@ def start_pools(
         for placement in plan.resources.values():
             if placement.type == "remote":
                 with console.phase(f"start {placement.name}") as phase:
-                    pools[placement.name] = _start_remote(placement, worker_args, main_config_for(placement))
+                    pools[placement.name] = _start_remote(
+                        placement, worker_args, main_config_for(placement), placement_timeout_s
+                    )
                     phase.detail = f"backend {placement.backend}, {_count(placement.forwarders, 'forwarder')}"
         loading = [_await_workers(start, console) for start in starting]
         for load in loading:
@@ -158,23 +172,32 @@ def stop_pools(pools: dict[str, Pool]) -> None:
     pools.clear()
 
 
-def _actor_class(num_cpus: float, num_gpus: float, strategy=None):
-    """``StageWorker`` as a Ray actor; no runtime_env (the worker sets its own environment), so Ray may
-    hand it one of the Python workers it started ahead of time instead of starting a new process."""
+def _actor_class(placement, pg, index: int):
+    """``StageWorker`` as a Ray actor in bundle ``index`` of ``pg``, holding its share of the bundle; no
+    runtime_env (the worker sets its own environment), so Ray may hand it one of the Python workers it
+    started ahead of time instead of starting a new process."""
     import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from rlflow.runtime.worker import StageWorker
 
-    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0}
-    if strategy is not None:
-        options["scheduling_strategy"] = strategy
-    return ray.remote(StageWorker).options(**options)
+    return ray.remote(StageWorker).options(
+        num_cpus=placement.cpus_per_worker,
+        num_gpus=placement.gpus_per_worker,
+        resources=dict(placement.resources),
+        max_restarts=0,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index),
+    )
 
 
-def _new_workers(actor_class, placement, count: int, worker_args: tuple, env: dict | None = None) -> list:
+def _new_workers(placement, pg, count: int, worker_args: tuple, env: dict | None = None) -> list:
+    """``count`` workers of ``placement``, each in its bundle of ``pg`` (several share a node-sized one)."""
     pipeline_dict, project_root, plugins, run_dir = worker_args
+    bundle_of = placement.bundle_of or range(count)
     return [
-        actor_class(i).remote(pipeline_dict, placement.name, i, count, project_root, plugins, run_dir, env)
+        _actor_class(placement, pg, bundle_of[i]).remote(
+            pipeline_dict, placement.name, i, count, project_root, plugins, run_dir, env
+        )
         for i in range(count)
     ]
 
@@ -200,53 +223,31 @@ class _Loading:
     since: float
 
 
-def _create_local(placement, plan, worker_args: tuple, cluster_gpus: float, pools: dict[str, Pool]) -> _Starting:
+def _create_local(
+    placement, plan, worker_args: tuple, cluster_gpus: float, pools: dict[str, Pool], timeout_s: float
+) -> _Starting:
     """Place the pool's placement group and create its workers (not waited for)."""
-    import ray
-    from ray.util.placement_group import placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
     since = time.time()
     device = resolve_device(placement.device, cluster_gpus)
     placement = placement.with_device(device)
-    bundles = [dict(b) for b in placement.bundles]
-    pg = placement_group(bundles, strategy=placement.strategy, name=f"rlflow-{placement.name}")
-    ready, _ = ray.wait([pg.ready()], timeout=PG_READY_TIMEOUT_S)
-    if not ready:
-        ray.util.remove_placement_group(pg)
-        raise ResourceError(
-            f"pool {placement.name}: its placement group ({len(bundles)} x {bundles[0]}) was not placed within "
-            f"{PG_READY_TIMEOUT_S:.0f} s; the cluster lacks the resources or they are held by another job"
-        )
+    pg = reserve(placement, demand_of(placement), timeout_s)
     threads = max(1, int(placement.cpus_per_worker))
     env = {"OMP_NUM_THREADS": str(threads), **({"DS_ACCELERATOR": "cpu"} if device == "cpu" else {})}
     pool = Pool(placement.name, "local", device, placement_group=pg, roles=plan.engine_roles(placement.name))
     pools[placement.name] = pool
-    pool.workers = _new_workers(
-        lambda i: _actor_class(
-            placement.cpus_per_worker,
-            placement.gpus_per_worker,
-            PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=placement.bundle_of[i]),
-        ),
-        placement,
-        placement.workers,
-        worker_args,
-        env,
-    )
+    pool.workers = _new_workers(placement, pg, placement.workers, worker_args, env)
     start = _Starting(pool, since, f"{_count(placement.workers, 'worker')} on {device}", _ask_info(pool), threads)
     if placement.workers == 1:  # no process group to set up first: the model loads as soon as the worker is up
         start.loading = _load_model(pool, None, threads)
     return start
 
 
-def _create_cpu(placement, worker_args: tuple, pools: dict[str, Pool]) -> _Starting:
+def _create_cpu(placement, worker_args: tuple, pools: dict[str, Pool], timeout_s: float) -> _Starting:
     since = time.time()
     env = {"OMP_NUM_THREADS": str(max(1, int(placement.cpus_per_worker)))}
-    pool = Pool(placement.name, "cpu", "cpu")
+    pool = Pool(placement.name, "cpu", "cpu", placement_group=reserve(placement, demand_of(placement), timeout_s))
     pools[placement.name] = pool
-    pool.workers = _new_workers(
-        lambda i: _actor_class(placement.cpus_per_worker, 0), placement, placement.workers, worker_args, env
-    )
+    pool.workers = _new_workers(placement, pool.placement_group, placement.workers, worker_args, env)
     return _Starting(pool, since, _count(placement.workers, "CPU worker"), _ask_info(pool))
 
 
@@ -265,7 +266,7 @@ def _await_workers(start: _Starting, console: RunConsole) -> _Loading | None:
 
     pool = start.pool
     with console.phase(f"start {pool.name}", since=start.since) as phase:
-        pool.info = ray.get(start.answers, timeout=SETUP_TIMEOUT_S)
+        pool.info = _answers(start.answers, pool, "start")
         phase.end = max(i["ready_at"] for i in pool.info)
         phase.detail = start.detail
     if pool.type != "local":
@@ -278,26 +279,38 @@ def _await_workers(start: _Starting, console: RunConsole) -> _Loading | None:
 
 
 def _await_model(load: _Loading, console: RunConsole) -> None:
-    import ray
-
     with console.phase(f"load model on {load.pool.name}", since=load.since) as phase:
         phase.detail = ", ".join(sorted(load.pool.roles))
-        load.pool.info = ray.get(load.refs, timeout=SETUP_TIMEOUT_S)
+        load.pool.info = _answers(load.refs, load.pool, "load the model")
         phase.end = max(i["ready_at"] for i in load.pool.info)
+
+
+def _answers(refs: list, pool: Pool, what: str) -> list:
+    """The workers' answers to a set-up call, within ``SETUP_TIMEOUT_S``; else one line naming the late ones."""
+    import ray
+
+    _, late = ray.wait(refs, num_returns=len(refs), timeout=SETUP_TIMEOUT_S)
+    if late:
+        who = ", ".join(str(i) for i, ref in enumerate(refs) if ref in late)
+        raise ResourceError(
+            f"pool {pool.name}: worker(s) {who} did not {what} within {SETUP_TIMEOUT_S:g} s (their node is "
+            "overloaded or short of memory, or their process hangs: see the worker logs in the Ray session's "
+            "logs folder, /tmp/ray/session_latest/logs by default)"
+        )
+    return ray.get(refs)
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' * (n != 1)}"
 
 
-def _start_remote(placement, worker_args: tuple, main_config: dict) -> Pool:
-    import ray
-
+def _start_remote(placement, worker_args: tuple, main_config: dict, timeout_s: float) -> Pool:
     from rlflow.backends.remote.registry import create_backend
 
-    backend = create_backend(placement.backend, main_config)
-    pool = Pool(placement.name, "remote", "cpu", backend=backend)
+    # the forwarders' room first: a resource the cluster cannot hold starts no backend
+    pool = Pool(placement.name, "remote", "cpu", placement_group=reserve(placement, demand_of(placement), timeout_s))
     try:
+        backend = pool.backend = create_backend(placement.backend, main_config)
         problem = forwarder_problem(placement.backend, backend.requires_single_forwarder(), placement.forwarders)
         if problem:
             message, _, fix = problem.rpartition(" (")
@@ -305,12 +318,9 @@ def _start_remote(placement, worker_args: tuple, main_config: dict) -> Pool:
                 [Diagnostic("", 0, 0, f"resources.{placement.name}.forwarders", message, fix.rstrip(")"))]
             )
         handle = backend.reconnect_handle()
-        pool.workers = _new_workers(
-            lambda i: _actor_class(placement.cpus_per_worker, 0), placement, placement.forwarders, worker_args
-        )
-        pool.info = ray.get(
-            [w.setup_remote.remote(placement.backend, main_config, handle) for w in pool.workers],
-            timeout=SETUP_TIMEOUT_S,
+        pool.workers = _new_workers(placement, pool.placement_group, placement.forwarders, worker_args)
+        pool.info = _answers(
+            [w.setup_remote.remote(placement.backend, main_config, handle) for w in pool.workers], pool, "connect"
         )
     except BaseException:
         stop_pools({placement.name: pool})

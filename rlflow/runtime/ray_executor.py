@@ -10,6 +10,8 @@ with a ``WorkerDied`` the launcher may restart from; a failure inside the stage 
 
 from __future__ import annotations
 
+import re
+
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, StageError, StageTimeout
 from rlflow.plan.model import PlanStage
@@ -94,33 +96,50 @@ class RayExecutor(Executor):
                 f"stage {name!r} on resource {pool.name!r} did not finish within {limit:g} s on {who}; "
                 f"the worker is hung or far too slow (raise `timeout_s` on the stage or trainer.stage_timeout_s if it is just slow)"
             )
-        results = []
-        for i, ref in enumerate(refs):
+        outcomes = []  # every worker's result or error, read before any is raised
+        for ref in refs:
             try:
-                results.append(ray.get(ref))
-            except RayTaskError as exc:
-                cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+                outcomes.append(ray.get(ref))
+            except (RayTaskError, RayActorError) as exc:
+                outcomes.append(exc)
+            except GetTimeoutError as exc:  # pragma: no cover - ray.wait said it was ready
+                raise StageTimeout(f"stage {name!r} on {pool.name!r}: result not retrievable") from exc
+        # A dead worker comes first: its data-parallel peers then fail on their collective ("Connection closed
+        # by peer"), which is a consequence, not the cause, and must not hide the death a restart recovers.
+        dead = [i for i, out in enumerate(outcomes) if isinstance(out, RayActorError)]
+        if dead:
+            i = dead[0]
+            peers = len(outcomes) - len(dead)
+            also = (
+                f"; {peers} peer worker(s) failed with it" if any(isinstance(o, RayTaskError) for o in outcomes) else ""
+            )
+            info = pool.info[i] if i < len(pool.info) else {}
+            raise WorkerDied(
+                f"stage {name!r}: {self._worker_name(pool, i)} of resource {pool.name!r} died: "
+                f"{why_died(outcomes[i], info.get('node_id'))}{also}"
+            ) from outcomes[i]
+        for i, out in enumerate(outcomes):
+            if isinstance(out, RayTaskError):
+                cause = out.cause if getattr(out, "cause", None) is not None else out
                 if pool.type == "remote" and isinstance(cause, BackendError):
                     raise BackendLost(
                         f"stage {name!r}: the remote backend of resource {pool.name!r} is gone "
                         f"(via {self._worker_name(pool, i)}): {cause}"
-                    ) from exc
+                    ) from out
                 raise StageError(
                     f"stage {name!r} failed on resource {pool.name!r}, {self._worker_name(pool, i)}: "
                     f"{type(cause).__name__}: {cause}"
-                ) from exc
-            except RayActorError as exc:
-                raise WorkerDied(
-                    f"stage {name!r}: worker {self._worker_name(pool, i)} of resource {pool.name!r} died: {_first_line(exc)}"
-                ) from exc
-            except GetTimeoutError as exc:  # pragma: no cover - ray.wait said it was ready
-                raise StageTimeout(f"stage {name!r} on {pool.name!r}: result not retrievable") from exc
-        return results
+                ) from out
+        return outcomes
 
     @staticmethod
     def _worker_name(pool: Pool, index: int) -> str:
+        """``worker 1 (pid 4242 on Ray node 3a985436 at 10.0.0.7)``: the Ray node, since the nodes of one host
+        (or of containers sharing a host name) share its name."""
         info = pool.info[index] if index < len(pool.info) else {}
-        return f"worker {index} (pid {info.get('pid', '?')} on {info.get('host', '?')})"
+        node_id = info.get("node_id")
+        where = f"Ray node {node_id[:8]} at {info.get('node_ip', '?')}" if node_id else info.get("host", "?")
+        return f"worker {index} (pid {info.get('pid', '?')} on {where})"
 
 
 class WorkerDied(StageError):
@@ -129,6 +148,36 @@ class WorkerDied(StageError):
 
 class BackendLost(WorkerDied):
     """A remote backend stopped answering (its process died); restartable like a dead worker."""
+
+
+def why_died(exc: BaseException, node_id: str | None) -> str:
+    """Why a worker died, in a few words: when Ray's GCS has marked its node dead (a raylet killed, a node
+    removed or cut off), that and the reason Ray gives; otherwise Ray's account of how the process ended."""
+    lines = str(exc).splitlines()
+    node = _node(node_id)
+    if (node is not None and not node.get("Alive", True)) or any("its node has died" in line for line in lines):
+        told = [line.partition("terminated unexpectedly: ")[2] for line in lines if "terminated unexpectedly: " in line]
+        reason = (node or {}).get("DeathReasonMessage") or (told[0] if told else "")
+        return "its Ray node died" + (f" ({reason.strip()})" if reason.strip() else "")
+    # Ray's message: a fixed first line, tab-indented fields (class, actor id, pid, ...), then the cause
+    causes = [line.strip() for line in lines[1:] if line.strip() and not line.startswith("\t")]
+    exit_type = re.search(r"Worker exit type: (\w+)", causes[0]) if causes else None
+    if exit_type:  # the process died: its exit type and the first sentence of Ray's detail (then Ray's guesses)
+        detail = re.search(r"Worker exit detail: (.+?\.)(\s|$)", causes[0])
+        return f"its process died ({exit_type[1]}" + (f": {detail[1]}" if detail else "") + ")"
+    return (causes[0] if causes else _first_line(exc))[:300]
+
+
+def _node(node_id: str | None) -> dict | None:
+    """The GCS's record of node ``node_id``; None when unknown or the GCS cannot be asked (it went with the node)."""
+    import ray
+
+    if not node_id:
+        return None
+    try:
+        return next((n for n in ray.nodes() if n.get("NodeID") == node_id), None)
+    except Exception:  # the cluster is going away: the message falls back on Ray's own words
+        return None
 
 
 def _first_line(exc: BaseException) -> str:

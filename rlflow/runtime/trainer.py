@@ -29,6 +29,7 @@ from typing import Any
 
 from rlflow.batch import Batch
 from rlflow.errors import ResumeError, StageError
+from rlflow.metrics import num_turns
 from rlflow.plan.concurrency import step_dependencies
 from rlflow.plan.model import Plan, PlanStage
 from rlflow.runtime import checkpoints, interrupts
@@ -107,6 +108,7 @@ class StepLoop:
         self.devices = executor.data_parallel_size(update.resource) if update is not None else 1  # verl: per GPU
         self.dependencies = step_dependencies(plan.step, plan.edges)  # within a step, derived by the plan
         self.mode = get_trainer_mode(spec.trainer.trainer_mode)(self)
+        self._pending_checkpoint: tuple[PlanStage, int, Path, dict[str, Any]] | None = None
 
     # ---- init -------------------------------------------------------------------------
     def init(self, resume_from: Path | None) -> int:
@@ -166,14 +168,16 @@ class StepLoop:
         val_metrics: dict[str, Any] = {}
         timing_end: float | None = None  # timing_s/step covers verl's steps 1-10, not validation
         step_start = time.perf_counter() if step_start is None else step_start
-        in_flight: list[tuple[Any, str, float]] = []  # (handle, timer name, submitted at)
+        in_flight: list[tuple[Any, str]] = []  # (handle, timer name)
 
         def settle(needs=None) -> None:
             for entry in list(in_flight):
-                handle, name, submitted = entry
+                handle, name = entry
                 if needs is None or handle.stage.name in needs:
                     self.executor.wait(handle)
-                    timer.timing[name] = timer.timing.get(name, 0.0) + time.perf_counter() - submitted
+                    # the stage's own seconds: from submission it may have queued behind another stage
+                    # on its resource, or finished long before the loop came to wait for it
+                    timer.timing[name] = timer.timing.get(name, 0.0) + handle.ran
                     in_flight.remove(entry)
 
         for stage in stages:
@@ -183,7 +187,7 @@ class StepLoop:
             name = stage.verl_timer or stage.name
             if overlap and _may_overlap(stage):
                 settle(self.dependencies[stage.name])  # the plan's: what it reads, and the row barriers
-                in_flight.append((self.executor.submit(stage, batch, step), name, time.perf_counter()))
+                in_flight.append((self.executor.submit(stage, batch, step), name))
                 continue
             settle()
             if stage.role == "validation":
@@ -265,16 +269,45 @@ class StepLoop:
         return None
 
     def _save_checkpoint(self, step: int, stage: PlanStage) -> None:
+        """Write step ``step``'s checkpoint to a temporary directory; ``commit_checkpoint`` renames it into
+        place once the step's metrics are logged, so a committed step is never missing from metrics.jsonl
+        (a failure in between resumes from the checkpoint before, whose later metrics are truncated)."""
         if stage.resource_type == DRIVER:
             raise ResumeError("the actor is updated on the driver; there is no model state to checkpoint")
+        self.abort_checkpoint()  # a step has one checkpoint; an earlier one left pending is not the run's
         tmp = checkpoints.begin(self.run_dir.checkpoints, step)
-        try:
+        with self._checkpoint_faults(stage, step, tmp):
             self.executor.run_stage(stage, Batch(), step, checkpoint_dir=str(tmp))
             (tmp / "pipeline.resolved.yaml").write_text(self.resolved_yaml)
             state = {"global_step": step, "sampler": self.data.sampler.state_dict(), "pipeline": self.spec.name}
             state.update(self.mode.save_state(step, tmp))
+        self._pending_checkpoint = (stage, step, tmp, state)
+
+    def commit_checkpoint(self, step: int) -> None:
+        """Commit the checkpoint written during step ``step`` (after its metrics are logged); none: nothing."""
+        pending, self._pending_checkpoint = self._pending_checkpoint, None
+        if pending is None:
+            return
+        stage, saved_at, tmp, state = pending
+        if saved_at != step:
+            checkpoints.abort(tmp)
+            return
+        with self._checkpoint_faults(stage, step, tmp):
             checkpoints.commit(self.run_dir.checkpoints, tmp, step, state, self.spec.trainer.keep_checkpoints)
-        except (StageError, OSError) as exc:
+
+    def abort_checkpoint(self) -> None:
+        """Drop a checkpoint written but not committed (the attempt ended before its step was logged)."""
+        pending, self._pending_checkpoint = self._pending_checkpoint, None
+        if pending is not None:
+            checkpoints.abort(pending[2])
+
+    @contextlib.contextmanager
+    def _checkpoint_faults(self, stage: PlanStage, step: int, tmp: Path):
+        """A failure while writing or committing removes the temporary directory; a full disk says so, whoever
+        wrote (a worker's part, or torch saving the batches in flight on the driver, which raises RuntimeError)."""
+        try:
+            yield
+        except Exception as exc:
             checkpoints.abort(tmp)
             full = checkpoints.disk_full_reason(self.run_dir.checkpoints, exc)
             if full:
@@ -296,9 +329,8 @@ class StepLoop:
         metrics = self.executor.run_here(stage, batch, step).metrics
         if "rollout/policy_version" in batch.metrics:  # which weights answered (async: the latest sent)
             metrics["val-aux/policy_version"] = batch.metrics["rollout/policy_version"]
-        if "num_turns" in batch:  # verl's validation reports a multi-turn rollout's turns
-            turns = batch["num_turns"].float()
-            metrics.update({f"val-aux/num_turns/{k}": float(getattr(turns, k)()) for k in ("min", "max", "mean")})
+        turns = num_turns(batch)  # verl's validation reports the rollouts' turns, 2 each for single-turn ones
+        metrics.update({f"val-aux/num_turns/{k}": float(getattr(turns, k)()) for k in ("min", "max", "mean")})
         return metrics
 
 

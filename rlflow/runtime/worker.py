@@ -10,15 +10,19 @@ The Ray executor wraps the class with ``ray.remote``; the in-process executor us
 is, so both run the same stage code. What crosses into a worker is typed: a ``StageCall``
 (which stage, its config, the step, the fields it reads, where a checkpoint goes) and a
 ``Batch``; what comes back is a ``WorkerResult`` with the output batch and the start/end
-wall-clock times and pid that become a ``trace.jsonl`` record.
+wall-clock times and pid that become a ``trace.jsonl`` record, and the warnings rlflow's code
+logged during the stage (a reward function's or a tool's first failure), which the driver logs
+when the worker is another process (a Ray worker's log does not reach the console).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +57,32 @@ class WorkerResult:
     end: float
     pid: int
     value: Any = None
+    warnings: list[str] = field(default_factory=list)  # what rlflow's loggers warned of during the call
+
+
+MAX_RELAYED = 20  # warnings one stage call hands back (each kind is logged once anyway)
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.into) < MAX_RELAYED:
+            self.into.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def collected_warnings() -> Iterator[list[str]]:
+    """The warnings logged under ``rlflow`` while the block runs (they are still logged here as well)."""
+    into: list[str] = []
+    handler, logger = _Collect(into), logging.getLogger("rlflow")
+    logger.addHandler(handler)
+    try:
+        yield into
+    finally:
+        logger.removeHandler(handler)
 
 
 class StageWorker:
@@ -123,6 +153,7 @@ class StageWorker:
             roles=frozenset(roles),
             project_root=self.project_root,
             dist=dist,
+            run_dir=self.run_dir,
         )
         trim_heap()  # what loading freed (checkpoint buffers, the reference's copy) goes back to the system
         return self.info()
@@ -154,9 +185,10 @@ class StageWorker:
             at_shutdown=self.at_shutdown,
         )
         start = time.time()
-        out = kind().run(Batch() if batch is None else batch, ctx)
+        with collected_warnings() as warnings:
+            out = kind().run(Batch() if batch is None else batch, ctx)
         trim_heap()  # what the stage freed (a rollout's KV cache, activations) goes back before the next one
-        return WorkerResult(out, start, time.time(), os.getpid())
+        return WorkerResult(out, start, time.time(), os.getpid(), warnings=warnings)
 
     def load_checkpoint(self, path: str) -> WorkerResult:
         return self._timed(self.engine.load_checkpoint, path)

@@ -8,7 +8,9 @@ line, without importing verl at validate time; ``tests/schemas/test_algorithms.p
 lists against verl's registries, so a verl upgrade that adds or drops a name fails that test.
 
 Some registered names need more than the step rlflow runs; ``NEEDS`` says what, and
-``rlflow validate`` refuses them with that sentence. Pure: no torch, Ray or verl.
+``rlflow validate`` refuses them with that sentence (``bypass_mode`` only where
+``algorithm.rollout_correction.bypass_mode`` is off: ``rlflow.check.algorithm``). Pure: no torch,
+Ray or verl.
 """
 
 from __future__ import annotations
@@ -70,9 +72,10 @@ NEEDS: dict[str, tuple[str, str]] = {
         "use grpo or rloo",
     ),
     "bypass_mode": (
-        "bypass_mode needs the rollout's own log-probs in place of old_log_probs and verl's "
-        "rollout_correction settings; rlflow's step computes old_log_probs in its old_log_prob stage",
-        "use vanilla, the same PPO clip on the old_log_prob stage's log-probs",
+        "bypass_mode needs algorithm.rollout_correction.bypass_mode: true (its old policy is the rollout's "
+        "own log-probs; without bypass mode the old_log_prob stage's are)",
+        "set algorithm.rollout_correction.bypass_mode: true, with loss_mode: vanilla (or another loss) for "
+        "verl's V1 bypass, or with this loss for verl's legacy one",
     ),
 }
 

@@ -31,6 +31,7 @@ from rlflow.schemas.templating import line_mapper, render
 from rlflow.schemas.yaml_loader import MAX_BYTES, Positions, decode_text, parse_yaml
 
 BASE_KEY = "base"
+MAX_BASES = 16  # bases in one chain: each level recurses through the merge
 
 
 @dataclass
@@ -107,6 +108,11 @@ def _merge_over_base(
     if base_path.resolve() in chain:
         loop = " -> ".join(os.path.relpath(p) for p in [*chain, base_path.resolve()])
         return problem(f"{named!r} is already in this chain of bases: {loop}", "a pipeline cannot build on itself")
+    if len(chain) > MAX_BASES:
+        return problem(
+            f"more than {MAX_BASES} bases in a chain, from {os.path.relpath(chain[0])}",
+            "merge some of the bases into one file",
+        )
     try:
         raw = read_bytes(base_path, MAX_BYTES, "base pipeline")
     except OSError as exc:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlflow.schemas.algorithms import AdvEstimator, LossMode
+from rlflow.schemas.labels import label_key_problem, resource_problem, selector_value_problem
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 DRIVER = "driver"
@@ -116,11 +117,12 @@ class RolloutCorrectionSpec(StrictModel):
     bypass_mode: bool = Field(
         False,
         description="Take the rollout's log-probs as the old policy and skip the old_log_prob pass "
-        "(two policies instead of three).",
+        "(two policies instead of three); loss_mode trains against them, nothing corrected (verl's V1 trainer).",
     )
     loss_type: Literal["ppo_clip", "reinforce"] = Field(
         "ppo_clip",
-        description="bypass_mode's loss: PPO clip against the rollout, or REINFORCE with the importance weights.",
+        description="loss_mode bypass_mode's loss (verl's legacy bypass loss): PPO clip against the rollout, "
+        "or REINFORCE with the importance weights.",
     )
 
     @field_validator("rollout_is_threshold", "rollout_rs_threshold", mode="before")
@@ -328,8 +330,8 @@ class TrainerSpec(StrictModel):
     )
     max_off_policy_strategy: Literal["drop", "wait"] = Field(
         "drop",
-        description="A batch that would span more versions: drop it and sample it again, or wait and never sample "
-        "so far ahead (verl: trainer.v1.sampler.max_off_policy_strategy).",
+        description="A batch that would span more versions: drop it (fresh prompts are sampled in its place), or "
+        "wait and never sample so far ahead (verl: trainer.v1.sampler.max_off_policy_strategy).",
     )
     num_warmup_batches: int = Field(
         1,
@@ -339,7 +341,39 @@ class TrainerSpec(StrictModel):
     )
 
 
-class LocalPool(StrictModel):
+class PinnedPool(StrictModel):
+    """Where a pool's workers may run, in Ray's terms (``rlflow.schemas.labels``); by default on any node."""
+
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources each worker needs, as nodes offer them with `ray start --resources` "
+        "(e.g. {trainer_node: 1}); CPUs and GPUs have their own keys.",
+    )
+    label_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Ray's node-label selector for every worker (labels from `ray start --labels`): "
+        "`value`, `!value`, `in(a,b)` or `!in(a,b)` per label.",
+    )
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        problems = [p for p in (resource_problem(name, amount) for name, amount in value.items()) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @field_validator("label_selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+        found = (label_key_problem(k) or selector_value_problem(k, v) for k, v in value.items())
+        problems = [p for p in found if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+
+class LocalPool(PinnedPool):
     """A device pool on this cluster: one fused worker per device (GPU, or a CPU slot)."""
 
     type: Literal["local"]
@@ -349,7 +383,7 @@ class LocalPool(StrictModel):
     cpus_per_worker: float = Field(1.0, gt=0)
 
 
-class CpuPool(StrictModel):
+class CpuPool(PinnedPool):
     """CPU-only worker actors (reward scoring, filters)."""
 
     type: Literal["cpu"]
@@ -362,7 +396,7 @@ class CpuPool(StrictModel):
     )
 
 
-class RemotePool(StrictModel):
+class RemotePool(PinnedPool):
     """CPU-only forwarders relaying to an out-of-process RemoteBackend that owns its own GPUs."""
 
     type: Literal["remote"]

@@ -19,11 +19,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from rlflow.assets import builtin_path
 from rlflow.errors import ConfigError, RegistryError
 from rlflow.schemas.diagnostics import Diagnostic, format_path, suggestion
+from rlflow.schemas.labels import label_key_problem, resource_problem
 from rlflow.schemas.validation import validation_diagnostics
 from rlflow.schemas.yaml_loader import Positions, parse_yaml, read_config
 
@@ -45,6 +46,12 @@ class RaySettings(_Strict):
     init: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for ray.init.")
     num_cpus: int | None = Field(None, gt=0, description="CPUs of an embedded local Ray.")
     connect_timeout_s: float = Field(30.0, gt=0, description="How long joining `address` may take to answer.")
+    placement_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long a run waits for room its pools need that exists on the cluster but is held "
+        "(by another job, or a pool that is being placed) before it is refused, naming the shortfall.",
+    )
 
 
 class WandbSettings(_Strict):
@@ -80,11 +87,30 @@ class LoggingSettings(_Strict):
 
 
 class InventoryNode(_Strict):
-    """One machine of the cluster the pipelines will run on."""
+    """One machine of the cluster the pipelines will run on; ``labels`` and ``resources`` as its ``ray start``
+    gives them (``--labels``, ``--resources``), for the pools pinned to nodes."""
 
     name: str
     gpus: int = Field(0, ge=0)
     cpus: int = Field(ge=1)
+    labels: dict[str, str] = Field(default_factory=dict, description="The node's Ray labels.")
+    resources: dict[str, float] = Field(default_factory=dict, description="The node's custom Ray resources.")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        problems = [p for p in map(label_key_problem, value) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, value: dict[str, float]) -> dict[str, float]:
+        problems = [p for p in (resource_problem(name, amount) for name, amount in value.items()) if p]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
 
 class Inventory(_Strict):

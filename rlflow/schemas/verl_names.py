@@ -137,6 +137,31 @@ VERL_NAMES: tuple[VerlName, ...] = (
     VerlName(f"{ROLLOUT}.name", "engine", "stage", "generate", note="vllm is vllm; no sglang or trtllm rollout"),
     *_same(ROLLOUT, "temperature top_p top_k do_sample max_num_seqs", "", "stage", "generate"),
     *_same(f"{ROLLOUT}.val_kwargs", "temperature top_p n do_sample", "", "stage", "validate"),
+    # the rollout's multi_turn block: the same keys under the generate stage's with.multi_turn
+    *_same(
+        f"{ROLLOUT}.multi_turn",
+        "enable max_assistant_turns max_user_turns max_parallel_calls max_tool_response_length "
+        "tool_response_truncate_side format",
+        "multi_turn",
+        "stage",
+        "generate",
+    ),
+    *[
+        VerlName(
+            f"{ROLLOUT}.multi_turn.{key}", f"multi_turn.{key}", "stage", "generate", note="relative to the project root"
+        )
+        for key in ("tool_config_path", "function_tool_path")
+    ],
+    *[
+        VerlName(
+            f"{ROLLOUT}.multi_turn.{key}",
+            f"multi_turn.{key}",
+            "stage",
+            "generate",
+            note="accepted and ignored: verl 0.9.1's agent loop does not read it either",
+        )
+        for key in ("use_inference_chat_template", "tokenization_sanity_check_mode", "num_repeat_rollouts")
+    ],
     VerlName(f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", "trainer.log_prob_micro_batch_size_per_gpu"),
     VerlName(f"{ROLLOUT}.log_prob_micro_batch_size", "trainer.log_prob_micro_batch_size_per_gpu", global_size=True),
     *_same(ROLLOUT, "log_prob_use_dynamic_bsz log_prob_max_token_len_per_gpu", "trainer"),
@@ -158,7 +183,11 @@ VERL_NAMES: tuple[VerlName, ...] = (
         "enable metric max_num_gen_batches max_inflight_gen_batches",
         "algorithm.filter_groups",
     ),
-    VerlName(f"{ACTOR}.policy_loss.loss_mode", "algorithm.loss_mode", note="bypass_mode has no counterpart"),
+    VerlName(
+        f"{ACTOR}.policy_loss.loss_mode",
+        "algorithm.loss_mode",
+        note="bypass_mode only with algorithm.rollout_correction.bypass_mode (verl's legacy bypass loss)",
+    ),
     *_same(
         f"{ACTOR}.policy_loss",
         "clip_cov_ratio clip_cov_lb clip_cov_ub kl_cov_ratio ppo_kl_coef dro_beta",
@@ -241,11 +270,6 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     (f"{ROLLOUT}.max_num_batched_tokens", "rlflow chooses vLLM's engine options itself"),
     (f"{ROLLOUT}.dtype", "the rollout runs in model.dtype"),
     (f"{ROLLOUT}.mode", "rlflow's rollout is synchronous, inside the step"),
-    (
-        f"{ROLLOUT}.multi_turn.",
-        "no counterpart in rlflow's multi_turn block (enable, the turn limits, the tool paths and the "
-        "tool answers' cut convert)",
-    ),
     ("actor_rollout_ref.hybrid_engine", "stages bound to one pool share its workers (colocated)"),
     ("critic.", "GRPO has no critic"),
     ("reward_model.", "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)"),
@@ -267,8 +291,8 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     ("reward_model.reward_kwargs.max_resp_len", "the overlong buffer measures against data.max_response_length"),
     (
         "data.gen_batch_size",
-        "dynamic sampling generates train_batch_size prompts a batch, filter_groups.max_inflight_gen_batches "
-        "batches at a time",
+        "dynamic sampling draws its refills prompt by prompt, as verl's V1 trainer does with filter_groups on "
+        "(it sets data.gen_batch_size to 1)",
     ),
     (
         "reward.custom_reward_function.reward_kwargs",

@@ -13,7 +13,8 @@ Design decisions:
   always their text.
 - Duplicate keys are errors (never last-wins). ``<<`` merge keys work as in YAML 1.1.
 - Aliases are expanded while constructing, under a cap on expanded nodes and on depth, so
-  an alias bomb or a self-referencing anchor is refused instead of eating memory. Brackets
+  an alias bomb or a self-referencing anchor is refused instead of eating memory; a document
+  past the cap that aliases did not blow up is told it is too large, not called a bomb. Brackets
   nested hundreds deep are refused before PyYAML sees them (its scanner slows down with
   the square of the depth).
 - Positions are reported in the file the user wrote: a ``line_map`` turns lines of the
@@ -137,18 +138,23 @@ def check_aliases(text: str, file: str, max_nodes: int = MAX_NODES) -> Diagnosti
         if done:
             sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
             if sizes[id(node)] > max_nodes:
-                return Diagnostic(
-                    file,
-                    1,
-                    1,
-                    "",
-                    f"the document expands to more than {max_nodes} nodes (alias bomb?)",
-                    "use fewer aliases",
-                )
+                message, fix = too_many_nodes(max_nodes, sizes[id(node)], len(sizes), "a config")
+                return Diagnostic(file, 1, 1, "", f"the {message}", fix)
         elif id(node) not in sizes:
             stack.append((node, depth, True))
             stack.extend((c, depth + 1, False) for c in children if id(c) not in sizes)
     return None
+
+
+def too_many_nodes(cap: int, built: int, written: int, what: str) -> tuple[str, str]:
+    """(problem, fix) for a document past ``cap`` nodes, ``built`` of them with aliases followed, ``written`` in
+    its text: an alias bomb when aliases made most of them, else a document that is simply that large."""
+    if built - written > written:
+        return f"document expands to more than {cap} nodes (alias bomb?)", f"use fewer aliases; {what} is small"
+    return (
+        f"document holds more than {cap} values, the most rlflow reads in one file",
+        f"{what} holds a few hundred; move the bulk into a data file",
+    )
 
 
 def _children(node: Node) -> list[Node]:
@@ -230,10 +236,11 @@ def _offset_position(data: bytes | str, offset: int) -> tuple[int, int]:
 
 
 def parse_yaml(
-    text: str, file: str, line_map: Callable[[int], int] = lambda line: line
+    text: str, file: str, line_map: Callable[[int], int] = lambda line: line, what: str = "a pipeline"
 ) -> tuple[Any, Positions, list[Diagnostic]]:
-    """Parse one YAML document. Returns (data or None, positions, diagnostics)."""
-    builder = _Builder(file, line_map)
+    """Parse one YAML document. Returns (data or None, positions, diagnostics); ``what`` the document is
+    (``a tool config``) words the fix of one past the node cap."""
+    builder = _Builder(file, line_map, what)
     deep = _too_many_brackets(text)
     if deep is not None:
         line, col = _offset_position(text, deep)
@@ -278,11 +285,12 @@ def parse_yaml(
 class _Builder:
     """Builds plain Python data from nodes, recording positions and collecting problems."""
 
-    def __init__(self, file: str, line_map: Callable[[int], int]) -> None:
-        self.file, self.line_map = file, line_map
+    def __init__(self, file: str, line_map: Callable[[int], int], what: str) -> None:
+        self.file, self.line_map, self.what = file, line_map, what
         self.positions = Positions()
         self.diagnostics: list[Diagnostic] = []
-        self.count = 0
+        self.count = 0  # nodes built, each alias's expansion included
+        self.written: set[int] = set()  # the nodes of the text itself: an alias builds its anchor's again
 
     def where(self, node: Node) -> tuple[int, int]:
         mark = node.start_mark
@@ -306,13 +314,9 @@ class _Builder:
 
     def build(self, node: Node, path: tuple) -> Any:
         self.count += 1
+        self.written.add(id(node))
         if self.count > MAX_NODES:
-            raise _Refused(
-                node,
-                path,
-                f"document expands to more than {MAX_NODES} nodes (alias bomb?)",
-                "use fewer aliases; a pipeline is small",
-            )
+            raise _Refused(node, path, *too_many_nodes(MAX_NODES, self.count, len(self.written), self.what))
         if len(path) > MAX_DEPTH:
             raise _Refused(
                 node,

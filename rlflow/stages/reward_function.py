@@ -34,7 +34,7 @@ from rlflow.reward.functions import FunctionLoadError, load_function, parse_refe
 from rlflow.reward.overlong import OverlongBuffer, shape_scores
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.registry import register_stage
-from rlflow.stages.token_scores import place_on_last_token
+from rlflow.stages.token_scores import place_on_last_token, response_lengths
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.batch import Batch
@@ -156,7 +156,7 @@ class RewardFunction(StageKind):
         outcomes = runner.run(call_arguments(sources, batch["response_text"], batch["reward_info"]))
         scored = combine(functions, outcomes, sources, warned, ctx.step)
         if config.overlong_buffer.enable:
-            lengths = np.asarray(batch["response_mask"]).sum(axis=-1)
+            lengths = response_lengths(batch["response_mask"])  # a transcript's tool answers count, as in verl
             max_len = ctx.pipeline.data.max_response_length
             scored.scores, metrics = shape_scores(
                 scored.scores, lengths, config.overlong_buffer, max_len, scored.extras

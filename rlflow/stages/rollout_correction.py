@@ -10,7 +10,8 @@ Which policy the loss treats as the old one, as verl names it:
   advantage step (``compute_rollout_correction_and_add_to_batch``).
 - ``bypass_mode``: the rollout's log-probs *are* the old policy (the behaviour policy that sampled
   the batch, whatever version it was); the plan drops the ``old_log_prob`` pass, as verl skips its
-  forward, and the update's loss is verl's ``bypass_mode`` policy loss.
+  forward, and the update trains ``loss_mode`` against them, correcting nothing, as verl's V1
+  trainer does (``loss_mode: bypass_mode`` is the legacy trainer's loss that corrects inside).
 
 verl overwrites ``response_mask`` with the rejection mask; here it is a field of its own, because
 the model's forward still needs every response token and a field has one producer in a plan.

@@ -17,7 +17,15 @@ def place_on_last_token(scores: list[float], response_mask: np.ndarray) -> np.nd
     mask = np.asarray(response_mask)
     rows = len(scores)
     out = np.zeros((rows, mask.shape[-1]), dtype=np.float32)
-    written = mask != 0
-    last = np.where(written.any(axis=-1), mask.shape[-1] - 1 - np.argmax(written[:, ::-1], axis=-1), 0)
+    last = np.maximum(response_lengths(mask) - 1, 0)
     out[np.arange(rows), last] = np.asarray(scores, dtype=np.float32)
     return out
+
+
+def response_lengths(response_mask: np.ndarray) -> np.ndarray:
+    """Each row's tokens through its last model token: the length verl reads from its attention mask, which
+    counts a multi-turn transcript's tool answers (0 in the mask between the model's turns)."""
+    import numpy as np
+
+    written = np.asarray(response_mask) != 0
+    return np.where(written.any(axis=-1), written.shape[-1] - np.argmax(written[:, ::-1], axis=-1), 0)

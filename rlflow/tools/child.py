@@ -4,8 +4,9 @@ Started by ``rlflow.reward.function_runner.FunctionRunner(child="rlflow.tools.ch
 reward functions' supervisor, so it has their guarantees (per-call deadline, every process it starts
 killed, address-space cap, exit with its parent, output to a capped log) and their JSON protocol
 (``rlflow.reward.function_child``); here the one "reference" is the JSON of the
-tool set ({"tools": verl tool-config entries, "function_tool_path", "paths", "scratch", "max_chars",
-"side"}); ``scratch`` is the parent's temporary folder, the child's working directory.
+tool set ({"tools": verl tool-config entries, "tool_config" (their file, as the pipeline names it),
+"function_tool_path", "paths", "scratch", "max_chars", "side"}); ``paths`` starts with the project
+root; ``scratch`` is the parent's temporary folder, the child's working directory.
 
 - ``BaseTool`` subclasses are built as verl's ``initialize_tools_from_config`` builds them
   (``cls(config=..., tool_schema=OpenAIFunctionToolSchema)``) and called per call as verl's
@@ -13,16 +14,22 @@ tool set ({"tools": verl tool-config entries, "function_tool_path", "paths", "sc
   turn's rows) concurrently on one event loop, as verl gathers them; ``@function_tool`` files load
   through verl's ``load_function_tools_from_path`` and answer through ``normalize_function_tool_return``.
 - A call ``{"op": "schemas"}`` answers the tools' schemas as JSON; a call ``{"name", "arguments"}``
-  answers ``["ok", id, reward, metrics and its own seconds, 0, text]`` with the text cut to ``max_chars``
-  as verl cuts it, so a tool returning megabytes sends back a bounded message.
-- Before the tools load, an audit hook refuses writes outside ``scratch`` (files
-  opened for writing, removals, renames, SQLite files opened other than read-only) and new
-  processes. It is Python-level containment: a tool's native code could still get past it.
+  answers ``["ok", id, reward, {its own seconds}, 0, text]`` (a tool's own metrics, of any shape,
+  are dropped, as verl's agent loop drops them) with the text cut to ``max_chars``
+  as verl cuts it, so a tool returning megabytes sends back a bounded message; a call that raises
+  answers ``["raised", id, type, text]``, the text naming the line of the user's tool code and
+  holding no host path (``rlflow.tools.observation``).
+- A tool that cannot load is named by its entry (``tools.yaml tools[1] (mytools.Search)``).
+- Before the tools load, ``rlflow.tools.guard`` contains the process: writes only under
+  ``scratch`` (temporary files go there too), no new process; the kernel enforces it where the
+  host has Landlock, an audit hook words the refusals everywhere. The tool log says when
+  Landlock is not in force.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib
 import json
 import os
@@ -32,58 +39,15 @@ import time
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 
-from rlflow.reward.function_child import _exit_with_parent, _finite, _limit_memory, _send, last_frame
+from rlflow.reward.function_child import _exit_with_parent, _finite, _limit_memory, _send
+from rlflow.tools.guard import contain
+from rlflow.tools.observation import Where, truncate
 
 SECONDS = "__seconds"  # the call's own time, among the numbers of its answer
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_REFUSED = {
-    "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.chmod", "os.chown", "os.link",
-    "os.symlink", "os.utime", "shutil.rmtree", "shutil.move", "os.system", "os.exec", "os.posix_spawn",
-    "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen", "pty.spawn", "os.putenv", "os.unsetenv",
-}  # fmt: skip
 
 
-def truncate(text: str, limit: int, side: str) -> str:
-    """verl's cut of a tool answer longer than ``limit`` characters (``ToolAgentLoop._call_tool``)."""
-    if len(text) <= limit:
-        return text
-    if side == "left":
-        return "(truncated)..." + text[-limit:]
-    if side == "right":
-        return text[:limit] + "...(truncated)"
-    half = limit // 2
-    return text[:half] + "...(truncated)..." + text[-half:]
-
-
-def _inside(path, folder: str) -> bool:
-    if isinstance(path, int):  # an already open descriptor
-        return True
-    real = os.path.realpath(os.fsdecode(path))
-    return real == folder or real.startswith(folder + os.sep)
-
-
-def guard_writes(folder: str) -> None:
-    """Refuse, from now on, writes outside ``folder`` and new processes (a ``PermissionError`` in the tool)."""
-    folder = os.path.realpath(folder)
-
-    def hook(event: str, args: tuple) -> None:
-        if event == "open":
-            path, mode, flags = args
-            writes = (mode is not None and any(c in str(mode) for c in "wax+")) or bool((flags or 0) & _WRITE_FLAGS)
-            if writes and path is not None and not _inside(path, folder):
-                raise PermissionError(f"tools may not write {path!r}: write under the temporary folder {folder}")
-        elif event == "sqlite3.connect":
-            database = str(args[0])
-            if database != ":memory:" and "mode=ro" not in database and not _inside(database, folder):
-                raise PermissionError(f"tools open SQLite databases read-only: file:{database}?mode=ro with uri=True")
-        elif event in _REFUSED or event.startswith("os.exec") or event.startswith("os.spawn"):
-            path = args[0] if args else None
-            if event in ("os.mkdir", "os.remove", "os.rmdir", "os.utime", "os.chmod") and path is not None:
-                if _inside(path, folder):
-                    return
-            raise PermissionError(f"tools may not {event} (the tool process is contained)")
-
-    sys.addaudithook(hook)
+class ToolLoadError(Exception):
+    """A tool that cannot be loaded, named by its entry, with where its code failed."""
 
 
 class Tools:
@@ -94,21 +58,36 @@ class Tools:
         from verl.tools.schemas import OpenAIFunctionToolSchema
 
         self.spec = spec
+        self.where = Where(spec["paths"][0], spec["paths"], spec["scratch"])
         self.tools = {}
-        for entry in spec["tools"]:
+        for i, entry in enumerate(spec["tools"]):
             module_name, _, class_name = entry["class_name"].rpartition(".")
-            cls = getattr(importlib.import_module(module_name), class_name)
-            schema = entry.get("tool_schema")
-            tool = cls(
-                config=entry.get("config") or {},
-                tool_schema=None if schema is None else OpenAIFunctionToolSchema.model_validate(schema),
-            )
+            try:
+                module = importlib.import_module(module_name)
+                self.where.add_file(getattr(module, "__file__", None))
+                cls = getattr(module, class_name)
+                schema = entry.get("tool_schema")
+                tool = cls(
+                    config=entry.get("config") or {},
+                    tool_schema=None if schema is None else OpenAIFunctionToolSchema.model_validate(schema),
+                )
+            except Exception as exc:
+                where = f"{spec['tool_config']} tools[{i}] ({entry['class_name']})"
+                raise ToolLoadError(f"{where}: {self._failed(exc)}") from exc
             self.tools[tool.name] = tool
         if spec.get("function_tool_path"):
-            for tool in load_function_tools_from_path(spec["function_tool_path"]):
+            self.where.add_file(spec["function_tool_path"])
+            try:
+                functions = load_function_tools_from_path(spec["function_tool_path"])
+            except Exception as exc:
+                raise ToolLoadError(f"{spec['function_tool_path']}: {self._failed(exc)}") from exc
+            for tool in functions:
                 if tool.name in self.tools:
-                    raise ValueError(f"function tool {tool.name!r} is also declared in the tool config; rename one")
+                    raise ToolLoadError(f"function tool {tool.name!r} is also declared in the tool config; rename one")
                 self.tools[tool.name] = tool
+
+    def _failed(self, exc: BaseException) -> str:
+        return f"{type(exc).__name__} at {self.where.failure(exc)}"
 
     def schemas(self) -> str:
         out = {}
@@ -122,18 +101,18 @@ class Tools:
 
         tool = self.tools[name]
         start = time.monotonic()
+        # the tool's own metrics are dropped, as verl's agent loop drops them: whatever their shape (a tuple
+        # key, a list), they cannot break the answer
         if isinstance(tool, FunctionTool):
-            response, reward, metrics = normalize_function_tool_return(await tool.call(arguments))
+            response, reward, _ = normalize_function_tool_return(await tool.call(arguments))
         else:
             instance_id, _ = await tool.create(create_kwargs=create_kwargs)
             try:
-                response, reward, metrics = await tool.execute(instance_id, arguments)
+                response, reward, _ = await tool.execute(instance_id, arguments)
             finally:
                 await tool.release(instance_id)
         text = truncate(str(response.text or ""), self.spec["max_chars"], self.spec["side"])
-        numbers = {k: float(v) for k, v in (metrics or {}).items() if _finite(v) is not None}
-        numbers[SECONDS] = time.monotonic() - start
-        return ["ok", _finite(reward) or 0.0, numbers, 0, text]
+        return ["ok", _finite(reward) or 0.0, {SECONDS: time.monotonic() - start}, 0, text]
 
 
 async def answer(tools: Tools, kwargs: dict) -> list:
@@ -145,7 +124,7 @@ async def answer(tools: Tools, kwargs: dict) -> list:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: one call must not end the process serving the others
-        return ["raised", type(exc).__name__, last_frame(exc)]
+        return ["raised", type(exc).__name__, tools.where.failure(exc)]
 
 
 async def settle(tools: Tools, kwargs: dict, future: Future) -> None:
@@ -163,31 +142,51 @@ def serve(loop: asyncio.AbstractEventLoop, tools: Tools, calls: list, conn: Conn
         _send(conn, [kind, call_id, *rest])
 
 
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def _share_malloc_arenas() -> None:
+    """Cap glibc's malloc arenas at two: each thread would otherwise reserve its own 64 MiB of address space,
+    and verl runs every call of a plain ``@function_tool`` on a thread, so a turn's concurrent calls ran out
+    of the capped address space ("can't start new thread")."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 2)
+
+
 def main(fd: int) -> None:
     conn = Connection(fd)
-    _exit_with_parent()
     try:
-        init = conn.recv()
+        init = conn.recv()  # the end of a parent gone before it sent this
     except EOFError:
         return
     _limit_memory(init["max_memory_mb"])
+    _share_malloc_arenas()
     spec = json.loads(init["references"][0])
     sys.path[:] = [*spec["paths"], *init["sys_path"]]
     sys.dont_write_bytecode = True
     sys.stdout = sys.stderr  # a tool's prints (verl's BaseTool prints its schema) are log lines, not results
     scratch = spec["scratch"]
     os.chdir(scratch)
+    # before any import reads them (SQLite reads them once): a tool's temporary files land where it may write
+    os.environ["TMPDIR"] = os.environ["SQLITE_TMPDIR"] = scratch
     try:
         import verl.tools.base_tool  # noqa: F401  (verl's own imports run before the guard)
         import verl.tools.function_tool  # noqa: F401
 
-        guard_writes(scratch)
+        unbounded = contain(scratch)
+        if unbounded is not None:
+            print(f"[rlflow: Landlock is not in force ({unbounded}): the audit hook alone guards the tools]")
+        # after the guard: Landlock binds the threads started after it, and this one runs for the process's life
+        _exit_with_parent()
         tools = Tools(spec)
     except MemoryError:
         _send(conn, ["failed", 0, "MemoryError while loading the tools"])
         return
-    except Exception as exc:
-        _send(conn, ["failed", 0, last_frame(exc)])
+    except ToolLoadError as exc:
+        _send(conn, ["failed", 0, str(exc)])
+        return
+    except Exception as exc:  # verl's own imports
+        _send(conn, ["failed", 0, f"{type(exc).__name__}: {exc}"])
         return
     _send(conn, ["ready"])
     # one loop for the process's life (a tool's async clients expect it), in its own thread, so that answers

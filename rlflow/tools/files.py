@@ -1,48 +1,56 @@
 """Reading the tool files a ``multi_turn`` block names, checked without running them.
 
 - A verl tool-config YAML (``tools: [{class_name, config, tool_schema}]``) is read through the
-  safe YAML loader (plain data only, aliases under a cap, at most ``MAX_BYTES``); every entry's
-  ``class_name`` must be ``module.Class`` and its ``tool_schema`` a valid OpenAI function schema.
-  Problems carry the file and line.
+  safe YAML loader (plain data only, aliases under a cap, at most ``MAX_BYTES``); every entry needs
+  what verl's ``initialize_tools_from_config`` needs: ``class_name`` a ``module.Class`` that exists
+  (``rlflow.tools.classes``, without importing it), ``config.type: native``, and a valid OpenAI
+  function schema as ``tool_schema`` when one is given. Problems carry the file and line.
 - A ``@function_tool`` file is parsed (``ast``), never imported here: each decorated function
   needs a docstring describing every parameter under ``Args:`` and a type hint on each (verl infers
   its schema from them, through transformers' ``get_json_schema``).
+- Every file here (the two above, and the prompt template searched for tool names) is read by
+  ``rlflow.io``: a FIFO, a device or a folder is refused at once instead of blocking validate.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from rlflow.io import read_bytes
 from rlflow.schemas.diagnostics import Diagnostic
 from rlflow.schemas.yaml_loader import MAX_BYTES, decode_text, parse_yaml
+from rlflow.tools.classes import class_problem
 from rlflow.tools.schema import ToolSchema, did_you_mean, schema_problems
 
 
-def _read(file: Path) -> tuple[bytes | None, str | None]:
+def _read(file: Path, what: str) -> tuple[bytes | None, str | None]:
+    """The bytes of ``file`` through the bounded reader (a FIFO or device is refused, never waited on)."""
     try:
-        with open(file, "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
+        return read_bytes(file, MAX_BYTES, what), None
     except OSError as exc:
-        return None, f"cannot read {file}: {exc.strerror or exc}"
-    if len(raw) > MAX_BYTES:
-        return None, f"{file} is larger than {MAX_BYTES} bytes; a tool config is a few KiB"
-    return raw, None
+        return None, f"cannot read the {what}: {exc.strerror or exc}"  # the diagnostic names the file
 
 
-def tool_config_diagnostics(file: Path) -> tuple[list[dict], list[Diagnostic]]:
+def tool_search_path(file: Path, root: Path) -> list[str]:
+    """Where the tool process finds a tool config's modules: the project root, the config's folder, sys.path."""
+    return [str(root), str(file.parent), *sys.path]
+
+
+def tool_config_diagnostics(file: Path, root: Path) -> tuple[list[dict], list[Diagnostic]]:
     """The entries of a verl tool config and the problems found in it (each at its line)."""
     name = str(file)
-    raw, error = _read(file)
+    raw, error = _read(file, "tool config")
     if raw is None:
         return [], [Diagnostic(name, 1, 1, "", error, "point multi_turn.tool_config_path at a verl tool config")]
     text, problems = decode_text(raw, name)
     if text is None:
         return [], problems
-    data, positions, problems = parse_yaml(text, name)
+    data, positions, problems = parse_yaml(text, name, what="a tool config")
     if problems:
         return [], problems
     if not isinstance(data, dict) or not isinstance(data.get("tools"), list):
@@ -68,13 +76,10 @@ def tool_config_diagnostics(file: Path) -> tuple[list[dict], list[Diagnostic]]:
                 )
             )
             continue
-        if entry.get("config") is not None and not isinstance(entry["config"], dict):
-            line, col = positions.locate((*path, "config"))
-            out.append(
-                Diagnostic(
-                    name, line, col, f"{where}.config", "config must be a mapping", "e.g. config: {type: native}"
-                )
-            )
+        config_problem = _config_problem(entry.get("config"))
+        if config_problem is not None:
+            line, col = positions.locate((*path, "config") if "config" in entry else path)
+            out.append(Diagnostic(name, line, col, f"{where}.config", *config_problem))
             continue
         schema = entry.get("tool_schema")
         if schema is not None:
@@ -90,14 +95,31 @@ def tool_config_diagnostics(file: Path) -> tuple[list[dict], list[Diagnostic]]:
                     Diagnostic(name, line, col, f"{where}.tool_schema", problems[0], "an OpenAI function schema")
                 )
                 continue
-        entries.append({"class_name": class_name, "config": entry.get("config") or {}, "tool_schema": schema})
+        missing = class_problem(class_name, tool_search_path(file, root))
+        if missing is not None:
+            line, col = positions.locate((*path, "class_name"))
+            out.append(Diagnostic(name, line, col, f"{where}.class_name", *missing))
+            continue
+        entries.append({"class_name": class_name, "config": entry["config"], "tool_schema": schema})
     return entries, out
 
 
-def load_tool_config(file: Path) -> tuple[list[dict], list[str]]:
-    """The entries of a verl tool config and its problems as one-line texts."""
-    entries, problems = tool_config_diagnostics(file)
-    return entries, [f"{p.file}:{p.line}: {p.message}" for p in problems]
+def _config_problem(config) -> tuple[str, str] | None:
+    """(problem, fix) unless ``config`` is what verl's loader reads: a mapping whose ``type`` is ``native``."""
+    if not isinstance(config, dict):
+        what = "missing" if config is None else f"a {type(config).__name__}"
+        return f"config is {what}; verl's loader reads config.type", "write config: {type: native, ...}"
+    if "type" not in config:
+        return "config has no 'type'; verl's loader reads config.type", "add type: native to config"
+    if config["type"] != "native":
+        return f"config.type is {config['type']!r}; verl 0.9.1 loads only native tools", "set type: native"
+    return None
+
+
+def load_tool_config(file: Path, root: Path) -> tuple[list[dict], list[str]]:
+    """The entries of a verl tool config and its problems as one-line texts (each with the fix)."""
+    entries, problems = tool_config_diagnostics(file, root)
+    return entries, [str(p) for p in problems]
 
 
 def _is_function_tool(decorator: ast.expr) -> bool:
@@ -110,7 +132,7 @@ def _is_function_tool(decorator: ast.expr) -> bool:
 def function_file_diagnostics(file: Path) -> tuple[list[str], list[Diagnostic]]:
     """The tool names a ``@function_tool`` file declares and the problems verl would raise on loading it."""
     name = str(file)
-    raw, error = _read(file)
+    raw, error = _read(file, "function tool file")
     if raw is None:
         return [], [Diagnostic(name, 1, 1, "", error, "point multi_turn.function_tool_path at a Python file")]
     try:
@@ -214,14 +236,14 @@ def tool_file_problems(multi_turn, root: Path, prompt_template: str | None) -> l
     problems: list[tuple[str, str, str]] = []
     names: list[str] = []
     files = (
-        ("tool_config_path", multi_turn.tool_config_path, tool_config_diagnostics),
+        ("tool_config_path", multi_turn.tool_config_path, lambda file: tool_config_diagnostics(file, root)),
         ("function_tool_path", multi_turn.function_tool_path, function_file_diagnostics),
     )
     for field, value, read in files:
         if not value:
             continue
         found, diagnostics = read(root / value)
-        if read is tool_config_diagnostics:
+        if field == "tool_config_path":
             found = [e["tool_schema"]["function"]["name"] for e in found if e["tool_schema"]]
         for clash in sorted(set(found) & set(names)):
             problems.append(
@@ -233,7 +255,7 @@ def tool_file_problems(multi_turn, root: Path, prompt_template: str | None) -> l
             problems.append((field, f"{d.file}:{d.line}{where}: {d.message}", d.fix))
     if prompt_template and names:
         template = root / prompt_template
-        raw, _ = _read(template)
+        raw, _ = _read(template, "prompt template")  # the template's own reader words its problems
         text = raw.decode("utf-8", "replace") if raw is not None else ""
         for name in mentioned_tool_names(text):
             if name not in names:

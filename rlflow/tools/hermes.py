@@ -1,56 +1,76 @@
 """Hermes tool calls (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), parsed as verl's ``HermesToolParser``.
 
-Same regex and the same fields; where verl logs and drops a call that does not parse, this
-parser keeps it with an ``error``, so the agent loop answers the model with an error
-observation (the model learns from it) instead of silently skipping the call.
+Its matches and fields are verl's. A call verl's parser logs and drops (not JSON, not an object, no
+``name`` string, no ``arguments``) is kept with its ``error`` and ``verl_drops`` set: the agent
+loop drops it as verl does (``invalid_tool_calls: drop``) or answers it (``error_observation``). A
+call verl keeps whose arguments cannot run carries an ``error`` only, as verl's tool fails on it.
+On hostile text, two differences: a linear scan finds the calls (verl's regex rescans the text from
+every unclosed ``<tool_call>``: quadratic), and a lone surrogate written as a JSON escape in a name
+or argument becomes U+FFFD (``rlflow.tools.text``), so no text that echoes it breaks a tokenizer.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
+from rlflow.tools.text import valid_text
+
 START, END = "<tool_call>", "</tool_call>"
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One call: ``arguments`` is the JSON text of the arguments; ``error`` says why the call cannot run."""
+    """One call: ``arguments`` is the JSON text of the arguments; ``error`` says why the call cannot run;
+    ``verl_drops``: verl's ``HermesToolParser`` drops it (it never reaches a tool there)."""
 
     name: str
     arguments: str = "{}"
     error: str | None = None
+    verl_drops: bool = False
 
 
 def parse_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
     """(the text outside the calls, the calls in order); no calls unless both tags are present, as verl."""
     if START not in text or END not in text:
         return text, []
-    calls = []
-    for body in _CALL.findall(text):
-        calls.append(_parse_one(body))
-    return _CALL.sub("", text), calls
+    calls, outside, at = [], [], 0
+    while (start := text.find(START, at)) >= 0:
+        end = text.find(END, start + len(START))
+        if end < 0:  # no later <tool_call> is closed either: the regex finds nothing more
+            break
+        outside.append(text[at:start])
+        calls.append(_parse_one(text[start + len(START) : end]))
+        at = end + len(END)
+    outside.append(text[at:])
+    return "".join(outside), calls
 
 
 def _parse_one(body: str) -> ToolCall:
     try:
         call = json.loads(body)
     except (json.JSONDecodeError, RecursionError) as exc:
-        return ToolCall(name="", error=f"the tool call is not valid JSON: {exc}")
+        return _dropped(f"the tool call is not valid JSON: {exc}")
     if not isinstance(call, dict):
-        return ToolCall(name="", error=f"the tool call is a JSON {type(call).__name__}, not an object")
-    name, arguments = call.get("name"), call.get("arguments", {})
-    if not isinstance(name, str) or not name:
-        return ToolCall(name="", error='the tool call has no "name" string')
+        return _dropped(f"the tool call is a JSON {type(call).__name__}, not an object")
+    name = call.get("name")
+    if not isinstance(name, str):  # verl's FunctionCall takes a string only; an empty one is an unknown tool there
+        return _dropped('the tool call has no "name" string')
+    name = valid_text(name)
+    if "arguments" not in call:
+        return _dropped(f'the tool call of {name!r} has no "arguments"', name)
+    arguments = call["arguments"]
     if isinstance(arguments, str):  # some models write the arguments as a JSON string, as OpenAI's API does
         try:
             arguments = json.loads(arguments)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             return ToolCall(name=name, error=f"Invalid JSON in arguments for '{name}': {exc}")
     if not isinstance(arguments, dict):
         return ToolCall(
             name=name, error=f"the arguments of '{name}' are a JSON {type(arguments).__name__}, not an object"
         )
-    return ToolCall(name=name, arguments=json.dumps(arguments, ensure_ascii=False))
+    return ToolCall(name=name, arguments=valid_text(json.dumps(arguments, ensure_ascii=False)))
+
+
+def _dropped(error: str, name: str = "") -> ToolCall:
+    return ToolCall(name=name, error=error, verl_drops=True)

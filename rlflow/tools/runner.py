@@ -4,9 +4,11 @@ A call that cannot run (a parse error, an unknown tool, arguments too large or o
 type) is answered here with an error observation and never reaches the tool. The rest go to
 the tool process (``rlflow.tools.child``, which runs them concurrently) in one message per turn through the reward
 functions' ``FunctionRunner``: a call past ``tool_timeout_s``, a tool that raises, or a tool
-process that dies (memory cap) is an error observation for that call, never a crash. Each
+process that dies (memory cap) is an error observation for that call, never a crash. Every
+observation, errors included, is cut to ``max_tool_response_length`` as verl cuts answers. Each
 call's tool, outcome and seconds are kept for the per-tool metrics; a call naming no known tool is
-counted under ``(invalid)``, so a model cannot make up metric names.
+counted under ``(invalid)``, so a model cannot make up metric names. Failures are reported by
+``rlflow.tools.report`` (a warning per tool and kind, the tool log).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from rlflow.reward.function_runner import FunctionRunner, RewardFunctionError
 from rlflow.tools.config import MultiTurnConfig
 from rlflow.tools.files import load_tool_config
 from rlflow.tools.hermes import ToolCall
+from rlflow.tools.observation import truncate
+from rlflow.tools.report import ToolReport
 from rlflow.tools.schema import ToolSchema, argument_error
 
 CHILD = "rlflow.tools.child"
@@ -47,14 +51,16 @@ class ToolResult:
 class ToolRunner:
     """The tools of one ``multi_turn`` block, loaded once in their own process."""
 
-    def __init__(self, config: MultiTurnConfig, root: str | Path) -> None:
+    def __init__(self, config: MultiTurnConfig, root: str | Path, log_path: str | Path | None = None) -> None:
+        """``log_path``: the tool log (the tool process's output and a line per failed call); None: output to
+        this process's stderr, failures as warnings only."""
         root = Path(root)
         entries, paths = [], [str(root)]
         if config.tool_config_path:
             file = root / config.tool_config_path
-            entries, problems = load_tool_config(file)
+            entries, problems = load_tool_config(file, root)
             if problems:
-                raise ToolError(f"multi_turn.tool_config_path: {problems[0]}")
+                raise ToolError(f"multi_turn.tool_config_path: {'; '.join(problems)}")
             paths.append(str(file.parent))
         function_file = str(root / config.function_tool_path) if config.function_tool_path else None
         if function_file:
@@ -62,6 +68,7 @@ class ToolRunner:
         self.scratch = tempfile.mkdtemp(prefix="rlflow-tools-")
         spec = {
             "tools": entries,
+            "tool_config": config.tool_config_path,
             "function_tool_path": function_file,
             "paths": paths,
             "scratch": self.scratch,
@@ -69,8 +76,17 @@ class ToolRunner:
             "side": config.tool_response_truncate_side,
         }
         self.what = " and ".join(p for p in (config.tool_config_path, config.function_tool_path) if p)
+        self.limit, self.side = config.max_tool_response_length, config.tool_response_truncate_side
+        self.report = ToolReport(log_path)
         self._runner = FunctionRunner(
-            [json.dumps(spec)], root, config.tool_timeout_s, config.tool_max_memory_mb, child=CHILD
+            [json.dumps(spec)],
+            root,
+            config.tool_timeout_s,
+            config.tool_max_memory_mb,
+            log_path,
+            child=CHILD,
+            serving=f"the tools of {self.what}",
+            keys=("multi_turn.tool_timeout_s", "multi_turn.tool_max_memory_mb"),
         )
         raw = self._run([{"op": "schemas"}])[0]
         if raw.failure is not None:
@@ -80,8 +96,8 @@ class ToolRunner:
     def _run(self, calls: list[dict]):
         try:
             return [row[0] for row in self._runner.run(calls)]
-        except RewardFunctionError as exc:
-            raise ToolError(f"the tools of {self.what} cannot be loaded: {exc}") from exc
+        except RewardFunctionError as exc:  # it names the tools and what went wrong
+            raise ToolError(str(exc)) from exc
 
     def call(self, calls: list[ToolCall], tools_kwargs: list[dict] | None = None) -> list[ToolResult]:
         """One result per call, in order; the runnable ones go to the tool process in one message.
@@ -95,7 +111,9 @@ class ToolRunner:
             error = call.error or argument_error(call.name, call.arguments, self.schemas)
             if error is not None:
                 name = call.name if call.name in self.schemas else INVALID  # a model-written name is no metric name
-                results.append(ToolResult(name, error, error=True))
+                kind = "unparsable call" if call.error else "bad arguments" if name != INVALID else "unknown tool"
+                self.report.failed(name, kind, error)
+                results.append(ToolResult(name, self._cut(error), error=True))
             else:
                 results.append(None)
                 runnable.append((len(results) - 1, call, _create_kwargs(row_kwargs, call.name)))
@@ -111,9 +129,18 @@ class ToolRunner:
                     results[index] = ToolResult(call.name, outcome.text, seconds=seconds)
                 else:
                     seconds = self._runner.timeout_s if outcome.failure == "timeout" else average
-                    text = f"Error executing tool '{call.name}': {outcome.detail}"
+                    self.report.failed(call.name, outcome.kind, outcome.detail)
+                    text = self._cut(f"Error executing tool '{call.name}': {outcome.detail}")  # verl's wording
                     results[index] = ToolResult(call.name, text, error=True, seconds=seconds)
         return results  # type: ignore[return-value]
+
+    def _cut(self, text: str) -> str:
+        return truncate(text, self.limit, self.side)
+
+    def rollout_done(self, metrics: dict[str, float]) -> None:
+        """After a rollout: its ``tool/*`` metrics, to warn about a tool that keeps failing (not ``(invalid)``,
+        whose calls all fail by definition)."""
+        self.report.rollout_done({k: v for k, v in metrics.items() if not k.startswith(f"tool/{INVALID}/")})
 
     def close(self) -> None:
         self._runner.close()

@@ -113,3 +113,24 @@ def test_the_verl_order_check_knows_bypass_mode_skips_the_old_log_prob_pass(proj
     with_pass = compile_plan(load_text(project_dir, MINIMAL).spec)
     (difference,) = compare_with_verl(spec, with_pass).differences  # a plan that kept the pass is not verl's
     assert "old_log_prob" in difference
+
+
+def test_bypass_mode_keeps_the_configured_loss_and_names_what_it_leaves_unused(project_dir):
+    """verl's V1 trainer: bypass mode trains loss_mode against the rollout's log-probs and corrects nothing."""
+    assert load_text(project_dir, MINIMAL, [f"{RC}.bypass_mode=true", "algorithm.loss_mode=gspo"]).warnings == ()
+    sets = [f"{RC}.bypass_mode=true", "algorithm.loss_mode=gspo", f"{RC}.rollout_rs=seq_mean_k3"]
+    loaded = load_text(project_dir, MINIMAL, [*sets, f"{RC}.rollout_rs_threshold=0.01", f"{RC}.loss_type=reinforce"])
+    warnings = [str(w) for w in loaded.warnings]
+    assert len(warnings) == 2, warnings
+    (rs,) = [w for w in warnings if f"{RC}.rollout_rs:" in w]
+    assert "rollout_rs has no effect under bypass_mode" in rs and "loss_mode gspo trains against" in rs
+    assert "set loss_mode: bypass_mode for verl's legacy bypass loss" in rs
+    assert any(f"{RC}.loss_type:" in w for w in warnings)
+
+
+def test_loss_mode_bypass_mode_is_the_legacy_loss_and_points_to_the_working_key(project_dir):
+    (problem,) = problems_of(project_dir, MINIMAL, ["algorithm.loss_mode=bypass_mode"])
+    assert "algorithm.loss_mode:" in problem and "set algorithm.rollout_correction.bypass_mode: true" in problem
+    loaded = load_text(project_dir, MINIMAL, ["algorithm.loss_mode=bypass_mode", f"{RC}.bypass_mode=true"])
+    (warning,) = [str(w) for w in loaded.warnings]
+    assert "algorithm.loss_mode:" in warning and "verl's legacy trainer's bypass loss (apply_bypass_mode)" in warning

@@ -150,6 +150,26 @@ def test_data_parallel_size_uses_the_update_resource_and_generate_n(project_dir)
             "{type: local, device: cpu, cpus_per_worker: 6}",
             "6:53: resources.pool.cpus_per_worker: each actor of pool wants 6 CPUs; the largest node (a) has 4",
         ),
+        (  # pinned by labels: only the labelled node counts, and it has too few GPUs
+            [{"name": "a", "gpus": 8, "cpus": 64}, {"name": "b", "gpus": 4, "cpus": 64, "labels": {"zone": "east"}}],
+            "{type: local, device: gpu, gpus_per_node: 8, label_selector: {zone: east}}",
+            "6:51: resources.pool.gpus_per_node: pool pool wants 8 GPUs on 1 node labelled zone=east; b has 4",
+        ),
+        (
+            [{"name": "a", "cpus": 8}],
+            "{type: local, device: cpu, label_selector: {role: trainer}}",
+            "6:52: resources.pool.label_selector: pool pool selects nodes labelled role=trainer; no inventory node",
+        ),
+        (
+            [{"name": "a", "cpus": 8, "resources": {"slot": 1}}, {"name": "b", "cpus": 8}],
+            "{type: local, device: cpu, nnodes: 2, resources: {slot: 1}}",
+            "6:58: resources.pool.resources: pool pool wants 1 of resource 'slot' on each of 2 nodes; a has 1, b has 0",
+        ),
+        (
+            [{"name": "a", "cpus": 8, "labels": {"role": "trainer"}, "resources": {"slot": 2}}],
+            "{type: local, device: cpu, gpus_per_node: 2, resources: {slot: 1}, label_selector: {role: trainer}}",
+            None,
+        ),
     ],
 )
 def test_inventory_fit(nodes, pool, expected, tmp_path, monkeypatch):
@@ -301,3 +321,24 @@ def test_a_batch_not_a_multiple_of_the_mini_batch_is_a_warning_as_verl_runs_it(p
     assert warning.path == "trainer.ppo_mini_batch_size"
     assert "each epoch of an update takes 2 mini-batches of 3 prompts and a last one of 2" in warning.message
     assert warning.fix == "for mini-batches of one size, use a divisor of 8, such as 2"
+
+
+ASYNC = MINIMAL.replace("  rw: {type: cpu}\n", "  rw: {type: cpu}\n  rollout: {type: local, device: cpu}\n").replace(
+    "{name: generate, uses: generate, on: pool}", "{name: generate, uses: generate, on: rollout}"
+)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "cost"),
+    [
+        ("drop", "each step generates two batches and waits for the second"),
+        ("wait", "the rollout samples nothing ahead: each step waits for its whole batch"),
+    ],
+)
+def test_separate_async_with_threshold_one_warns_with_its_cost(project_dir, strategy, cost):
+    sets = ["trainer.trainer_mode=separate_async", "trainer.max_off_policy_threshold=1"]
+    (warning,) = load_text(project_dir, ASYNC, sets=[*sets, f"trainer.max_off_policy_strategy={strategy}"]).warnings
+    assert warning.path == "trainer.max_off_policy_threshold" and cost in warning.message
+    assert warning.fix == "set max_off_policy_threshold: 2 (one step stale) or more, or trainer_mode: sync"
+    assert load_text(project_dir, ASYNC, sets=[sets[0], "trainer.max_off_policy_threshold=2"]).warnings == ()
+    assert load_text(project_dir, ASYNC, sets=["trainer.max_off_policy_threshold=1"]).warnings == (), "sync: unused"

@@ -84,6 +84,61 @@ def test_missing_file_and_template_mentions(project_dir):
     )
 
 
+def verl_loader_refuses(file: Path) -> bool:
+    """Whether verl's own ``initialize_tools_from_config`` fails on ``file`` (its folder on the path)."""
+    import sys
+
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    old = sys.path[:]
+    sys.path.insert(0, str(file.parent))
+    try:
+        initialize_tools_from_config(str(file))
+        return False
+    except Exception:  # verl raises whatever the attribute or import lookup raises
+        return True
+    finally:
+        sys.path[:] = old
+
+
+def test_a_class_that_does_not_exist_is_refused_at_its_line(project_dir):
+    """verl's documented example (verl.tools.gsm8k_tool.Gsm8kTool) is not in verl 0.9.1: verl fails at load."""
+    (project_dir / "tools.yaml").write_text(
+        "tools:\n  - class_name: verl.tools.gsm8k_tool.Gsm8kTool\n    config: {type: native}\n"
+    )
+    assert verl_loader_refuses(project_dir / "tools.yaml")
+    (problem,) = problems_of(project_dir, pipeline("        tool_config_path: tools.yaml\n"))
+    assert problem.startswith("15:27: stages[0].with.multi_turn.tool_config_path: ")
+    assert "tools.yaml:2 (tools[0].class_name): module 'verl.tools.gsm8k_tool' is not found" in problem
+    assert "(modules in verl.tools: base_tool, function_tool, schemas, tool_registry)" in problem
+
+
+def test_config_type_native_is_required_as_verl_requires_it(project_dir):
+    shutil.copytree(ASSETS, project_dir / "tools")
+    schema = "    tool_schema: {type: function, function: {name: add, description: Add.}}\n"
+    for config, expected in (
+        ("    config: {offset: 1}\n", "tools.yaml:3 (tools[0].config): config has no 'type'"),
+        ("    config: {type: mcp}\n", "tools.yaml:3 (tools[0].config): config.type is 'mcp'"),
+        ("", "tools.yaml:2 (tools[0].config): config is missing"),
+    ):
+        (project_dir / "tools" / "tools.yaml").write_text(
+            f"tools:\n  - class_name: verl_tools.AddTool\n{config}{schema}"
+        )
+        assert verl_loader_refuses(project_dir / "tools" / "tools.yaml")
+        (problem,) = problems_of(project_dir, pipeline("        tool_config_path: tools/tools.yaml\n"))
+        assert expected in problem and "type: native" in problem, problem
+
+
+def test_the_shipped_tool_config_loads_in_verls_loader_and_validates():
+    from rlflow.tools.files import load_tool_config
+
+    repo = Path(__file__).resolve().parents[2]
+    shipped = repo / "pipelines" / "tools" / "bird_sql.yaml"
+    assert not verl_loader_refuses(shipped)  # verl imports rlflow.tools.sql and builds the SqlTool
+    entries, problems = load_tool_config(shipped, repo)
+    assert problems == [] and entries[0]["config"]["type"] == "native"
+
+
 class _SingleTurnBackend(RemoteBackend):
     """A backend whose generate knows nothing of multi_turn (it does not set runs_agent_loop)."""
 

@@ -340,7 +340,10 @@ def bird_async():
 def test_an_async_pipeline_is_compared_with_verls_separate_async_trainer(bird_async):
     report = compare_with_verl(*bird_async)
     assert report.trainer == "PPOTrainerSeparateAsync" and report.differences == ()
-    assert report.summary().endswith("does (trainer lane; the rollout runs ahead, as in verl)")
+    assert report.summary().endswith(
+        "does (trainer lane; as verl with trainer.v1.separate_async.parameter_sync_step=4, its default: the update's "
+        "4 mini-batches are its cycles; the rollout runs ahead, as in verl)"
+    )
     sites = read_trainer(verl_root(), LEAVES, SEPARATE_ASYNC_TRAINER)
     # verl's hybrid GPU switching is timed in its step; rlflow has no such stage and the check leaves it out
     assert HYBRID_SWITCH_TIMERS <= {s.name for s in sites.step if s.kind == "timer"}

@@ -130,6 +130,20 @@ def test_timeline_summary_and_chart(tmp_path):
     assert "generate" in "".join(ET.parse(out).getroot().itertext())
 
 
+def test_a_run_directory_without_timeline_is_answered_with_the_command_to_chart_it(tmp_path):
+    write_trace(tmp_path / "run")
+    result = graph(str(tmp_path / "run"))
+    assert isinstance(result.exception, ConfigError)
+    assert str(result.exception) == (
+        f"{tmp_path / 'run'} is a run directory, not a pipeline file "
+        f"(to chart its trace: rlflow graph --timeline {tmp_path / 'run'})"
+    )
+    assert (
+        str(graph(str(tmp_path)).exception)
+        == f"{tmp_path} is a folder, not a pipeline file (give a pipeline YAML file)"
+    )
+
+
 def test_timeline_text_reports_resource_idle_shares_and_overlapping_steps(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -116,3 +116,85 @@ def test_a_multi_turn_run_gets_a_turns_panel_and_its_tool_errors_beside_the_rewa
     chosen = dict((p.name, data) for p, data in plot.choose_panels(series, None))
     assert set(chosen["turns"]) == {"num_turns/mean", "tool_call_counts/mean"}
     assert set(chosen["errors"]) == {"reward/error_rate", "tool/error_ratio", "tool/run_sql/error_ratio"}
+
+
+def test_a_single_turn_runs_two_turns_get_no_panel(tmp_path):
+    records = steps(3)
+    for r in records:
+        r.update({"num_turns/mean": 2.0, "training/num_turns/mean": 2.0})  # verl's count of a single turn
+    series = plot.read_series(write_metrics(tmp_path / "run", records))
+    assert "turns" not in {p.name for p, _ in plot.choose_panels(series, None)}
+
+
+def test_a_long_series_is_averaged_down_as_it_is_read(monkeypatch):
+    monkeypatch.setattr(plot, "MAX_POINTS", 4)
+    points = plot.Downsampled()
+    for step in range(1, 20):
+        points.add(step, float(step))
+    # 8 points of one record became 4 of two, then 8 of two became 4 of four: 16 records, then 3 more of 4
+    assert points.stride == 4
+    assert points.finish() == [(1, 2.5), (5, 6.5), (9, 10.5), (13, 14.5), (17, 18.0)]
+
+
+def test_a_metrics_file_is_read_in_bounded_memory_whatever_its_size(tmp_path):
+    import tracemalloc
+
+    keys = [f"actor/metric_{i}" for i in range(20)]
+    line = "{" + '"step": %d, ' + ", ".join(f'"{k}": 0.{i + 1}' for i, k in enumerate(keys)) + "}\n"
+    path = tmp_path / "metrics.jsonl"
+    with path.open("w") as out:
+        out.writelines(line % step for step in range(1, 30_001))
+    assert path.stat().st_size > 14_000_000
+    tracemalloc.start()
+    try:
+        series = plot.read_series(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert set(series) == set(keys) and all(len(points) <= 2 * plot.MAX_POINTS for points in series.values())
+    assert series["actor/metric_0"][0] == (1, 0.1) and series["actor/metric_0"][-1][0] <= 30_000
+    assert peak < 5_000_000, f"{peak / 1e6:.1f} MB held reading a {path.stat().st_size / 1e6:.0f} MB file"
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        (b"\xff\xfe\n", r"metrics.jsonl:3: not UTF-8 text \(byte 0xff at column 1\)"),
+        (b"[" * 100_000 + b"]" * 100_000 + b"\n", r"metrics.jsonl:3: not valid JSON \(nested too deeply to read\)"),
+        (b'{"step": 3, "x": "' + b"y" * (2 << 20) + b'"}\n', r"metrics.jsonl: cannot read it: line 3 holds more than"),
+    ],
+)
+def test_a_line_that_cannot_be_read_is_named(tmp_path, tail, message):
+    path = write_metrics(tmp_path, steps(2))
+    path.write_bytes(path.read_bytes() + tail)
+    with pytest.raises(DataError, match=message):
+        plot.read_series(path)
+
+
+def test_more_metric_names_than_a_run_logs_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(plot, "MAX_SERIES", 3)
+    path = write_metrics(tmp_path, [{"step": 1, "a": 1, "b": 2, "c": 3}, {"step": 2, "d": 4}])
+    with pytest.raises(DataError, match=r"metrics.jsonl:2: more than 3 metric names"):
+        plot.read_series(path)
+
+
+def test_the_picture_is_written_whole_or_the_failure_is_one_line(tmp_path, tiny_disk):
+    from rlflow.errors import CannotWrite
+
+    run = tmp_path / "run"
+    write_metrics(run, steps(10))
+    result = CliRunner().invoke(app(), ["plot", str(run), "-o", str(tmp_path / "x.exe")])
+    assert isinstance(result.exception, CannotWrite), result.output
+    assert str(result.exception).startswith(f"cannot draw '{tmp_path / 'x.exe'}': matplotlib writes no '.exe' files")
+    result = CliRunner().invoke(app(), ["plot", str(run), "-o", "/dev/full"])
+    assert str(result.exception) == "/dev/full: cannot write: No space left on device; give -o a path you can write"
+    assert not Path("/dev/full.png").exists(), "the name given is the file written"
+    target = tiny_disk / "curve.svg"
+    target.write_text("previous")
+    (tiny_disk / "filler").write_bytes(bytes(56 << 10))  # a few kB left: less than the picture
+    result = CliRunner().invoke(app(), ["plot", str(run), "-o", str(target)])
+    assert "No space left on device" in str(result.exception) and "wrote" not in result.output
+    assert target.read_text() == "previous" and sorted(p.name for p in tiny_disk.iterdir()) == ["curve.svg", "filler"]
+    nameless = tmp_path / "curve"
+    assert CliRunner().invoke(app(), ["plot", str(run), "-o", str(nameless)]).exit_code == 0
+    assert nameless.read_bytes()[:8] == PNG_MAGIC, "no suffix: a PNG under the name given"

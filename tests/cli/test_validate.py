@@ -109,6 +109,18 @@ def test_a_warning_prints_and_leaves_the_file_valid():
     assert entry["ok"] is True and [w["path"] for w in entry["warnings"]] == ["algorithm.clip_ratio"]
 
 
+def test_the_count_is_of_the_stages_the_step_runs():
+    bypass = "algorithm.rollout_correction.bypass_mode=true"  # the rollout's log-probs: old_log_prob does not run
+    result = rlflow("validate", BIRD, "--set", bypass)
+    assert result.returncode == 0, result.stderr
+    assert (
+        result.stdout
+        == f"{BIRD}: ok (6 stages, 2 resources; declared but not run under these settings: old_log_prob)\n"
+    )
+    (entry,) = json.loads(rlflow("validate", BIRD, "--json", "--set", bypass).stdout)["files"]
+    assert (entry["stages"], entry["not_run"]) == (6, ["old_log_prob"])
+
+
 def test_print_shows_the_pipeline_as_it_would_run(tmp_path):
     from rlflow.check import load_pipeline
 
@@ -341,3 +353,26 @@ def test_a_plugin_next_to_rlflow_yaml_imports_without_pythonpath(tmp_path):
     run = subprocess.run(args, cwd=tmp_path / "pipelines", capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert f"from the project root {tmp_path.resolve()}" in run.stderr and "add its folder to PYTHONPATH" in run.stderr
+
+
+def test_thousands_of_problems_print_a_bounded_listing_and_json_has_every_one():
+    sets = [arg for i in range(2000) for arg in ("--set", f"nope{i}=1")]
+    result = rlflow("validate", BIRD, *sets)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 102, len(lines)  # 100 problems, the rest counted, the total
+    assert lines[-2] == f"{BIRD}: ... and 1900 more problems (every one: --json)"
+    assert lines[-1] == "2000 problems in 1 file"
+    listed = json.loads(rlflow("validate", BIRD, "--json", *sets).stdout)
+    assert len(listed["files"][0]["diagnostics"]) == 2000
+
+
+@pytest.mark.parametrize("name", ["bad\nname", "x\u202eevil", "a\x1bcb", "z\u200bw"])
+def test_a_name_with_control_or_bidi_characters_is_shown_escaped_on_one_line(name):
+    result = rlflow("validate", BIRD, "--set", f"trainer.{name}=1")
+    assert result.returncode == 2
+    problem, total = result.stderr.splitlines()
+    assert total == "1 problem in 1 file"
+    assert all(ch.isprintable() for ch in problem), problem
+    shown = "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in name)
+    assert problem.startswith(f"{BIRD}:") and f"trainer.{shown}: --set trainer.{shown}=1" in problem, problem

@@ -55,3 +55,25 @@ def test_resume_with_other_data_is_refused():
 def test_dataset_smaller_than_a_batch_is_an_error():
     with pytest.raises(DataError, match="fewer than trainer.train_batch_size=16"):
         StepSampler(10, 16, seed=0)
+
+
+def test_take_draws_any_count_in_the_batches_order_and_resumes_at_its_offset():
+    batches = draw(StepSampler(10, 3, seed=5, shuffle=True), 6)  # two epochs of three batches
+    stream = [i for b in batches for i in b]
+    sampler = StepSampler(10, 3, seed=5, shuffle=True)
+    first, second = sampler.take(7), sampler.take(4)  # the second runs past the epoch's 9 prompts
+    assert first + second == stream[:11] and sampler.epoch == 1
+    state = sampler.state_dict()
+    assert (state["epoch"], state["position"], state["offset"]) == (1, 0, 2)
+    resumed = StepSampler(10, 3, seed=5, shuffle=True)
+    resumed.load_state_dict(state)
+    assert resumed.take(7) == sampler.take(7) == stream[11:18]
+
+
+def test_a_state_without_an_offset_resumes_at_its_batch():
+    state = StepSampler(50, 8, seed=3).state_dict()
+    del state["offset"]
+    state["position"] = 2
+    resumed = StepSampler(50, 8, seed=3)
+    resumed.load_state_dict(state)
+    assert resumed.next_indices() == draw(StepSampler(50, 8, seed=3), 3)[2]

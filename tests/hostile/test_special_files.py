@@ -1,19 +1,21 @@
 """Special files and alias bombs in every file the CLI reads, through the real CLI in a subprocess.
 
 A FIFO nobody writes, ``/dev/zero``, a folder or a socket where a pipeline, a ``base:``, rlflow.yaml,
-a data file or a verl config (or a file Hydra composes for one) is expected: each is refused at
-once with one line naming it, exit 2. A ten-level alias bomb (10^10 nodes expanded) in each YAML
-reader is refused in a second, where constructing it would take gigabytes.
+a data file, a tool file, the agent's prompt template or a verl config (or a file Hydra composes
+for one) is expected: each is refused at once with one line naming it, exit 2. A ten-level alias
+bomb (10^10 nodes expanded) in each YAML reader is refused in a second, where constructing it would
+take gigabytes.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from pathlib import Path
 
 import pytest
-from test_hostile_inputs import PIPELINE, assert_refused, rlflow, sandbox  # noqa: F401 - sandbox: a fixture
+from test_hostile_inputs import PIPELINE, REPO, assert_refused, rlflow, sandbox  # noqa: F401 - sandbox: a fixture
 
 
 def alias_bomb(levels: int = 10) -> str:
@@ -63,6 +65,21 @@ def test_a_fifo_as_data_file_is_refused_by_validate_and_run(sandbox):  # noqa: F
     for command in ("validate", "run"):
         result = rlflow(sandbox, command, "p.yaml", "--set", "data.train=data/pipe.json", timeout=120)
         assert_refused(result, "pipe.json is a FIFO (named pipe), not a regular file")
+
+
+MULTI_TURN = "stages.generate.with.multi_turn"
+
+
+@pytest.mark.parametrize("field", ["tool_config_path", "function_tool_path", "prompt_template"])
+def test_a_fifo_as_a_tool_file_or_the_agents_template_is_refused_by_validate_and_run(sandbox, field):  # noqa: F811
+    os.mkfifo(sandbox / "pipe")
+    shutil.copy(REPO / "pipelines" / "tools" / "bird_sql.yaml", sandbox / "tools.yaml")
+    (sandbox / "p.yaml").write_text(PIPELINE)
+    sets = [f"{MULTI_TURN}.enable=true", f"{MULTI_TURN}.tool_config_path=tools.yaml"]
+    sets += [f"{MULTI_TURN}.{field}=pipe"] if field != "prompt_template" else ["data.prompt_template=pipe"]
+    for command in ("validate", "run"):
+        result = rlflow(sandbox, command, "p.yaml", *[a for s in sets for a in ("--set", s)], timeout=120)
+        assert_refused(result, "pipe", "a FIFO (named pipe), not a regular file")
 
 
 def test_alias_bombs_in_a_base_and_in_rlflow_yaml_are_refused(sandbox):  # noqa: F811

@@ -89,3 +89,18 @@ def test_a_name_rlflow_cannot_run_is_refused_naming_the_verl_key(override, key):
         convert(read_verl_config("ppo_trainer", [*BASE, override]))
     (problem,) = info.value.diagnostics
     assert problem.path == key and "needs" in problem.message
+
+
+def test_verls_bypass_loss_carries_over_beside_bypass_mode():
+    overrides = [
+        "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
+        "algorithm.rollout_correction.bypass_mode=true",
+    ]
+    conversion = convert(read_verl_config("ppo_trainer", [*BASE, *overrides]))
+    algorithm = conversion.pipeline["algorithm"]
+    assert algorithm["loss_mode"] == "bypass_mode" and algorithm["rollout_correction"]["bypass_mode"] is True
+    assert any(line.startswith("actor_rollout_ref.actor.policy_loss.loss_mode=") for line in conversion.changed)
+    with pytest.raises(ConfigError) as info:  # alone it still points to the key that makes it run
+        convert(read_verl_config("ppo_trainer", [*BASE, overrides[0]]))
+    (problem,) = info.value.diagnostics
+    assert "set algorithm.rollout_correction.bypass_mode: true" in problem.fix

@@ -120,6 +120,15 @@ def test_a_kl_stage_setting_without_kl_is_listed():
     ]
 
 
+def test_a_global_kl_stage_size_without_kl_is_listed_once_as_not_carried_over():
+    conversion = converted("actor_rollout_ref.ref.log_prob_micro_batch_size=8")
+    key = "actor_rollout_ref.ref.log_prob_micro_batch_size"
+    assert not [line for line in conversion.changed if line.startswith(key + "=")], conversion.listing()
+    assert [line.partition(":")[0] for line in conversion.dropped] == [key]
+    with_kl = converted(f"{key}=8", "actor_rollout_ref.actor.use_kl_loss=True")
+    assert [line.partition("=")[0] for line in with_kl.changed] == [key] and with_kl.dropped == []
+
+
 def test_one_train_file_is_read_and_the_others_are_listed():
     conversion = converted("data.train_files=[a.parquet,b.parquet,c.parquet]")
     assert conversion.pipeline["data"]["train"] == "a.parquet"
@@ -301,7 +310,8 @@ def test_an_enabled_multi_turn_block_becomes_the_generate_stages_with_multi_turn
     assert block["tool_config_path"] == "tools/tools.yaml" and block["format"] == "hermes"
     assert "max_user_turns" not in block  # verl's null: rlflow's default, no limit
     assert any("tool_config_path=tools/tools.yaml" in line and "project root" in line for line in conversion.changed)
-    assert any("tokenization_sanity_check_mode" in line for line in conversion.dropped)
+    (ignored,) = [line for line in conversion.dropped if "tokenization_sanity_check_mode" in line]
+    assert "verl's agent loop ignores it" in ignored and "tokenization_sanity_check_mode" not in block
     Pipeline.model_validate(conversion.pipeline)
     off = converted(f"{mt}.max_assistant_turns=3")  # verl ignores the block while enable is false
     assert "multi_turn" not in stages_of(off.pipeline)["generate"].get("with", {}) and not off.dropped

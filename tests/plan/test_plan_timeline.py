@@ -147,7 +147,7 @@ def test_png_timeline(run_dir, tmp_path):
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ("{not json", "trace.jsonl:2: not JSON"),
+        ("{not json", "trace.jsonl:2: not valid JSON"),
         ('{"step": 1, "stage": "x"}', "trace.jsonl:2: missing resource, pid, start, end"),
         ('{"step": "one", "stage": "x", "resource": "r", "pid": 1, "start": 0, "end": 1}', "trace.jsonl:2: invalid"),
         ('{"step": 1, "stage": "x", "resource": "r", "pid": 1, "start": 5, "end": 1}', "ends (1.0) before it starts"),
@@ -231,3 +231,95 @@ def test_svg_timeline_of_overlapping_steps_names_steps_and_resource_idle_shares(
     for label in ("rollout (pid 31)", "actor (pid 11)", "idle share of training by resource: rollout 52%, driver 95%, "
                   "actor 16%", "generate 2", "update_actor 1"):  # fmt: skip
         assert label in texts, label
+
+
+def _many_steps(path, steps: int, workers: int = 4):
+    """A trace of ``steps`` steps of three stages on ``workers`` actor workers and one reward worker."""
+    with path.open("w") as out:
+        at = 0.0
+        for step in range(1, steps + 1):
+            for stage in ("generate", "reward", "update_actor"):
+                for pid in (21,) if stage == "reward" else range(11, 11 + workers):
+                    resource = "scorers" if stage == "reward" else "actor"
+                    out.write(json.dumps(record(step, stage, resource, pid, at, at + 0.01)) + "\n")
+                at += 0.02
+    return path
+
+
+def test_a_trace_is_read_a_line_at_a_time_and_only_the_chosen_steps_are_held(tmp_path):
+    import tracemalloc
+
+    path = _many_steps(tmp_path / "trace.jsonl", 15_000)
+    assert path.stat().st_size > 15_000_000
+    tracemalloc.start()
+    try:
+        chosen = read_trace(path, (1, 10))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert {s.step for s in chosen} == set(range(1, 11)) and len(chosen) == 10 * 9
+    assert peak < 2_000_000, f"{peak / 1e6:.1f} MB held for 90 spans of a {path.stat().st_size / 1e6:.0f} MB trace"
+    with pytest.raises(TraceError, match=r"no step in 20000-20001 \(it holds steps 0-15000\)"):
+        read_trace(path, (20_000, 20_001))
+
+
+def test_more_spans_than_a_timeline_holds_are_refused_with_the_size_and_the_way_out(tmp_path, monkeypatch):
+    from rlflow.plan import timeline
+
+    monkeypatch.setattr(timeline, "MAX_SPANS", 50)
+    path = _many_steps(tmp_path / "trace.jsonl", 20)
+    with pytest.raises(TraceError) as caught:
+        read_trace(path)
+    assert str(caught.value) == (
+        f"{path}: more than 50 stage calls (0 MB; step 6 by line 51), the most a timeline holds; "
+        "choose fewer steps with --steps FIRST-LAST"
+    )
+    assert len(read_trace(path, (1, 5))) == 45
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"\xff\xfe", "trace.jsonl:2: not UTF-8 text (byte 0xff at column 1)"),
+        (b"[" * 30_000 + b"]" * 30_000, "trace.jsonl:2: not valid JSON (nested too deeply to read)"),
+        (b"[" * 70_000, "trace.jsonl: cannot read it: line 2 holds more than 65536 bytes"),
+    ],
+)
+def test_unreadable_trace_lines_are_named(tmp_path, line, message):
+    (tmp_path / "trace.jsonl").write_bytes(json.dumps(TRACE[0]).encode() + b"\n" + line + b"\n")
+    with pytest.raises(TraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_trace(trace_path(tmp_path))
+
+
+def test_a_last_line_still_being_written_is_left_out(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps(TRACE[0]) + "\n" + json.dumps(TRACE[1]) + "\n" + json.dumps(TRACE[2])[:20])
+    assert [s.stage for s in read_trace(path)] == ["sync_weights", "generate"]
+
+
+def test_spans_too_close_to_tell_apart_are_merged_keeping_each_stages_time():
+    from rlflow.plan.timeline import Span
+    from rlflow.plan.timeline_chart import coalesce
+
+    lane = [Span(1, stage, "actor", 11, t, t + 0.1) for t, stage in [(0.0, "a"), (0.2, "b"), (0.4, "a"), (2.0, "b")]]
+    other = [Span(1, "c", "scorers", 21, 0.1, 0.3)]
+    bars = coalesce(sorted(lane + other, key=lambda s: s.start), bucket_s=1.0)
+    assert [(s.resource, s.stage, s.start, round(s.end - s.start, 9)) for s in bars] == [
+        ("actor", "a", 0.0, 0.2),  # a's two calls in the first second, then b's one beside it
+        ("scorers", "c", 0.1, 0.2),
+        ("actor", "b", pytest.approx(0.2), 0.1),
+        ("actor", "b", 2.0, 0.1),
+    ]
+
+
+def test_a_huge_timeline_is_drawn_merged_and_many_workers_share_a_lane_per_resource(tmp_path, monkeypatch):
+    from rlflow.plan import timeline_chart
+
+    monkeypatch.setattr(timeline_chart, "MAX_BARS", 100)
+    monkeypatch.setattr(timeline_chart, "MAX_LANES", 3)
+    spans = read_trace(_many_steps(tmp_path / "trace.jsonl", 300))
+    out = render_timeline(spans, tmp_path / "t.svg", title="long run")
+    texts = "".join(ET.parse(out).getroot().itertext())
+    for label in ("actor (4 workers)", "scorers (1 workers)", "long run", "generate", "update_actor"):
+        assert label in texts, label
+    assert "pid 11" not in texts

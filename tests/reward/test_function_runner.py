@@ -63,6 +63,9 @@ def test_the_child_is_started_once_and_kept(runner_of):
         ("none", "bad return", "returned NoneType None"),
         ("str", "bad return", "returned str '1.0'"),
         ("nodict", "bad return", "a dict whose 'score' is None"),
+        ("huge", "bad return", "returned float 1e+308, not a finite number within +-1e+18"),  # inf as float32
+        ("hugeint", "bad return", "not a finite number within +-1e+18"),
+        ("hugedict", "bad return", "a dict whose 'score' is -1e+19, not a finite number within"),
     ],
 )
 def test_a_bad_call_is_an_error_for_its_row_only(runner_of, text, kind, detail):

@@ -82,6 +82,7 @@ def test_ctrl_c_or_sigterm_stops_cleanly_and_the_run_resumes(tmp_path, signum, s
         kill_tree(proc)
     assert proc.returncode == status, err[-2000:]
     assert f"{said}: workers and backends were stopped" in err and "Traceback" not in err
+    assert f"is complete (continue with --resume {run_dir})" in err, err[-2000:]
     assert "SIGTERM received" not in err, "Ray's stack dump"
     gone, alive = psutil.wait_procs(family, timeout=30)
     assert not alive, f"left running after Ctrl-C: {[p.name() for p in alive]}"
@@ -102,6 +103,7 @@ def test_a_run_stopped_before_its_first_checkpoint_keeps_what_it_logged(tmp_path
     finally:
         kill_tree(proc)
     assert proc.returncode == 130, err[-2000:]
+    assert f"no checkpoint was complete yet: {run_dir} keeps what was logged" in err, err[-2000:]
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")][0] == 1
     assert not (run_dir / "checkpoints").exists() or not any((run_dir / "checkpoints").iterdir())
 
@@ -132,3 +134,17 @@ def test_out_of_disk_during_a_checkpoint_fails_clearly_and_keeps_the_last_one(sm
     assert [p.name for p in checkpoints.complete_checkpoints(ckpts)] == ["step_1"]
     assert not any(p.name.startswith(".tmp-") for p in ckpts.iterdir()), "the partial checkpoint was removed"
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1]
+
+
+def test_out_of_disk_during_an_async_checkpoint_is_the_documented_line(small_disk):
+    """separate_async also saves the batches sampled ahead (torch on the driver, whose full-disk error is a
+    RuntimeError of its own words): the same one line as any checkpoint, not torch's traceback."""
+    run_dir = small_disk / "run"
+    async_pipeline = str(REPO / "pipelines" / "bird_grpo_async.yaml")
+    sets = small_sets("trainer.total_steps=3", "trainer.save_freq=1", *QUIET)
+    result = rlflow("run", async_pipeline, "--run-dir", str(run_dir), *sets)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "No space left on device for the checkpoint" in result.stderr, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    ckpts = run_dir / "checkpoints"
+    assert not any(p.name.startswith(".tmp-") for p in ckpts.iterdir()), "the partial checkpoint was removed"

@@ -3,9 +3,17 @@
 import pytest
 
 from rlflow.errors import ResourceError
-from rlflow.runtime.cluster import Demand, check_fit, machine_cores, oversubscription
+from rlflow.runtime.cluster import machine_cores, oversubscription
+from rlflow.runtime.fit import ClusterNode, Demand, check_fit
 
-NODES = [{"name": "node0", "CPU": 16, "GPU": 4}, {"name": "node1", "CPU": 16, "GPU": 4}]
+
+def node(name: str, cpus: float, gpus: float = 0, **extra) -> ClusterNode:
+    """A node with nothing reserved on it."""
+    total = {"CPU": cpus, "GPU": gpus}
+    return ClusterNode(name, total, dict(total), **extra)
+
+
+NODES = [node("node0", 16, 4), node("node1", 16, 4)]
 
 
 def test_fits():
@@ -30,7 +38,7 @@ def test_cpu_shortfall():
 
 def test_gpu_pool_on_cpu_cluster():
     with pytest.raises(ResourceError, match="actor_pool wants 1 GPUs"):
-        check_fit([Demand("actor_pool", 1, 1, 1)], [{"name": "laptop", "CPU": 2, "GPU": 0}])
+        check_fit([Demand("actor_pool", 1, 1, 1)], [node("laptop", 2)])
 
 
 def test_oversubscription_names_each_pool_and_the_fix():

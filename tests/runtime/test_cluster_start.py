@@ -140,3 +140,64 @@ def test_the_embedded_ray_runs_without_its_idle_daemons():
         assert ray.get(ray.remote(lambda: 41 + 1).remote(), timeout=60) == 42
     finally:
         ray.shutdown()
+
+
+@pytest.fixture
+def token_head():
+    """A real ``ray start --head`` with token authentication and a token of its own."""
+    temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))
+    ray_cli = Path(sys.executable).with_name("ray")
+    token = "c" * 32
+    env = {**os.environ, "RAY_TMPDIR": str(temp), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+    env["RAY_AUTH_TOKEN"] = token
+    port = _closed_port()
+    subprocess.run(
+        [str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=180,
+    )
+    yield temp, f"127.0.0.1:{port}", token
+    _kill_processes_under(temp)
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("driver_token", ["wrong", None])
+def test_a_refused_token_is_one_line_saying_how_to_set_it(project_dir, token_head, driver_token):
+    """Ray 2.60 hides the AuthenticationError two causes down and retries it for 20 s with a C++ warning a
+    second; the driver asks once and says what to set."""
+    temp, address, _ = token_head
+    with (project_dir / "rlflow.yaml").open("a") as fh:
+        fh.write(f"ray: {{address: '{address}'}}\n")
+    (project_dir / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text())
+    env = {"RAY_TMPDIR": str(temp), "RAY_AUTH_MODE": "token" if driver_token else "disabled"}
+    env["RAY_AUTH_TOKEN"] = (driver_token or "") * 8
+    start = time.monotonic()
+    result = rlflow("run", "p.yaml", *small_sets("trainer.total_steps=1"), cwd=project_dir, env=env)
+    took = time.monotonic() - start
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "refused this driver's token: set RAY_AUTH_MODE=token" in result.stderr, result.stderr[-3000:]
+    assert "gcs_client.cc" not in result.stderr, "Ray's C++ warnings reached the console"
+    assert took < 15, f"the refusal took {took:.1f} s"
+
+
+def test_errors_the_cluster_pushes_go_to_the_log_one_line_each(caplog, monkeypatch):
+    """Ray's driver prints what raylets push (a raylet's death: its last 20 log lines) as it arrives; rlflow logs
+    the first line of each instead, and leaves every other stream (worker logs) to Ray's printer."""
+    from types import SimpleNamespace
+
+    from rlflow.runtime.cluster import relay_ray_errors
+
+    monkeypatch.delenv("RLFLOW_DEBUG", raising=False)
+    printed = []
+    worker = SimpleNamespace(print_to_stdstream=lambda data, ignore_prefix: printed.append(data))
+    ray = SimpleNamespace(_private=SimpleNamespace(worker=worker))
+    relay_ray_errors(ray)
+    relay_ray_errors(ray)  # once only: a second start does not wrap the wrapper
+    dump = "Raylet is terminated. Termination is unexpected.\n" + "    [state-dump] ...\n" * 20
+    with caplog.at_level("INFO", logger="rlflow.runtime"):
+        worker.print_to_stdstream({"pid": "raylet", "lines": [dump], "is_err": False}, False)
+        worker.print_to_stdstream({"pid": 42, "lines": ["a worker's own output"], "is_err": False}, False)
+    assert [r.getMessage() for r in caplog.records] == ["Ray: Raylet is terminated. Termination is unexpected."]
+    assert [d["pid"] for d in printed] == [42]

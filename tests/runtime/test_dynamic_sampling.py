@@ -1,8 +1,10 @@
 """DAPO's dynamic sampling: the batch fills with varying groups, the generation bound holds, metrics, exact resume.
 
 The layer's own tests run ``fill_batch`` over a scripted executor (each prompt's samples score
-alike or not as the test decides, the prompts' widths differ per batch); the end-to-end ones run
-the shipped ``ranking_dapo.yaml`` for two steps over the in-process executor and resume it.
+alike or not as the test decides, the prompts' widths differ per batch), and verl's own V1 replay
+buffer on the same script (``verl_replay_buffer``): both draw the same prompts round by round. The
+end-to-end ones run the shipped ``ranking_dapo.yaml`` for two steps over the in-process executor
+and resume it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from runtime_helpers import NOISY, REPO, train_in_process
+from verl_replay_buffer import Rollout, load_replay_buffer, sampled_prompts
 
 from rlflow.batch import Batch
 from rlflow.check import load_pipeline
@@ -114,11 +117,49 @@ def test_the_batch_fills_with_varying_groups_in_order():
 
 
 def test_inflight_batches_generate_together():
-    executor, plan, data, spec = setup(uniform={0, 1, 2}, max_inflight_gen_batches=3)  # 3 of 4 missing
+    executor, plan, data, spec = setup(uniform={0, 1, 2}, max_inflight_gen_batches=3)  # 3 of 4 dropped
     batch = fill_batch(executor, plan, data, spec, step=1, timer=StepTimer())
     generated = [c[1] for c in executor.calls if c[0] == "generate"]
-    assert generated == [[0, 1, 2, 3], list(range(4, 12))]  # ceil(2 x 3 / 4) = 2 batches at once
-    assert batch.metrics["train/num_gen_batches"] == 3.0 and batch.metrics[f"{PREFIX}/gen_rounds"] == 2.0
+    assert generated == [[0, 1, 2, 3], list(range(4, 10))]  # 2 x 3 dropped = 6 prompts at once, within 3 x 4
+    assert batch.metrics["train/num_gen_batches"] == 2.5 and batch.metrics[f"{PREFIX}/gen_rounds"] == 2.0
+    assert data.sampler.state_dict()["offset"] == 2  # 10 prompts drawn: two batches of 4 and 2 more
+
+
+@pytest.mark.parametrize(
+    ("uniform", "inflight"),
+    [
+        (set(range(7)), 2),  # the issue's example: 7 of 8 groups dropped draw 14 prompts (not two batches, 16)
+        ({0, 2, 3, 5, 6, 9, 10, 11, 12, 13}, 1),  # the credit left over carries to the next round
+        ({i for i in range(40) if i % 3 != 2}, 3),
+    ],
+)
+def test_refills_draw_what_verls_replay_buffer_draws(monkeypatch, uniform, inflight):
+    size = 8
+    executor, plan, data, spec = setup(uniform, size=size, data_len=200, max_inflight_gen_batches=inflight)
+    batch = fill_batch(executor, plan, data, spec, step=1, timer=StepTimer())
+    ours = [len(c[1]) for c in executor.calls if c[0] == "generate"]
+
+    replay_buffer, store = load_replay_buffer(monkeypatch)
+    rollout = Rollout(store, N, lambda i, sample: 1.0 if i in uniform else float(sample % 2), range(200))
+    buffer = replay_buffer.ReplayBuffer(
+        "sync", {}, None, "drop", {}, poll_interval=0.0, refill_fn=rollout.submit, filter_groups_metric="acc",
+        train_batch_size=size, gen_batch_size=1, max_inflight_gen_batches=inflight,
+    )  # fmt: skip
+    rollout.submit(size)  # verl's prepare_step sends one batch
+    sampled, metrics = buffer.sample(1, "train", size)
+    assert ours == rollout.sent, "the same prompts drawn, round by round"
+    assert batch.metrics[f"{PREFIX}/evicted_samples"] == metrics[f"{PREFIX}/evicted_samples"]
+    assert batch.metrics[f"{PREFIX}/discarded_surplus_samples"] == metrics[f"{PREFIX}/discarded_surplus_samples"]
+    assert len(set(batch["uid"])) == len(sampled_prompts(sampled)) == size
+    assert batch.metrics["train/num_gen_batches"] == sum(ours) / size
+
+
+def test_reward_means_cover_the_rows_the_step_trains_on():
+    executor, plan, data, spec = setup(uniform={0, 2, 3, 5, 6})  # dropped groups score 1 on every sample
+    batch = fill_batch(executor, plan, data, spec, step=7, timer=StepTimer())
+    trained = batch["scores"].tolist()
+    assert batch.metrics["reward/acc"] == pytest.approx(sum(trained) / len(trained))  # critic/score/mean's rows
+    assert batch.metrics["reward/acc"] == 0.5, "the kept groups alternate 0 and 1; the dropped ones' 1s are not in it"
 
 
 def test_a_step_that_cannot_fill_stops_at_max_num_gen_batches():
@@ -133,6 +174,35 @@ def test_without_a_bound_one_pass_over_the_data_is_the_limit():
     with pytest.raises(StageError, match=r"within one pass over the training set"):
         fill_batch(executor, plan, data, spec, step=1, timer=StepTimer())
     assert len([c for c in executor.calls if c[0] == "generate"]) == 3  # 12 prompts / 4
+
+
+def test_a_constant_reward_under_a_huge_bound_stops_after_one_pass(monkeypatch, caplog):
+    """The issue's example: max_num_gen_batches 1e9 and a reward that never varies. The step says on the console
+    what it is doing while it fills, and stops after a whole pass over the training set kept no group."""
+    import rlflow.runtime.dynamic_sampling as dynamic_sampling
+
+    monkeypatch.setattr(dynamic_sampling, "PROGRESS_EVERY_S", 0.0)
+    executor, plan, data, spec = setup(uniform=set(range(40)), data_len=40, max_num_gen_batches=10**9)
+    with caplog.at_level("WARNING", logger="rlflow.runtime"), pytest.raises(StageError) as caught:
+        fill_batch(executor, plan, data, spec, step=3, timer=StepTimer())
+    assert str(caught.value).startswith(
+        "step 3: dynamic sampling drew 40 prompts, a whole pass over the training set, without one group whose "
+        "'acc' varies (0 of train_batch_size 4 kept, 40 prompts drawn in all)"
+    )
+    assert sum(len(c[1]) for c in executor.calls if c[0] == "generate") == 40  # one pass, not 4e9 prompts
+    progress = [r.getMessage() for r in caplog.records if "still filling" in r.getMessage()]
+    assert progress[0] == (
+        "step 3: dynamic sampling is still filling the batch: 1 rounds, 4 prompts drawn, 0 of train_batch_size 4 "
+        "groups kept (a group whose 'acc' is the same for every sample is dropped); it draws at most 4000000000 "
+        "prompts (max_num_gen_batches=1000000000)"
+    )
+
+
+def test_a_step_that_keeps_groups_now_and_then_is_not_cut_short():
+    """The pass is counted from the last group kept: a hard task that keeps one group a pass still fills."""
+    executor, plan, data, spec = setup(uniform=set(range(40)) - {5}, data_len=40, max_num_gen_batches=50)  # 1 a pass
+    batch = fill_batch(executor, plan, data, spec, step=1, timer=StepTimer())
+    assert len(set(batch["uid"])) == 4 and batch.metrics["train/num_gen_batches"] > 10
 
 
 def test_a_metric_the_reward_did_not_return_is_named():
@@ -194,7 +264,8 @@ def test_the_dapo_recipe_trains_two_steps_and_resumes_exactly(tmp_path):
     assert [r["stage"] for r in trace if r["step"] == 1].count("generate") == rounds
 
     sampler = json.loads((tmp_path / "a" / "checkpoints" / "step_1" / "trainer_state.json").read_text())["sampler"]
-    assert sampler["position"] == metrics[0]["train/num_gen_batches"]  # every generation batch drawn is counted
+    drawn = sampler["position"] + sampler["offset"] / sampler["batch_size"]
+    assert drawn == metrics[0]["train/num_gen_batches"]  # every prompt drawn is counted
 
     resumed = run_dapo(tmp_path / "b", resume=tmp_path / "a" / "checkpoints" / "step_1")
     assert [m["step"] for m in resumed] == [2]

@@ -63,3 +63,27 @@ def test_two_agent_steps_with_the_rollout_on_the_reference_backend(tmp_path):
     check_agent_run(run_dir)
     trace = read_jsonl(run_dir / "trace.jsonl")
     assert {r["resource"] for r in trace if r["stage"] == "generate"} == {"arctic"}
+
+
+def test_a_tool_that_fails_on_every_call_is_on_the_console_and_in_its_log(tmp_path):
+    """The tool runs in a Ray worker: its first failure reaches the driver's console, naming the worker, the
+    tool and the line of the tool's file; every failed call is in <run dir>/tools/rank0.log."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "broken_sql.py").write_text(
+        "from rlflow.tools.sql import SqlTool\n\n\nclass BrokenSql(SqlTool):\n"
+        "    async def execute(self, instance_id, parameters, **kwargs):\n"
+        "        raise RuntimeError('the database went away')\n"
+    )
+    shipped = (REPO / "pipelines" / "tools" / "bird_sql.yaml").read_text()
+    (tools / "tools.yaml").write_text(shipped.replace("rlflow.tools.sql.SqlTool", "broken_sql.BrokenSql"))
+    run_dir = tmp_path / "run"
+    sets = [*TINY, "trainer.total_steps=1", f"stages.generate.with.multi_turn.tool_config_path={tools / 'tools.yaml'}"]
+    done = rlflow("run", AGENT, "--run-dir", str(run_dir), *as_args(sets))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert read_jsonl(run_dir / "metrics.jsonl")[0]["tool/run_sql/error_ratio"] == 1.0
+    failure = "tool 'run_sql': raised RuntimeError: RuntimeError at broken_sql.py:6 in execute: the database went away"
+    assert f"local pool 'actor_pool', worker 0: {failure}" in done.stderr, done.stderr[-3000:]
+    assert done.stderr.count(failure) == 1  # once per kind of failure
+    log = (run_dir / "tools" / "rank0.log").read_text()
+    assert log.count("tool 'run_sql' raised RuntimeError") > 1

@@ -131,6 +131,26 @@ def test_the_shipped_ranking_pipeline_runs_two_steps(tmp_path):
     assert metrics[1]["reward/error_rate"] == 0 and "reward/format_ok" in metrics[1]
 
 
+MANY_METRICS = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": 1.0, **{f"m{i}": float(i) for i in range(70)}}
+"""
+
+
+def test_the_metric_cap_warning_of_a_reward_worker_reaches_the_console(custom_project):
+    """A reward function returning more extras than the cap is warned of in the reward pool's Ray worker; the
+    warning reaches the driver's console with the stage's result, naming the pool and the worker."""
+    (custom_project / "rewards" / "task.py").write_text(MANY_METRICS)
+    sets = ["trainer.total_steps=1", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.val_before_train=false"]
+    args = [a for s in sets for a in ("--set", s)]
+    result = rlflow("run", "task.yaml", "--run-dir", str(custom_project / "runs" / "r"), *args, cwd=custom_project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warned = [line for line in result.stderr.splitlines() if "extra numbers" in line]
+    assert len(warned) == 1, result.stderr[-3000:]
+    relayed = "cpu pool 'reward_pool', worker 0: reward function rewards/task.py:compute_score returned more than 64"
+    assert relayed in warned[0]
+
+
 DETACHING_REWARD = """
 import os, subprocess
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):

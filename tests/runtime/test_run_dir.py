@@ -143,3 +143,25 @@ def test_resume_latest_while_the_only_run_is_live_names_its_holder(project_dir):
         holder.wait()
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert f"is live (pid {holder.pid} on host {socket.gethostname()})" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        ("afile", "it exists and is not a folder; choose another --run-dir"),
+        ("afile/sub", "a part of the path is a file, not a folder"),
+        ("/dev/null", "it exists and is not a folder"),
+        ("x" * 300, "File name too long; choose a shorter --run-dir or pipeline name"),
+        ("name", "File name too long; choose a shorter --run-dir or pipeline name"),
+    ],
+)
+def test_a_run_directory_the_system_refuses_is_one_line(project_dir, where, says):
+    from runtime_helpers import REPO, rlflow
+
+    (project_dir / "p.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text())
+    (project_dir / "afile").write_text("")
+    args = ("--set", "name=" + "n" * 300) if where == "name" else ("--run-dir", where)
+    result = rlflow("run", "p.yaml", *args, cwd=project_dir, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "as the run directory" in errors[0] and says in errors[0], result.stderr[-2000:]

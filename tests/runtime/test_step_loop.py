@@ -101,3 +101,36 @@ def test_a_sink_that_fails_mid_run_is_dropped_and_training_goes_on(tmp_path, cap
     assert broken.steps == [0] and broken.closed and sinks == []
     (warning,) = [r.getMessage() for r in caplog.records if "broken" in r.getMessage()]
     assert "failed at step 1 (ConnectionError: server went away)" in warning and "metrics.jsonl" in warning
+
+
+def test_a_checkpoint_commits_only_after_its_steps_metrics_are_logged(tmp_path, monkeypatch):
+    """A failure after step 2's checkpoint stage but before its metrics are logged (the async run's final wait
+    for weight pushes, once) must not leave a committed step 2 that metrics.jsonl lacks: the checkpoint stays
+    uncommitted, the run resumes from step 1 and logs step 2 exactly once."""
+    from rlflow.runtime.run_dir import RunDir
+    from rlflow.runtime.trainer import StepLoop
+
+    real = StepLoop._step_metrics
+
+    def fail_at_step_2(self, step, *args):
+        if step == 2:
+            raise RuntimeError("lost the backend after the checkpoint")
+        return real(self, step, *args)
+
+    run_dir = tmp_path / "run"
+    monkeypatch.setattr(StepLoop, "_step_metrics", fail_at_step_2)
+    with pytest.raises(RuntimeError, match="lost the backend"):
+        run_loop(run_dir)
+    ckpts = run_dir / "checkpoints"
+    assert checkpoints.latest(ckpts).name == "step_1"
+    assert not list(ckpts.glob(".tmp-*")), "the uncommitted checkpoint is removed"
+    assert [m["step"] for m in read_records(run_dir)] == [0, 1]
+    monkeypatch.setattr(StepLoop, "_step_metrics", real)
+    RunDir(run_dir).truncate_metrics_after(1)  # what `rlflow run` does before resuming
+    run_loop(run_dir, resume=checkpoints.latest(ckpts))
+    assert [m["step"] for m in read_records(run_dir)] == [0, 1, 2]
+    assert checkpoints.latest(ckpts).name == "step_2"
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -37,3 +37,19 @@ def test_a_reward_pool_worker_never_imports_torch(tmp_path):
     assert step["critic/score/mean"] >= 0, "the reward ran, on the same workers"
     assert step["probe/torch_loaded"] == 0.0 and step["probe/transformers_loaded"] == 0.0
     assert step["probe/verl_loaded"] == 0.0
+
+
+def test_a_stages_warnings_are_collected_for_the_driver():
+    """What rlflow's loggers warn of during a stage goes back with its result (capped); other loggers' does not."""
+    import logging
+
+    from rlflow.runtime.worker import MAX_RELAYED, collected_warnings
+
+    with collected_warnings() as warnings:
+        logging.getLogger("rlflow.tools.report").warning("tool %r: timeout", "run_sql")
+        logging.getLogger("rlflow.tools.report").info("not a warning")
+        logging.getLogger("somebody.else").warning("not ours")
+        for i in range(2 * MAX_RELAYED):
+            logging.getLogger("rlflow.reward").warning("failure %d", i)
+    logging.getLogger("rlflow").warning("after the stage")
+    assert warnings[0] == "tool 'run_sql': timeout" and len(warnings) == MAX_RELAYED

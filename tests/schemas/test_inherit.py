@@ -203,3 +203,16 @@ def test_the_remote_pipeline_trains_what_the_local_one_trains(monkeypatch):
         for stage in spec["stages"]:
             del stage["on"]
     assert remote == local
+
+
+def test_a_long_chain_of_bases_is_refused_by_its_length_and_sixteen_still_load(project_dir):
+    """A chain of 1,000 bases recursed until Python gave up, reported as "document nests too deeply"."""
+    (project_dir / "b0.yaml").write_text(MINIMAL)
+    for i in range(1, 1001):
+        (project_dir / f"b{i}.yaml").write_text(f"base: b{i - 1}.yaml\n")
+    assert _load(project_dir, "base: b15.yaml\n").spec  # 16 bases
+    (problem,) = _problems(project_dir, "base: b1000.yaml\n")
+    assert (
+        problem
+        == "b985.yaml:1:7: base: more than 16 bases in a chain, from derived.yaml (merge some of the bases into one file)"
+    )

@@ -187,3 +187,14 @@ def test_the_doc_shows_the_table():
     assert block, "docs/verl.md lost its <!-- verl-names --> block"
     expected = "\n".join(markdown_rows())
     assert block.group(1) == expected, "docs/verl.md's name table differs from rlflow.schemas.verl_names:\n" + expected
+
+
+def test_the_set_of_a_verl_multi_turn_key_names_rlflows(project_dir):
+    problems = problems_of(project_dir, MINIMAL, ["actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3"])
+    (line,) = [p for p in problems if "max_assistant_turns" in p]
+    assert (
+        "is rlflow's with.multi_turn.max_assistant_turns of the generate stage; "
+        "write --set stages.0.with.multi_turn.max_assistant_turns=3"
+    ) in line
+    ignored = BY_VERL["actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode"]
+    assert "accepted and ignored" in ignored.hint()

@@ -98,6 +98,19 @@ def test_alias_bomb_is_refused_quickly():
     ]
 
 
+def test_a_document_large_without_aliases_is_not_called_an_alias_bomb():
+    text = "tools:\n" + "".join(f"  - {{name: t{i}, type: native}}\n" for i in range(8000))  # 24,001 nodes
+    data, _, problems = parse_yaml(text, "t.yaml", what="a tool config")
+    assert data is None
+    assert [str(p) for p in problems] == [
+        f"t.yaml:1:1: tools: document holds more than {MAX_NODES} values, the most rlflow reads in one file "
+        "(a tool config holds a few hundred; move the bulk into a data file)"
+    ]
+    big = "a: &a [" + ",".join(["x"] * 100) + "]\n" + "".join(f"b{i}: *a\n" for i in range(300))
+    assert "alias bomb?" in str(load(big)[2][0])  # 30,000 nodes built from 100 written: the aliases did it
+    assert "holds more than 100 values" in check_aliases("x: [" + "1," * 300 + "1]\n", "v.yaml", 100).message
+
+
 def test_self_referencing_alias_and_deep_nesting_are_refused():
     data, _, problems = load("loop: &s [*s]")
     assert data is None and "nests deeper than 64 levels (is an anchor used inside itself?" in problems[0]

@@ -97,7 +97,7 @@ def test_without_correction_the_advantage_stage_is_unchanged():
     from verl.trainer.ppo import core_algos
 
     batch = off_policy_batch()
-    for section in ({}, {"bypass_mode": True}):  # bypass mode corrects in the loss, not here
+    for section in ({}, {"bypass_mode": True}):  # bypass mode corrects nothing here, as verl V1 skips it
         out = run_advantage(batch, section)
         advantages, _ = core_algos.compute_grpo_outcome_advantage(
             batch["token_level_scores"], batch["response_mask"], np.array(batch["uid"], dtype=object)
@@ -163,7 +163,15 @@ def test_only_a_correction_needs_the_rollouts_log_probs():
 @pytest.mark.parametrize(
     "sets, timers",
     [
-        ([f"{RC}.bypass_mode=true", f"{RC}.rollout_rs=seq_mean_k3", f"{RC}.rollout_rs_threshold=0.01"], False),
+        (  # verl's legacy bypass loss: the rejection is applied inside the update
+            [
+                f"{RC}.bypass_mode=true",
+                "algorithm.loss_mode=bypass_mode",
+                f"{RC}.rollout_rs=seq_mean_k3",
+                f"{RC}.rollout_rs_threshold=0.01",
+            ],
+            False,
+        ),
         ([f"{RC}.rollout_is=token", f"{RC}.rollout_rs=token_k1", f"{RC}.rollout_rs_threshold=0.999_1.001"], True),
     ],
 )

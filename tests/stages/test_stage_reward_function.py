@@ -82,8 +82,49 @@ def test_several_functions_are_a_weighted_sum_with_prefixed_keys(context):
     )
     out = run(["42", "4100"], ctx)
     assert out["scores"].tolist() == pytest.approx([2.0 - 0.5 * 0.2, -0.5 * 0.4])
-    assert out["reward_extra"][0] == {"exact/score": 1.0, "exact/acc": 1.0, "exact/format_ok": 1.0, "length/score": 0.2}
+    first = {"exact/score": 1.0, "exact/acc": 1.0, "exact/format_ok": 1.0, "length/score": 0.2, "length/acc": 0.2}
+    assert out["reward_extra"][0] == first
     assert out.metrics["reward/exact/acc"] == 0.5 and out.metrics["reward/length/score"] == pytest.approx(0.3)
+
+
+def test_a_bare_number_is_also_acc_as_verls_reward_manager_logs_it(context):
+    """verl's reward-loop manager (its V1 trainer's) logs a float score as ``acc``; validation's core
+    figure and DAPO's ``filter_groups.metric: acc`` read it."""
+    import importlib.util
+
+    import torch
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+    from rlflow.data.tokenizer import load_tokenizer
+    from rlflow.runtime.dynamic_sampling import metric_values
+    from rlflow.schemas.pipeline import ModelSpec
+    from rlflow.stages.validate import val_metrics
+
+    spec = importlib.util.spec_from_file_location("acc_rewards", PLUGINS / "rewards.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tokenizer = load_tokenizer(ModelSpec())
+    manager = NaiveRewardManager(config=None, tokenizer=tokenizer, compute_score=module.length)
+    theirs, texts = [], []
+    for text in ("a", "abcd", "the quick brown fox"):
+        ids = torch.tensor([tokenizer.encode(text, add_special_tokens=False)])
+        data = DataProto.from_dict(
+            tensors={"responses": ids, "attention_mask": torch.ones_like(ids)},
+            non_tensors={
+                "data_source": np.array(["gsm8k"], dtype=object),
+                "reward_model": np.array([{"ground_truth": "42"}], dtype=object),
+                "extra_info": np.array([{}], dtype=object),
+            },
+        )
+        theirs.append(manager.loop.run_until_complete(manager.run_single(data))["reward_extra_info"])
+        texts.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+
+    out = run(texts, context(function="rewards.py:length"))
+    assert out["reward_extra"] == theirs and [e["acc"] for e in theirs] == pytest.approx(out["scores"].tolist())
+    assert metric_values(out, "acc", step=1) == [e["acc"] for e in theirs]
+    out["uid"] = ["a", "b", "c"]
+    assert val_metrics(out, n=1)["val-core/gsm8k/acc/mean@1"] == pytest.approx(float(np.mean(out["scores"])))
 
 
 def test_the_builtin_math_reward_through_the_stage(context):
@@ -117,7 +158,7 @@ def test_a_row_past_the_deadline_is_a_timeout_and_later_rows_still_score(context
 
 def test_keys_some_rows_lack_are_zero_there(context):
     out = run(["abc", "abcdef"], context(function="rewards.py:keyed_by_source"), sources=["short", "long"])
-    assert out["reward_extra"] == [{"len": 0.0}, {"len": 6.0}]
+    assert out["reward_extra"] == [{"acc": 0.25, "len": 0.0}, {"acc": 0.0, "len": 6.0}]  # a bare 0.25 is also acc
 
 
 def test_a_function_failing_on_every_row_fails_the_step(context):

@@ -10,8 +10,9 @@ Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the 
   ``algorithm.rollout_correction`` as verl applies it: its importance weights
   (``rollout_is_weights``) multiply the policy loss and its rejection mask (``rollout_rs_mask``)
   is the loss mask; in bypass mode the old policy is the rollout's log-probs and the policy loss
-  is verl's ``bypass_mode`` loss (PPO clip or REINFORCE against the rollout, with the rollout
-  correction computed inside; its ``rollout_corr/*`` metrics average over micro-batches).
+  stays ``loss_mode``, as in verl's V1 trainer. ``loss_mode: bypass_mode`` (verl's legacy trainer's
+  bypass loss) is PPO clip or REINFORCE against the rollout with the correction computed inside;
+  its ``rollout_corr/*`` metrics average over micro-batches.
 - Scaling is verl's global-batch normalisation: every micro-batch loss is divided by the
   mini-batch's *global* token count (or sequence count, by ``loss_agg_mode``) and multiplied
   by the data-parallel size; gradients are summed over micro-batches and averaged over
@@ -77,7 +78,7 @@ def verl_actor_config(pipeline):
     a, t = pipeline.algorithm, pipeline.trainer
     rc = a.rollout_correction
     policy_loss = PolicyLossConfig(
-        loss_mode="bypass_mode" if rc.bypass_mode else a.loss_mode,
+        loss_mode=a.loss_mode,
         rollout_correction=RolloutCorrectionConfig(**rc.model_dump()),
         clip_cov_ratio=a.clip_cov_ratio,
         clip_cov_lb=a.clip_cov_lb,

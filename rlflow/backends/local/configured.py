@@ -52,6 +52,7 @@ class ConfiguredLocalEngine(LocalEngine):
         project_root=None,
         dist: dict | None = None,
         total_training_steps: int | None = None,
+        run_dir=None,
     ) -> None:
         super().__init__(
             pipeline,
@@ -62,6 +63,7 @@ class ConfiguredLocalEngine(LocalEngine):
             project_root=project_root,
             dist=dist,
             total_training_steps=total_training_steps,
+            run_dir=run_dir,
         )
         self.choice = choice
         self.deepspeed = None

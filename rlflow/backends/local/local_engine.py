@@ -80,7 +80,9 @@ class LocalEngine(Engine):
         project_root: Path | None = None,
         dist: dict | None = None,
         total_training_steps: int | None = None,
+        run_dir: str | Path | None = None,
     ) -> None:
+        """``run_dir``: the run directory, where the tools' log goes (``tools/rank<N>.log``); None: no log."""
         unknown = set(roles) - ALL_ROLES
         if unknown or not roles:
             raise BackendError(
@@ -89,6 +91,8 @@ class LocalEngine(Engine):
         self.pipeline, self.rank, self.world_size = pipeline, rank, world_size
         self.project_root = Path(project_root) if project_root is not None else Path.cwd()
         self._tools: tuple[str, Any] | None = None  # (the multi_turn block as JSON, its ToolRunner)
+        self._warned: set[str] = set()  # what the agent loop has warned of once already
+        self.run_dir = Path(run_dir) if run_dir is not None else None
         self.roles = frozenset(roles)
         self.device = resolve_device(device)
         self.global_steps = 0
@@ -169,7 +173,8 @@ class LocalEngine(Engine):
         key = config.model_dump_json()
         if self._tools is None or self._tools[0] != key:
             self._close_tools()
-            self._tools = (key, ToolRunner(config, self.project_root))
+            log_path = self.run_dir / "tools" / f"rank{self.rank}.log" if self.run_dir is not None else None
+            self._tools = (key, ToolRunner(config, self.project_root, log_path))
         return self._tools[1]
 
     def _close_tools(self) -> None:
@@ -214,6 +219,10 @@ class LocalEngine(Engine):
             config,
             sp.max_new_tokens,
         )
+        metrics = agent_loop.tool_metrics(rows)
+        agent_loop.warn_once(rows, sp.max_new_tokens, self._warned)
+        if runner is not None:
+            runner.rollout_done(metrics)
         width = sp.max_new_tokens
         responses = torch.full((len(rows), width), pad, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -229,7 +238,7 @@ class LocalEngine(Engine):
             mask,
             log_probs if kept_log_probs else None,
             {"num_turns": num_turns, "tool_call_counts": torch.tensor([len(row.calls) for row in rows])},
-            agent_loop.tool_metrics(rows),
+            metrics,
         )
 
     def _check_generation_engine(self, engine: str) -> None:

@@ -36,12 +36,14 @@ from pydantic import ValidationError
 from rlflow.backends.remote.base import RemoteBackend, check_main_config
 from rlflow.backends.remote.config import ReferenceConfig, ServeConfig
 from rlflow.errors import BackendError
+from rlflow.io import read_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.backends.remote.client import BackendClient
     from rlflow.batch import Batch
 
 NAME = "reference"
+HANDLE_BYTES = 64 << 10  # a handle is a few hundred bytes of JSON: host, port, token
 
 
 class ReferenceBackend(RemoteBackend):
@@ -216,14 +218,22 @@ def _client(handle: dict[str, Any], config: ReferenceConfig) -> BackendClient:
 
 
 def _read_handle_file(path: str, project_root: str) -> dict[str, Any]:
+    """The handle in ``path``, read by the bounded reader: a FIFO in its place is refused, never waited on."""
     file = Path(path) if Path(path).is_absolute() else Path(project_root) / path
     try:
-        return json.loads(file.read_text())
+        handle = json.loads(read_bytes(file, HANDLE_BYTES, "handle file"))
     except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise BackendError(
-            f"remote backend {NAME!r}: cannot read handle_file {str(file)!r}: {exc} "
+            f"remote backend {NAME!r}: cannot read handle_file {str(file)!r}: {why} "
             "(`rlflow backend serve --handle-file PATH` writes it)"
         ) from None
+    if not isinstance(handle, dict):
+        raise BackendError(
+            f"remote backend {NAME!r}: handle_file {str(file)!r} holds a JSON {type(handle).__name__}, not the "
+            "handle object (`rlflow backend serve --handle-file PATH` writes it)"
+        )
+    return handle
 
 
 def _log_path(main_config: dict[str, Any], config: ReferenceConfig, workdir: Path) -> Path:

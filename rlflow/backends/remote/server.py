@@ -60,7 +60,7 @@ from typing import Any
 
 from rlflow.backends.engine import Engine
 from rlflow.backends.remote import wire
-from rlflow.backends.remote.weights import WeightStaging, staging_limit
+from rlflow.backends.remote.weights import WeightStaging, check_pushed, staging_limit
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, RlflowError
 
@@ -121,8 +121,10 @@ def _load_weights(engine: Engine, args: dict[str, Any], state: dict[str, Any] | 
         raise BackendError(
             f"the served engine {type(engine).__name__} cannot take rollout weights (it has no load_rollout_weights)"
         )
+    version = args.get("global_steps")  # may go back: a resumed run starts again from its checkpoint's step
+    check_pushed(state, version)
     metrics = load(state)
-    engine.set_global_steps(_arg(args, "global_steps", int))
+    engine.set_global_steps(version)
     return _floats(metrics)
 
 

@@ -95,6 +95,24 @@ class WeightStaging:
         self._transfer, self._state, self._next, self._bytes = None, {}, 0, 0
 
 
+MAX_VERSION = 2**31 - 1  # a policy version is a step number
+
+
+def check_pushed(state: dict[str, torch.Tensor], version: Any) -> None:
+    """Refuse a pushed state the rollout must never serve: a version that is no step number, or tensors that
+    are not real floating-point numbers (bool, integer, complex) or hold NaN or infinity. Checked before the
+    engine sees any of it, so a refused push leaves the served weights as they were."""
+    if not (_count(version) and 0 <= version <= MAX_VERSION):
+        raise BackendError(
+            f"load_rollout_weights: global_steps must be a step number 0..{MAX_VERSION}, got {version!r}"
+        )
+    for name, tensor in state.items():
+        if not tensor.dtype.is_floating_point:
+            raise BackendError(f"load_rollout_weights: tensor {name!r} is {tensor.dtype}; weights are floating point")
+        if not bool(torch.isfinite(tensor).all()):
+            raise BackendError(f"load_rollout_weights: tensor {name!r} holds NaN or infinity; not served")
+
+
 def staging_limit(engine: Any) -> int | None:
     """Twice the bytes of the engine's model (``engine.model``, as the local engine holds it), or None
     for an engine that does not show its model (then only the frame cap bounds each part)."""

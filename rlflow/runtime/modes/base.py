@@ -56,7 +56,9 @@ class TrainerMode:
             for step in range(start, self.loop.total + 1):
                 last = self.step(step)
                 self.on_step_end(step, last)
+                self.loop.commit_checkpoint(step)  # after the step's metrics: a committed step is a logged one
         finally:
+            self.loop.abort_checkpoint()
             self.close()
         return last
 

@@ -6,9 +6,10 @@ log-prob passes, the advantage, the update). The update's weights then go to the
 behind its generate in flight, so with one batch ahead the batch of step t+1 is sampled by policy
 version t-1. A batch of step s sampled by version v spans s - v versions (verl's count, inclusive), at
 most ``trainer.max_off_policy_threshold``: ``wait`` never samples further ahead than that allows,
-``drop`` samples ahead regardless and samples a batch again (the same prompts, the newest weights)
-when it would span more. At a checkpoint the batches in flight are waited for and saved with it, so
-a resumed run trains on exactly the batches a straight run would.
+``drop`` samples ahead regardless and, as verl's replay buffer does, evicts a batch that would span
+more: the step trains on the next batch sampled ahead, and fresh prompts from the sampler, sampled
+with the newest weights, take the last place in the queue. At a checkpoint the batches in flight
+are waited for and saved with it, so a resumed run trains on exactly the batches a straight run would.
 """
 
 from __future__ import annotations
@@ -28,17 +29,17 @@ from rlflow.runtime.modes.base import TrainerMode, register_trainer
 from rlflow.runtime.sinks import StepTimer
 
 IN_FLIGHT_DIR = "in_flight"  # in a checkpoint: the batches sampled ahead of it
+EVICTED = "training/off_policy/evicted_samples"
 
 
 @dataclass
 class Sampled:
-    """A batch sampled (or being sampled) ahead for ``step`` by policy ``version``."""
+    """A batch sampled (or being sampled) ahead, to train step ``step``, by policy ``version``."""
 
     step: int
     version: int
     epoch: int
     seq: int  # submission order on the rollout's resource
-    prompts: Batch  # what was sent, to sample again if it is dropped
     handle: Any = None
     batch: Batch | None = None
 
@@ -73,6 +74,7 @@ class SeparateAsyncMode(TrainerMode):
             sampled, evicted = self._take(step)
         batch = self.on_sample_end(step, sampled.batch)
         batch.metrics.update(off_policy_metrics(step, [sampled.version] * len(batch), evicted))
+        batch.metrics.setdefault(EVICTED, 0)  # verl logs it only on a step that evicted: a gap, not a 0, on a plot
         metrics = self.loop.run_stages(
             step, batch, self.after, timer, sampled.epoch, self, overlap=True, step_start=step_start
         )
@@ -93,40 +95,51 @@ class SeparateAsyncMode(TrainerMode):
         while self.next_step <= min(self.loop.total, current + self.depth):
             if self.strategy == "wait" and not self._within(self.next_step, self.version):
                 return
-            epoch = self.loop.data.sampler.epoch  # as the sync loop reports it: read before drawing
-            prompts = self.loop.sample_batch(self.next_step)
-            self.queue.append(self._submit(Sampled(self.next_step, self.version, epoch, 0, prompts)))
+            self.queue.append(self._sample(self.next_step))
             self.next_step += 1
 
-    def _submit(self, sampled: Sampled) -> Sampled:
-        batch = sampled.prompts
+    def _sample(self, step: int) -> Sampled:
+        """Draw the next prompts and submit generate on them, for ``step``, with the rollout's weights."""
+        epoch = self.loop.data.sampler.epoch  # as the sync loop reports it: read before drawing
+        batch = self.loop.sample_batch(step)
         for stage in self.before:  # stages ahead of the rollout (rare) run as the batch is sampled
-            if self.loop.due(stage, sampled.step):
-                batch = self.loop.executor.run_stage(stage, batch, sampled.step)
-        sampled.version, sampled.seq = self.version, next(self.seq)
-        sampled.handle = self.loop.executor.submit(self.rollout, batch, sampled.step)
+            if self.loop.due(stage, step):
+                batch = self.loop.executor.run_stage(stage, batch, step)
+        sampled = Sampled(step, self.version, epoch, next(self.seq))
+        sampled.handle = self.loop.executor.submit(self.rollout, batch, step)
         return sampled
 
     def _within(self, step: int, version: int) -> bool:
         return self.threshold is None or step - version <= self.threshold
 
     def _take(self, step: int) -> tuple[Sampled, list[int]]:
-        """The batch of ``step``, sampled again while it would span too many versions; the dropped spans."""
-        if not self.queue:  # nothing ahead (the bound allowed none): sample it now
-            self._fill(step)
-        sampled, evicted = self.queue.popleft(), []
-        if sampled.step != step:  # pragma: no cover - the queue is filled in step order
-            raise RuntimeError(f"separate_async: the batch of step {sampled.step} came up at step {step}")
+        """The oldest batch sampled ahead that ``step`` may train on; the spans of the groups evicted before it.
+
+        As verl's replay buffer: a finished batch that would span too many versions is evicted and as
+        many fresh prompts are sampled (its groups, a batch: ``_evict``); the next batch is taken instead.
+        """
+        evicted: list[int] = []
         while True:
+            if not self.queue:  # nothing ahead (the bound allowed none): sample it now
+                self._fill(step)
+            sampled = self.queue.popleft()
+            if sampled.step != step:  # pragma: no cover - the queue is filled in step order
+                raise RuntimeError(f"separate_async: the batch of step {sampled.step} came up at step {step}")
             if sampled.batch is None:
                 sampled.batch = self.loop.executor.wait(sampled.handle)
             if self._within(step, sampled.version):
                 break
-            evicted.extend([step - sampled.version] * len(sampled.prompts))  # verl counts prompt groups
-            sampled.batch = None
-            self._submit(sampled)
+            evicted.extend([step - sampled.version] * len(set(sampled.batch["uid"])))  # verl counts prompt groups
+            self._evict(step)
         self._collect_transfers(before=sampled.seq, into=sampled.batch.metrics)
         return sampled, evicted
+
+    def _evict(self, step: int) -> None:
+        """A batch of ``step`` was evicted: each batch behind it trains a step earlier, and fresh prompts,
+        sampled now with the newest weights, take the last place (the queue stays as deep)."""
+        for later in self.queue:
+            later.step -= 1
+        self.queue.append(self._sample(self.queue[-1].step + 1 if self.queue else step))
 
     def _collect_transfers(self, before: int | None = None, into: dict | None = None) -> dict[str, float]:
         """Wait for the weight transfers submitted before ``before`` (all by default): they ran ahead of it."""
@@ -170,9 +183,7 @@ class SeparateAsyncMode(TrainerMode):
             tensors = torch.load(directory / IN_FLIGHT_DIR / f"{name}.pt", weights_only=True)
             rest = json.loads((directory / IN_FLIGHT_DIR / f"{name}.json").read_text())
             batch = Batch(tensors, rest["non_tensors"], rest["metrics"])
-            self.queue.append(
-                Sampled(int(entry["step"]), int(entry["version"]), int(entry["epoch"]), -1, Batch(), batch=batch)
-            )
+            self.queue.append(Sampled(int(entry["step"]), int(entry["version"]), int(entry["epoch"]), -1, batch=batch))
 
     def close(self) -> None:
         self.queue.clear()  # what is still in flight ends with the workers (the launcher stops the pools)

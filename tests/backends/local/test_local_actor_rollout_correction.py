@@ -1,8 +1,10 @@
 """The actor update under ``algorithm.rollout_correction``: equal to verl's losses applied by hand.
 
 Decoupled mode: verl's vanilla loss with the importance weights multiplied in and the rejection
-mask as the loss mask. Bypass mode: verl's ``bypass_mode`` policy loss (PPO clip or REINFORCE
-against the rollout's log-probs, correcting inside), with its ``rollout_corr/*`` metrics.
+mask as the loss mask. Bypass mode, as verl's V1 trainer runs it: the configured ``loss_mode``
+against the rollout's log-probs, nothing corrected. ``loss_mode: bypass_mode`` (verl's legacy
+trainer's loss): PPO clip or REINFORCE against the rollout, correcting inside, with its
+``rollout_corr/*`` metrics.
 """
 
 from __future__ import annotations
@@ -69,6 +71,32 @@ def test_decoupled_weights_and_rejection_enter_the_loss_as_in_verl(sharp_model, 
     assert Actor(copy.deepcopy(sharp_model), pipeline).update(plain)["actor/pg_loss"] != pytest.approx(pg.item())
 
 
+@pytest.mark.parametrize("loss_mode", ["gspo", "vanilla"])
+def test_bypass_mode_keeps_the_configured_loss_against_the_rollout(sharp_model, prompt_batch, tokenizer, loss_mode):
+    """verl's V1 trainer copies rollout_log_probs to old_log_probs and its ppo_loss calls ``loss_mode``'s loss."""
+    from verl.trainer.ppo import core_algos
+
+    section = {"bypass_mode": True}
+    pipeline = make_pipeline(
+        algorithm={"loss_mode": loss_mode, "rollout_correction": section}, trainer={"ppo_mini_batch_size": 3}
+    )
+    batch = training_batch(sharp_model, prompt_batch, tokenizer)
+    batch["rollout_log_probs"] = batch.tensors.pop("old_log_probs") - 0.05  # a behaviour policy apart from the actor
+    cfg = verl_actor_config(pipeline)
+    assert cfg.policy_loss.loss_mode == loss_mode
+
+    def configured(old, lp, adv, mask, mode, weights):
+        return core_algos.get_policy_loss_fn(loss_mode)(old, lp, adv, mask, mode, cfg, rollout_is_weights=None)
+
+    mask = batch["response_mask"].bool()
+    pg, pg_metrics, expected = by_hand(sharp_model, batch, configured, "rollout_log_probs", mask, cfg=cfg)
+    metrics = Actor(sharp_model, pipeline).update(batch, step=1)
+    assert metrics["actor/pg_loss"] == pytest.approx(pg.item(), rel=1e-5, abs=1e-7)
+    assert metrics["actor/ppo_kl"] == pytest.approx(pg_metrics["actor/ppo_kl"], rel=1e-5, abs=1e-7)
+    assert not any(k.startswith("rollout_corr/") for k in metrics), "V1 corrects nothing in bypass mode"
+    assert all(torch.allclose(p, q, atol=1e-6) for p, q in zip(params_of(sharp_model), params_of(expected)))
+
+
 @pytest.mark.parametrize(
     "section",
     [
@@ -76,10 +104,12 @@ def test_decoupled_weights_and_rejection_enter_the_loss_as_in_verl(sharp_model, 
         {"bypass_mode": True, "loss_type": "reinforce", "rollout_is": "sequence", "rollout_is_threshold": 1.5},
     ],
 )
-def test_bypass_mode_is_verls_bypass_loss_against_the_rollout(sharp_model, prompt_batch, tokenizer, section):
+def test_loss_mode_bypass_mode_is_verls_legacy_bypass_loss(sharp_model, prompt_batch, tokenizer, section):
     from verl.trainer.ppo import core_algos
 
-    pipeline = make_pipeline(algorithm={"rollout_correction": section}, trainer={"ppo_mini_batch_size": 3})
+    pipeline = make_pipeline(
+        algorithm={"loss_mode": "bypass_mode", "rollout_correction": section}, trainer={"ppo_mini_batch_size": 3}
+    )
     batch = training_batch(sharp_model, prompt_batch, tokenizer)
     batch["rollout_log_probs"] = batch.tensors.pop("old_log_probs")  # the plan has no old_log_prob pass
     cfg = verl_actor_config(pipeline)

@@ -105,3 +105,14 @@ def test_joining_needs_a_readable_handle_file(tmp_path):
         BackendError, match=r"cannot read handle_file .*missing\.json.*rlflow backend serve --handle-file"
     ):
         create_backend("reference", make_main_config(tmp_path, handle_file="missing.json"))
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_as_handle_file_is_refused_at_once(tmp_path):
+    """A FIFO nobody writes as handle_file hung the run after "start Ray": it goes through the bounded reader."""
+    os.mkfifo(tmp_path / "pipe.json")
+    with pytest.raises(BackendError, match=r"cannot read handle_file .*pipe\.json'?: a FIFO \(named pipe\), not a"):
+        create_backend("reference", make_main_config(tmp_path, handle_file="pipe.json"))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(BackendError, match=r"list\.json' holds a JSON list, not the handle object"):
+        create_backend("reference", make_main_config(tmp_path, handle_file="list.json"))

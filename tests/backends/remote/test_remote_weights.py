@@ -122,3 +122,23 @@ def test_the_limit_is_twice_the_engine_model_or_none_when_it_shows_none():
 
     assert staging_limit(WithModel()) == 2 * 10 * 4
     assert staging_limit(object()) is None
+
+
+@pytest.mark.parametrize(
+    ("state", "version", "says"),
+    [
+        ({"w": torch.ones(4, dtype=torch.bool)}, 1, "is torch.bool; weights are floating point"),
+        ({"w": torch.ones(4, dtype=torch.complex64)}, 1, "is torch.complex64"),
+        ({"w": torch.tensor([1.0, float("nan")])}, 1, "holds NaN or infinity"),
+        ({"w": torch.tensor([float("inf")])}, 1, "holds NaN or infinity"),
+        ({"w": torch.ones(4)}, -1, "global_steps must be a step number"),
+        ({"w": torch.ones(4)}, 2**62, "global_steps must be a step number"),
+    ],
+)
+def test_an_authenticated_push_the_rollout_must_not_serve_is_refused_and_nothing_loads(
+    weights_server, state, version, says
+):
+    backend = _backend(weights_server)
+    with pytest.raises(RemoteCallFailed, match=says):
+        backend.load_rollout_weights(state, version)
+    assert weights_server.engine.loaded == [] and weights_server.engine.global_steps != version

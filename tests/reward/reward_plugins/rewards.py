@@ -54,6 +54,7 @@ def on_cue(data_source, solution_str, ground_truth, extra_info=None):
     if solution_str == "exit":
         raise SystemExit(1)
     returns = {"nan": math.nan, "inf": -math.inf, "none": None, "str": "1.0", "nodict": {"acc": 1.0}}
+    returns.update({"huge": 1e308, "hugeint": 10**400, "hugedict": {"score": -1e19}})
     if solution_str in returns:
         return returns[solution_str]
     return {"score": 1.0, "acc": 1.0}
