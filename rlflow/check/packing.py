@@ -1,13 +1,5 @@
-"""Placing pools on nodes, group by group: the per-node rule both fit checks share.
-
-The inventory check (``rlflow.check.fit``, at validate time) and the cluster check
-(``rlflow.runtime.cluster``, before the pools start and before each restart) ask one question:
-can every pool's groups land on the nodes? A group is what must sit whole on one node (the
-workers a local pool keeps on one node, or one worker of a CPU pool, or one forwarder). A pool's
-groups go to distinct nodes when it spreads (a local pool's ``nnodes``), and only to nodes whose
-labels its ``label_selector`` matches. Pools are placed in the order given, each group on the
-fullest node that still holds it (best fit: large nodes stay free for large groups), and a pool
-that does not fit takes nothing, as a placement group is placed whole or not at all.
+"""Placing pools on nodes, group by group: the per-node rule both fit checks share (best fit, distinct
+nodes for ``nnodes``, a pool placed whole or not at all). Design notes: docs/design/packing.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """verl's update cycles of a separate-async step (``parameter_sync_step``) against a plan's mini-batches.
 
-verl's ``PPOTrainerSeparateAsync`` repeats the trainer lane (sample, log-probs, advantage, update)
-``parameter_sync_step`` times a step (its config's default: 4), each time on one mini-batch (it
-asserts ``train_batch_size == parameter_sync_step x ppo_mini_batch_size``) and against the
-step's first weights as the old policy; the weights go to the rollout once the step is done.
-rlflow runs the lane once a step, and its update takes the batch's ``train_batch_size /
-ppo_mini_batch_size`` mini-batches in turn: the same optimizer steps, against the same old
-policy, as verl with ``parameter_sync_step`` equal to that count. So the count is compared with
-what verl's step repeats, and only what no ``parameter_sync_step`` can match is a difference: a
-batch that is not a whole number of mini-batches, ``ppo_epochs`` above 1 (verl runs a cycle's
-epochs before the next cycle, rlflow each epoch over every mini-batch), or a learning-rate warmup
-(verl steps its schedule once a cycle, over ``total steps x parameter_sync_step``; rlflow once a
-step, so a warmup of W steps ends after W / cycles steps in verl).
+Only what no ``parameter_sync_step`` can match is a difference. Design notes:
+docs/design/verl_update_cycles.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Does the cluster have room for every pool: node by node, in all and free now, before the pools start and
-before each restart.
+before each restart (refused at once, or waited for up to ``ray.placement_timeout_s``).
 
-Each pool is placed on the nodes by the per-node rule the inventory check uses too
-(``rlflow.check.packing``): a local pool's workers of one node on one node, a CPU pool's workers
-and forwarders wherever each fits, pinned pools (custom ``resources:``, ``label_selector:``) only on
-the nodes that offer them. Two verdicts: the nodes could not hold the pools even with nothing else
-on them (refused at once, every shortfall named: a CPU pool's 1.5 CPUs per worker on 1-CPU nodes,
-a lost node), or they could but what is free now does not (another job's reservations, or this
-run's own pools a moment after a restart stopped them): then the run waits, saying what it waits
-for, up to ``ray.placement_timeout_s``, and is refused naming the shortfall. What is free is read
-per node from Ray's GCS, as verl's ``ResourcePoolManager`` reads it (CPUs included here).
+Design notes: docs/design/fit.md.
 """
 
 from __future__ import annotations

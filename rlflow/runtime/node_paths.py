@@ -1,13 +1,6 @@
 """Before a run on a joined cluster starts its pools: does every node see the driver's files?
 
-Workers get the driver's absolute paths: the project root (plugins, reward and tool files,
-relative paths), the model and the databases, and the run directory, into which they write
-checkpoint parts and logs that the driver then commits. On a cluster of several hosts, the
-files workers read must be at the same paths on every node (a shared filesystem, or the same
-copy everywhere) and the run directory must be one folder they all share (docs/cluster.md).
-One task per node looks (the run directory by a token the driver writes and each node answers,
-so a same-named folder on another disk does not pass); what any node lacks is one line naming
-the node and each path, before a worker starts.
+One task per node looks; what any node lacks is one line. Design notes: docs/design/node_paths.md.
 """
 
 from __future__ import annotations

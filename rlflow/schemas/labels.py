@@ -1,14 +1,5 @@
-"""Pinning a pool to nodes in Ray's terms: custom resources and node-label selectors.
-
-A pool's ``resources:`` are custom Ray resources each worker needs (a node offers them with
-``ray start --resources``); its ``label_selector:`` picks the nodes by their labels (``ray start
---labels``). Both are checked here with Ray's own rules, without importing Ray (this layer is
-pure): label keys follow Ray's ``label_utils`` syntax, and a selector is ``value``, ``!value``,
-``in(a,b)`` or ``!in(a,b)``, matched as Ray's scheduler matches it (``ray._raylet.
-node_labels_match_selector``): the node's label among the values, or for ``!``, absent or not
-among them. Three forms Ray's syntax check lets through are refused, because Ray then matches
-something else than they say: a space after a comma (Ray keeps it in the value), a list without
-``in`` and an empty value (both compared literally).
+"""Pinning a pool to nodes in Ray's terms: custom resources and node-label selectors, checked with Ray's
+own rules without importing Ray. Design notes: docs/design/labels.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """The tool process's containment: tools write only under their working directory and start no process.
 
-``contain(folder)`` runs in the tool process after verl's imports, before the tools load, and sets two layers:
-
-- the kernel's, where the host has it (``rlflow.tools.landlock``): writes beneath ``folder`` only,
-  no file executed, whatever code asks; nothing lifts it;
-- Python's audit hook, everywhere, which words each refusal as a ``PermissionError`` naming what
-  was refused: files opened for writing outside ``folder`` (``dir_fd`` resolved), removals and
-  renames, new processes (``os.system``, exec, spawn, fork, ``subprocess``, and
-  ``_posixsubprocess.fork_exec``, which raises no audit event: replaced, its re-import refused),
-  FIFOs and device nodes outside ``folder`` (``os.mkfifo`` and ``os.mknod`` raise no event either:
-  replaced), Unix sockets bound outside it, native code through ctypes (a library loaded, a symbol
-  looked up, memory read or written by address), SQLite extensions, SQLite databases opened
-  other than read-only outside ``folder`` (the URI parsed as SQLite parses it) and ``ATTACH`` or
-  ``VACUUM INTO`` of a file outside it (an authorizer on every connection ``sqlite3.connect`` makes).
-
-The hook is Python-level: native code that does not go through those calls (a C extension's own
-writes, a ctypes function pointer made before the guard), a ``sqlite3.Connection`` built
-directly or whose authorizer the tool replaces, and an original kept somewhere the replacement
-does not reach get past it. Only the Landlock layer holds then; docs/multi_turn.md says so.
+``contain(folder)`` sets the kernel's layer where the host has it (``rlflow.tools.landlock``) and
+Python's audit hook everywhere. Design notes: docs/design/tool_guard.md.
 """
 
 from __future__ import annotations
