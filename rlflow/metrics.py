@@ -1,24 +1,8 @@
 """Step metrics computed on the driver from the step's batch, by verl's own functions.
 
-verl's V1 trainer hands ``verl.trainer.ppo.metric_utils`` a ``DataProto`` of the step's batch;
-``verl_view`` builds the same from rlflow's ``Batch`` and these functions call verl's:
-``compute_data_metrics`` (without a critic: ``critic/score|rewards|advantages|returns/*``,
-``response_length/*``, ``response_length_non_aborted/*``, ``response/aborted_ratio``,
-``prompt_length/*``, ``num_turns/*`` (2 per row after a single-turn rollout, verl's
-``SingleTurnAgentLoop``; the V1 trainer logs them again as ``training/num_turns/*``) and after a
-multi-turn rollout ``tool_call_counts/*``),
-``compute_timing_metrics`` (``timing_s/*``, ``timing_per_token_ms/*``),
-``compute_throughout_metrics`` (``perf/total_num_tokens|time_per_step|throughput``) and, when the
-rollout kept its log-probs, the rollout-vs-actor comparison verl runs because
-``rollout.calculate_log_probs`` is on by default: ``calculate_debug_metrics``
-(``training/rollout_probs_diff_*``, ``training/rollout_actor_probs_pearson_corr``) and the
-off-policy diagnostics of ``compute_rollout_correction_and_rejection_mask`` (``rollout_corr/*``,
-with verl's default ``algorithm.rollout_correction``: no importance weights, no rejection).
-``compute_seqlen_metrics`` gives verl's ``global_seqlen/*`` on a step no ``balance_batch`` stage
-balanced (one actor worker, or ``trainer.balance_batch`` off): verl's V1 trainer balances, and logs
-them, every step whatever its data-parallel size.
-
-Design notes: docs/design/metrics.md.
+``verl_view`` builds the ``DataProto`` verl's V1 trainer hands ``verl.trainer.ppo.metric_utils`` from
+rlflow's ``Batch``; the functions here call verl's on it. Which names each gives, and design notes:
+docs/design/metrics.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """``StageWorker``: the one worker class behind every resource, under Ray or in-process.
 
-- a ``local`` pool has one worker per device, holding a local engine with every engine role
-  its stages need (rollout, actor, reference) fused in one process, as verl does;
-- a ``cpu`` pool's workers hold no engine: they run CPU stages (reward, filters);
-- a ``remote`` resource's workers are forwarders: zero GPUs, their engine is a client of the
-  out-of-process backend, rebuilt from the driver's reconnect handle.
-
-The Ray executor wraps the class with ``ray.remote``; the in-process executor uses it as it
-is, so both run the same stage code. What crosses into a worker is typed: a ``StageCall``
-(which stage, its config, the step, the fields it reads, where a checkpoint goes) and a
-``Batch``; what comes back is a ``WorkerResult`` with the output batch and the start/end
-wall-clock times and pid that become a ``trace.jsonl`` record, and the warnings rlflow's code
-logged during the stage (a reward function's or a tool's first failure), which the driver logs
-when the worker is another process (a Ray worker's log does not reach the console).
+A ``local`` pool's worker holds the fused local engine (rollout, actor, reference, as verl does), a ``cpu``
+pool's holds none, a ``remote`` resource's is a forwarder. In: a ``StageCall`` and a ``Batch``; out: a
+``WorkerResult`` (the output, its timing for ``trace.jsonl``, the warnings logged during the stage, which the
+driver logs when the worker is another process). Design notes: docs/design/worker.md.
 """
 
 from __future__ import annotations

@@ -120,3 +120,20 @@ def pipeline_with_death(project_dir: Path, at_step: int) -> Path:
     )
     (project_dir / "crash.yaml").write_text(text)
     return marker
+
+
+def cluster_project(project_dir: Path, address: str, stage: str) -> str:
+    """A project in ``project_dir`` joining the cluster at ``address``: the shipped BIRD pipeline plus ``stage`` (a
+    flow-style stage of the ``rlflow_test_faults`` plugin) as ``crash.yaml``. The plugin is copied into the project,
+    whose folder the nodes import plugins from (they were started without the test plugins on their path)."""
+    import shutil
+
+    from rlflow.assets import BIRD_SAMPLE
+
+    (project_dir / "rlflow.yaml").write_text(
+        f"vars: {{model_path: 'builtin:tiny-qwen2', bird_root: '{BIRD_SAMPLE}'}}\n"
+        f"ray: {{address: '{address}'}}\nplugins: [rlflow_test_faults]\n"
+    )
+    shutil.copy(PLUGINS / "rlflow_test_faults.py", project_dir)
+    (project_dir / "crash.yaml").write_text((REPO / "pipelines" / "bird_grpo.yaml").read_text() + f"  - {stage}\n")
+    return "crash.yaml"

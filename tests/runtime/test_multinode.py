@@ -7,11 +7,10 @@ data-parallel group across the nodes, and rlflow joins the cluster named in rlfl
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import pytest
-from runtime_helpers import PLUGINS, REPO, kill_tree, read_jsonl, rlflow, small_sets, start_rlflow
+from runtime_helpers import REPO, cluster_project, kill_tree, read_jsonl, rlflow, small_sets, start_rlflow
 
 from rlflow.assets import BIRD_SAMPLE
 
@@ -86,15 +85,8 @@ def test_a_dead_data_parallel_peer_restarts_the_run_and_is_named(two_node_cluste
     """Rank 1 dies while rank 0 waits in an all-reduce with it: rank 0's gloo error is a consequence; the run
     restarts (``max_restarts``) and the message names worker 1 as the one that died."""
     marker = tmp_path / "died.marker"
-    (tmp_path / "rlflow.yaml").write_text(
-        f"vars: {{model_path: 'builtin:tiny-qwen2', bird_root: '{BIRD_SAMPLE}'}}\n"
-        f"ray: {{address: '{two_node_cluster.address}'}}\nplugins: [rlflow_test_faults]\n"
-    )
-    # the cluster's nodes were started without the test plugins on their path: the project folder is on it
-    shutil.copy(PLUGINS / "rlflow_test_faults.py", tmp_path)
-    text = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
-    text += f"  - {{name: crash, uses: test_die_in_collective, on: actor_pool, with: {{marker: '{marker}'}}}}\n"
-    (tmp_path / "crash.yaml").write_text(text)
+    stage = f"{{name: crash, uses: test_die_in_collective, on: actor_pool, with: {{marker: '{marker}'}}}}"
+    cluster_project(tmp_path, two_node_cluster.address, stage)
     run_dir = tmp_path / "run"
     result = rlflow(
         "run",

@@ -8,12 +8,9 @@ died with Ray's reason; Ray's own raylet-death dump is not printed; the header n
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
-from runtime_helpers import PLUGINS, REPO, read_jsonl, rlflow, small_sets
+from runtime_helpers import cluster_project, read_jsonl, rlflow, small_sets
 
-from rlflow.assets import BIRD_SAMPLE
 from rlflow.runtime.ray_executor import why_died
 
 
@@ -32,14 +29,9 @@ def three_nodes():
 
 def test_a_lost_node_is_named_once_as_the_nodes_death_and_the_run_recovers(three_nodes, tmp_path):
     marker = tmp_path / "killed.marker"
-    (tmp_path / "rlflow.yaml").write_text(
-        f"vars: {{model_path: 'builtin:tiny-qwen2', bird_root: '{BIRD_SAMPLE}'}}\n"
-        "ray: {address: auto}\nplugins: [rlflow_test_faults]\n"
+    cluster_project(
+        tmp_path, "auto", f"{{name: crash, uses: test_kill_raylet, on: reward_pool, with: {{marker: '{marker}'}}}}"
     )
-    shutil.copy(PLUGINS / "rlflow_test_faults.py", tmp_path)  # the nodes import plugins from the project root
-    text = (REPO / "pipelines" / "bird_grpo.yaml").read_text()
-    text += f"  - {{name: crash, uses: test_kill_raylet, on: reward_pool, with: {{marker: '{marker}'}}}}\n"
-    (tmp_path / "crash.yaml").write_text(text)
     run_dir = tmp_path / "run"
     result = rlflow(
         "run",

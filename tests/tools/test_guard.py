@@ -8,18 +8,11 @@ not the kernel's (Landlock refuses with a bare EACCES): so this holds where Land
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from rlflow.tools.guard import sqlite_refusal, sqlite_uri
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_sqlite_uris_are_parsed_as_sqlite_parses_them():
@@ -115,19 +108,8 @@ print(json.dumps(out))
 """
 
 
-def test_each_way_out_is_refused_by_the_hook_itself(tmp_path):
-    outside, inside = tmp_path / "outside", tmp_path / "inside"
-    outside.mkdir()
-    inside.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(ATTEMPTS), str(outside), str(inside)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PYTHONPATH": str(REPO), "TMPDIR": str(inside)},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout)
+def test_each_way_out_is_refused_by_the_hook_itself(attempts, tmp_path):
+    out, outside, inside = attempts(ATTEMPTS, {"TMPDIR": str(tmp_path / "inside")})
     assert sorted(p.name for p in outside.iterdir()) == []
     refused = {
         "fork_exec": "may not start a process (_posixsubprocess.fork_exec)",

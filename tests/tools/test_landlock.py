@@ -6,15 +6,7 @@ so what refuses it is the kernel. Skipped, with the reason, where the kernel off
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
 
 ATTEMPTS = """
 import ctypes, json, os, socket, sqlite3, subprocess, sys
@@ -45,19 +37,8 @@ print(json.dumps(out))
 """
 
 
-def test_native_code_is_held_to_the_folder(tmp_path):
-    outside, inside = tmp_path / "outside", tmp_path / "inside"
-    outside.mkdir()
-    inside.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(ATTEMPTS), str(outside), str(inside)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PYTHONPATH": str(REPO)},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    out = json.loads(done.stdout)
+def test_native_code_is_held_to_the_folder(attempts):
+    out, outside, inside = attempts(ATTEMPTS)
     if out["why"] is not None:
         pytest.skip(out["why"])
     assert sorted(p.name for p in outside.iterdir()) == []

@@ -60,6 +60,7 @@ from typing import Any
 
 from rlflow.backends.engine import Engine
 from rlflow.backends.remote import wire
+from rlflow.backends.remote.refusals import RefusalLog
 from rlflow.backends.remote.weights import WeightStaging, check_pushed, staging_limit
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, RlflowError
@@ -71,34 +72,6 @@ DRAIN_TIMEOUT_S = 1.0
 DRAIN_MAX_BYTES = 4 << 20
 ACCEPT_BACKLOG = 128  # pending accepts the kernel queues: a client waits its turn behind a crowd, not SYN retries
 EVICT_JOIN_S = 1.0  # how long accepting waits for an evicted handshake's thread to exit
-
-
-REFUSAL_LOG_WINDOW_S = 10.0
-REFUSAL_LOG_LINES = 20  # refusals logged per window; the rest are counted in one line
-
-
-class RefusalLog:
-    """Logs refused frames one line each, at most ``REFUSAL_LOG_LINES`` per window: a stranger sending
-    malformed frames in a loop costs the log a line a refusal only until the cap."""
-
-    def __init__(self, lines: int = REFUSAL_LOG_LINES, window_s: float = REFUSAL_LOG_WINDOW_S) -> None:
-        self.lines, self.window_s = lines, window_s
-        self._lock = threading.Lock()
-        self._window_start = time.monotonic()
-        self._logged = self._suppressed = 0
-
-    def warning(self, message: str, *args: Any) -> None:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._window_start >= self.window_s:
-                if self._suppressed:
-                    log.warning("%d more refusals in the last %.0f s were not logged", self._suppressed, self.window_s)
-                self._window_start, self._logged, self._suppressed = now, 0, 0
-            if self._logged >= self.lines:
-                self._suppressed += 1
-                return
-            self._logged += 1
-        log.warning(message, *args)
 
 
 class ServerBusy(wire.WireError):
@@ -202,7 +175,7 @@ class BackendServer:
         self.evicted = 0  # unauthenticated connections cut to make room for a newer one
         self.executed: Counter[str] = Counter()  # engine calls actually run, per method
         self.refused = 0
-        self.refusals = RefusalLog()
+        self.refusals = RefusalLog(log)
         self._engine_lock = threading.Lock()
         self._remembered: OrderedDict[str, list] = OrderedDict()
         self._staging = WeightStaging(staging_limit(engine))  # guarded by the engine lock
