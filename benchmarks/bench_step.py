@@ -66,7 +66,7 @@ def plain_loop(sets: list[str], steps: int, out: Path) -> None:
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.inprocess import InProcessExecutor
     from rlflow.runtime.run_dir import RunDir
-    from rlflow.runtime.trainer import StepLoop, load_data
+    from rlflow.runtime.step_loop import StepLoop, load_data
 
     loaded = load_pipeline(common.ROOT / PIPELINE, [*sets, f"trainer.total_steps={steps}"])
     spec, plan = loaded.spec, compile_plan(loaded.spec)
@@ -76,10 +76,12 @@ def plain_loop(sets: list[str], steps: int, out: Path) -> None:
         executor = InProcessExecutor(plan, spec, str(common.ROOT), run_dir.append_trace, str(run_dir.path))
         try:
             loop = StepLoop(spec, plan, executor, run_dir, load_data(spec, common.ROOT), loaded.resolved_yaml(), [])
-            first = loop.init(None)
+            first, mode = loop.init(None), loop.mode
+            mode.on_init_end(first)
             for step in range(first, loop.total + 1):
                 wall_start = time.time()
-                metrics = loop.run_step(step)
+                metrics = mode.step(step)
+                mode.on_step_end(step, metrics)
                 record["steps"].append(
                     {
                         "step": step,

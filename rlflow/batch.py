@@ -85,6 +85,10 @@ class Batch:
         self.metrics.update(other.metrics)
         return self
 
+    def merged(self, other: Batch) -> Batch:
+        """A new batch: this one's fields and metrics with ``other``'s added (or replacing); neither changes."""
+        return Batch(dict(self.tensors), dict(self.non_tensors), dict(self.metrics)).update(other)
+
     def select(self, keys: Iterable[str]) -> Batch:
         keys = [k for k in keys if k in self]
         return Batch(

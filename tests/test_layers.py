@@ -3,11 +3,13 @@
 The contracts live in pyproject.toml (``[tool.importlinter]``) and are checked with
 import-linter over every import, including those inside functions. A copy of the package
 with one forbidden import added must fail the same check, so the check is known to bite.
-Stages are found by role: no stage kind's name appears in the runtime or the plan.
+Stages are found by role: no stage kind's name appears in the runtime or the plan. A trainer mode
+reaches the step loop only through the methods the loop names for modes.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -42,7 +44,7 @@ def test_the_layers_hold():
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("schemas/pipeline.py", "from rlflow.runtime import trainer"),  # a pure layer reaching up
+        ("schemas/pipeline.py", "from rlflow.runtime import step_loop"),  # a pure layer reaching up
         ("backends/local/models.py", "from rlflow.stages import generate"),  # a backend knowing stage kinds
         ("plan/model.py", "import torch"),  # the plan importing torch
     ],
@@ -67,3 +69,31 @@ def test_no_stage_kind_name_in_the_runtime_or_the_plan():
         if pattern.search(line)
     ]
     assert not found, "stages are found by role, not by kind name:\n" + "\n".join(found)
+
+
+def loop_uses(path: Path) -> set[tuple[str, ...]]:
+    """The ``loop.<name>[.<attr>]`` chains a module reads, from ``self.loop`` or a ``loop`` parameter."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        chain, value = [node.attr], node.value
+        while isinstance(value, ast.Attribute):
+            chain.insert(0, value.attr)
+            value = value.value
+        if isinstance(value, ast.Name) and value.id == "self" and chain[0] == "loop" and len(chain) > 1:
+            found.add(tuple(chain[1:3]))
+        elif isinstance(value, ast.Name) and value.id == "loop":
+            found.add(tuple(chain[:2]))
+    return found
+
+
+def test_the_trainer_modes_reach_the_loop_only_through_its_methods_for_modes():
+    from rlflow.runtime.step_loop import StepLoop
+
+    for name in StepLoop.FOR_MODES:  # each exists: a renamed method cannot leave the list behind
+        assert hasattr(StepLoop, name) or name in StepLoop.__init__.__code__.co_names, name
+    for path in sorted((REPO / "rlflow" / "runtime" / "modes").glob("*.py")):
+        for chain in loop_uses(path):
+            assert chain[0] in StepLoop.FOR_MODES, f"{path.name} reaches loop.{'.'.join(chain)}"
+            assert len(chain) == 1 or chain[0] == "plan", f"{path.name} reaches into loop.{'.'.join(chain)}"

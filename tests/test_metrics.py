@@ -269,7 +269,7 @@ def two_steps(tmp_path) -> list[dict]:
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.inprocess import InProcessExecutor
     from rlflow.runtime.run_dir import RunDir
-    from rlflow.runtime.trainer import StepLoop, load_data
+    from rlflow.runtime.step_loop import StepLoop, load_data
 
     sets = [
         "trainer.train_batch_size=2",

@@ -379,7 +379,7 @@ def _timing(row: VerlStage, site: Site, matched: Sequence[PlanStage], entries: S
 
 
 def _rlflow_in_step(row: VerlStage, matched: Sequence[PlanStage], entries: Sequence[PlanStage]) -> bool:
-    """rlflow's step clock stops where the first validation stage starts (rlflow.runtime.trainer)."""
+    """rlflow's step clock stops where the first validation stage starts (rlflow.runtime.step_loop)."""
     first_validation = next((i for i, e in enumerate(entries) if e.role == "validation"), len(entries))
     if matched:
         return entries.index(matched[0]) < first_validation

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rlflow.errors import ConfigError, Diagnostic
-from rlflow.plan.concurrency import cross_step_overlap, step_groups
+from rlflow.plan.concurrency import cross_step_overlap, step_groups, step_waits
 from rlflow.plan.dataflow import Flow, FlowNode, Problem, analyse, data_edges
 from rlflow.plan.model import ASYNC_MODES, DRIVER, RESUME, FrozenDict, Plan, PlanStage, Staleness, frozen_mapping
 from rlflow.plan.placement import build_placements
@@ -64,6 +64,7 @@ def compile_plan(spec: Pipeline) -> Plan:
         resources=build_placements(spec, (*step, *init)),
         edges=edges,
         trainer_mode=mode,
+        waits=step_waits(step, edges, mode),
         groups=step_groups(step, edges),
         overlap=cross_step_overlap(step, edges, mode),
         staleness=_staleness(spec) if mode in ASYNC_MODES else None,

@@ -47,6 +47,32 @@ def step_dependencies(step: Sequence[PlanStage], edges: Sequence[Edge]) -> dict[
     return deps
 
 
+BARRIER_ROLES = ("rollout", "checkpoint", "weight_sync", "validation")  # what the step loop runs alone
+
+
+def step_waits(step: Sequence[PlanStage], edges: Sequence[Edge], mode: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(stage, the earlier stages of its step it waits for before it starts), in step order.
+
+    In ``sync`` every earlier stage: one after another, as PPOTrainerSync. In an async mode what the stage
+    depends on (``step_dependencies``), except around a barrier (a stage that changes rows, or of a role the
+    loop runs alone: ``BARRIER_ROLES``), which waits for every earlier stage and every later stage waits for.
+    """
+    names = [s.name for s in step]
+    if mode not in ASYNC_MODES:
+        return tuple((name, tuple(names[:i])) for i, name in enumerate(names))
+    deps = step_dependencies(step, edges)
+    barriers: list[str] = []
+    out = []
+    for i, stage in enumerate(step):
+        if stage.role in BARRIER_ROLES or stage.changes_rows:
+            waits = set(names[:i])
+            barriers.append(stage.name)
+        else:
+            waits = deps[stage.name] | set(barriers)
+        out.append((stage.name, tuple(n for n in names[:i] if n in waits)))
+    return tuple(out)
+
+
 def step_groups(step: Sequence[PlanStage], edges: Sequence[Edge]) -> tuple[tuple[str, ...], ...]:
     """The step's stages in levels, each in step order: a stage depends only on stages of earlier levels."""
     sorter = TopologicalSorter(step_dependencies(step, edges))

@@ -185,6 +185,7 @@ class Plan:
     resources: Mapping[str, Placement]
     edges: tuple[Edge, ...]
     trainer_mode: str = "sync"  # verl's trainer.v1.trainer_mode
+    waits: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage, the earlier stages of its step it waits for)
     groups: tuple[tuple[str, ...], ...] = ()  # the step in levels: a group's stages read nothing from each other
     overlap: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stage of step t+1, stages of step t it may run beside)
     staleness: Staleness | None = None  # the bound of an async mode; None in sync mode

@@ -1,48 +1,20 @@
 """DAPO's dynamic sampling (``algorithm.filter_groups``): generate and score until the batch is full.
 
-The step's refill stages (``Plan.refill``: the rollout and the reward, in step order) run on
-``train_batch_size`` prompts drawn from the sampler; groups whose ``filter_groups.metric`` is the
-same for every sample (``reward``: the row's score; else a key of the reward's ``reward_extra``)
-are dropped, as verl drops them (a group of one sample is kept), and the stages run again on
-fresh prompts until ``train_batch_size`` groups are kept. The first groups kept, in the order
-they were generated, make the batch; the surplus is discarded. Design decisions:
-
-- How many prompts a refill round draws is verl's V1 replay buffer's arithmetic: each dropped
-  group adds two prompts of credit, and a round draws the credit, at most
-  ``max_inflight_gen_batches x train_batch_size`` prompts (verl's bound on what is in flight;
-  a round here is generated whole, so nothing else is). 7 groups dropped of 8 draw 14 prompts.
-- Bounds: rlflow honours ``max_num_gen_batches`` as verl's DAPO recipe trainer does (a step may
-  draw that many batches' worth of prompts, ``x train_batch_size``, the first batch included;
-  it fails with a clear error past it); verl's V1 trainer ignores it. ``0`` or less means one
-  pass over the training set, so a task on which no group ever varies fails instead of hanging.
-  Whatever the bound, a step that draws a whole pass over the training set without keeping one
-  group fails then (a constant reward under ``max_num_gen_batches: 1e9`` would otherwise loop for
-  hours), and a step still filling after ``PROGRESS_EVERY_S`` says on the console how far it is.
-- Every prompt comes from the sampler in order, so the data position in a checkpoint counts
-  every prompt drawn (the discarded ones included) and a resumed run draws what the
-  uninterrupted run would have drawn.
-- Metrics carry verl's replay-buffer names: ``training/filter_groups/evicted_samples`` (groups
-  dropped; verl counts prompts there) and ``training/filter_groups/discarded_surplus_samples``,
-  with verl's DAPO recipe's ``train/num_gen_batches`` (prompts drawn / ``train_batch_size``) and
-  ``training/filter_groups/gen_rounds``. A reward's ``reward/<key>`` of a key every row carries
-  in ``reward_extra`` is the mean over the rows the step trains on, the rows ``critic/score/*``
-  covers, so the console's ``reward`` and ``acc`` read the same rows.
+The refill stages run through the step's stage runner; verl's V1 replay-buffer arithmetic decides how
+many prompts each round draws. Design notes: docs/design/dynamic_sampling.md.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from rlflow.batch import Batch
 from rlflow.errors import StageError
 from rlflow.runtime import interrupts
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rlflow.plan.model import Plan
-    from rlflow.runtime.executor import Executor
-    from rlflow.runtime.sinks import StepTimer
 
 LEFT_PADDED = ("prompts", "prompt_mask")  # the only fields whose width differs between generation batches
 PREFIX = "training/filter_groups"
@@ -50,14 +22,24 @@ PROGRESS_EVERY_S = 30.0  # a step filling longer than this says so, and again ea
 log = logging.getLogger("rlflow.runtime")
 
 
-def fill_batch(executor: Executor, plan: Plan, data: Any, spec: Any, step: int, timer: StepTimer) -> Batch:
-    """The step's batch after its refill stages: ``train_batch_size`` groups whose metric varies, with metrics."""
-    groups = spec.algorithm.filter_groups
-    size = spec.trainer.train_batch_size
-    stages = [plan.stage(name) for name in plan.refill]
-    batches = groups.max_num_gen_batches if groups.max_num_gen_batches > 0 else data.sampler.steps_per_epoch
-    limit = batches * size  # prompts a step may draw
-    one_pass = data.sampler.steps_per_epoch * size
+@dataclass(frozen=True)
+class Refill:
+    """What the refill reads: verl's ``algorithm.filter_groups`` block and the sizes around it."""
+
+    groups: Any  # metric, max_num_gen_batches, max_inflight_gen_batches
+    size: int  # train_batch_size: groups a step trains on
+    pass_prompts: int  # prompts in one pass over the training set
+    pad_id: int
+
+
+def fill_batch(run: Callable[[Batch], Batch], draw: Callable[[int], Batch], refill: Refill, step: int) -> Batch:
+    """The step's batch after its refill stages: ``refill.size`` groups whose metric varies, with metrics.
+
+    ``draw(n)``: the next ``n`` prompts as a batch; ``run(batch)``: the refill stages (the step's stage
+    runner) on it.
+    """
+    groups, size = refill.groups, refill.size
+    limit = groups.max_num_gen_batches * size if groups.max_num_gen_batches > 0 else refill.pass_prompts
     kept: list[Batch] = []
     kept_groups = evicted = rounds = prompts = barren = 0  # barren: prompts drawn since a group was last kept
     credit = size  # the first round draws a batch, as verl's prepare_step does
@@ -66,29 +48,26 @@ def fill_batch(executor: Executor, plan: Plan, data: Any, spec: Any, step: int, 
         interrupts.raise_if_requested()
         if prompts >= limit:
             raise StageError(_exhausted(step, groups, prompts, kept_groups, size))
-        if barren >= one_pass:
+        if barren >= refill.pass_prompts:
             raise StageError(_barren(step, groups, prompts, kept_groups, size, barren))
         want = min(credit, groups.max_inflight_gen_batches * size, limit - prompts)
         credit -= want
-        indices = data.sampler.take(want)
-        batch = data.train.to_batch(indices, data.tokenizer.pad_token_id, step=step)
+        batch = draw(want)
         if rounds:  # the loader's uids name (step, row, index): keep each round's groups apart
             batch["uid"] = [f"{uid}/{rounds}" for uid in batch["uid"]]
-        for stage in stages:
-            with timer.time(stage.verl_timer or stage.name):
-                batch = executor.run_stage(stage, batch, step)
+        batch = run(batch)
         keep_rows, dropped = varying_groups(batch, groups.metric, step)
         kept.append(batch.index(keep_rows))
         new = len(set(batch["uid"])) - dropped
         kept_groups += new
         evicted += dropped
         credit += 2 * dropped  # verl's refill credit: two fresh prompts for each group dropped
-        rounds, prompts = rounds + 1, prompts + len(indices)
-        barren = 0 if new else barren + len(indices)
+        rounds, prompts = rounds + 1, prompts + want
+        barren = 0 if new else barren + want
         if kept_groups < size and time.monotonic() - said >= PROGRESS_EVERY_S:
             said = time.monotonic()
             log.warning(_progress(step, groups, rounds, prompts, kept_groups, size, limit))
-    batch, surplus = first_groups(concat(kept, data.tokenizer.pad_token_id), size)
+    batch, surplus = first_groups(concat(kept, refill.pad_id), size)
     batch.metrics.update(trained_row_means(batch))
     batch.metrics.update(
         {

@@ -1,30 +1,8 @@
 """The step loop's executor interface: where plan stages run, and the rules every executor shares.
 
-The step loop (``rlflow.runtime.trainer``) only ever asks an executor to run a plan stage on a
-batch (``submit`` returns a handle at once, ``wait`` finishes it: calls on one resource run in
-submission order, on different resources at once), to restore or move weights, or how many
-data-parallel workers a resource has. Two
-executors implement it: ``RayExecutor`` (pools of Ray actors, under a watchdog) and
-``InProcessExecutor`` (one worker per resource in this process, no Ray: tests and
-benchmarks). Both run the same stage code through the same ``StageWorker``.
-
-What lives here, once, for both:
-- dispatch: ``shard`` splits the batch into one contiguous shard per worker (a prompt's group
-  stays whole because generate expands on the worker), sending only the fields the stage
-  reads unless the stage changes rows; ``all`` runs on every primary worker of the resource
-  with an empty batch; ``driver`` runs whole, here or (bound to a pool) on its first worker;
-- a kind with ``uses_torch = False`` is sent numpy arrays and its output turned back into
-  tensors, here as on a worker (where it then never imports torch);
-- the output check: every batch a stage returns (from each worker, or the driver) must hold
-  the fields its plan entry writes, with the rows it was sent (unless it changes rows) and the
-  shape and dtype of ``rlflow.stages.fields``, else the run fails with a StageError naming the
-  backend or resource, the stage and the field (``all`` stages return only metrics: unchecked);
-- the merge rule: a stage that changes rows replaces the batch (metrics kept), any other adds
-  its fields and metrics;
-- trace records: one per worker call (``step``, ``stage``, ``resource``, ``pid``, ``start``,
-  ``end``, ``attempt``);
-- the warnings a worker in another process collected during the stage are logged here, naming
-  the resource and worker, so they reach the console.
+``submit`` / ``wait`` a stage, ``submit_transfer`` / ``wait_transfer`` the weights; dispatch, the output
+check, the merge and the trace are here, once, for ``RayExecutor`` and ``InProcessExecutor``. Design
+notes: docs/design/executor.md.
 """
 
 from __future__ import annotations
@@ -63,7 +41,8 @@ class Handle:
     rows: list[int] = field(default_factory=list)  # rows sent to each worker, for the output check
     numpy: bool = False  # sent as numpy arrays (a kind that never imports torch)
     on_driver: bool = False  # runs on the executor's driver thread: pending is its future
-    done: Batch | None = None  # the merged result, once waited for (or at once, on the driver)
+    output: Batch | None = None  # what the stage returned (its fields and metrics), once waited for
+    done: Batch | None = None  # ``batch`` with the output merged in (a new batch), once waited for
     ran: float | None = None  # seconds the stage itself ran (its slowest worker), once waited for
 
 
@@ -204,8 +183,8 @@ class Executor(abc.ABC):
             return handle.done
         stage = handle.stage
         if handle.on_driver:
-            out, handle.ran = handle.pending.result()
-            handle.done = merge(handle.batch, out, stage.changes_rows)
+            handle.output, handle.ran = handle.pending.result()
+            handle.done = merge(handle.batch, handle.output, stage.changes_rows)
             return handle.done
         results = self._collect(stage, handle.pending)
         # each worker's own clock, from when it took the call up: not the time it waited in a queue
@@ -221,11 +200,8 @@ class Executor(abc.ABC):
         for rank, (rows, result) in enumerate(zip(handle.rows, results)):
             self.check_output(stage, result.batch, rows, handle.step, rank if len(handle.rows) > 1 else None)
         merged = Batch.concat([r.batch for r in results])
-        if stage.dispatch == "all":
-            handle.batch.metrics.update(merged.metrics)
-            handle.done = handle.batch
-        else:
-            handle.done = merge(handle.batch, merged, stage.changes_rows)
+        handle.output = Batch(metrics=merged.metrics) if stage.dispatch == "all" else merged
+        handle.done = merge(handle.batch, handle.output, stage.changes_rows)
         return handle.done
 
     def run_here(
@@ -320,10 +296,8 @@ def payload(stage: PlanStage, batch: Batch) -> Batch:
 
 
 def merge(batch: Batch, out: Batch, changes_rows: bool) -> Batch:
-    """A stage's output into the step's batch: taken whole when it changed rows, else its fields added."""
+    """A new batch: a stage's output taken whole when it changed rows, else ``batch`` with its fields added;
+    the metrics of both either way. Neither input changes."""
     if changes_rows:
-        out.metrics = {**batch.metrics, **out.metrics}
-        return out
-    if out is batch:
-        return batch
-    return batch.update(out)
+        return Batch(dict(out.tensors), dict(out.non_tensors), {**batch.metrics, **out.metrics})
+    return batch.merged(out)

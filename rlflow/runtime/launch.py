@@ -40,7 +40,7 @@ from rlflow.runtime.run_dir import CHECKPOINTS, RunDir, latest_run, new_run_id
 from rlflow.runtime.run_lock import RunLock, claim_run_dir, holders, sweep_abandoned
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rlflow.runtime.trainer import DataState
+    from rlflow.runtime.step_loop import DataState
 
 log = logging.getLogger("rlflow.runtime")
 
@@ -165,7 +165,7 @@ def _after_driver_death(rd: RunDir, lock: RunLock, signum) -> None:
 def _run_locked(loaded, project, rd: RunDir, ckpt: Path | None, force: bool, console: RunConsole) -> RunResult:
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.sinks import build_sinks
-    from rlflow.runtime.trainer import load_data, total_steps
+    from rlflow.runtime.step_loop import load_data, total_steps
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     spec = loaded.spec
@@ -276,7 +276,7 @@ def _train_with_restarts(
     from rlflow.runtime.fit import await_fit, cluster_nodes
     from rlflow.runtime.pools import demands, start_pools, stop_pools
     from rlflow.runtime.ray_executor import RayExecutor, WorkerDied
-    from rlflow.runtime.trainer import StepLoop, fresh_sampler
+    from rlflow.runtime.step_loop import StepLoop, fresh_sampler
 
     spec = loaded.spec
     pipeline_dict = spec.model_dump(by_alias=True, mode="json")

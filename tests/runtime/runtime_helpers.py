@@ -94,7 +94,7 @@ def train_in_process(pipeline: Path, sets: list[str], run_dir: Path, resume: Pat
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.inprocess import InProcessExecutor
     from rlflow.runtime.run_dir import RunDir
-    from rlflow.runtime.trainer import StepLoop, load_data
+    from rlflow.runtime.step_loop import StepLoop, load_data
 
     loaded = load_pipeline(pipeline, sets)
     spec, plan = loaded.spec, compile_plan(loaded.spec)

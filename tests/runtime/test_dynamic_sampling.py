@@ -1,6 +1,6 @@
 """DAPO's dynamic sampling: the batch fills with varying groups, the generation bound holds, metrics, exact resume.
 
-The layer's own tests run ``fill_batch`` over a scripted executor (each prompt's samples score
+The layer's own tests run ``fill_batch`` over a scripted stage runner (each prompt's samples score
 alike or not as the test decides, the prompts' widths differ per batch), and verl's own V1 replay
 buffer on the same script (``verl_replay_buffer``): both draw the same prompts round by round. The
 end-to-end ones run the shipped ``ranking_dapo.yaml`` for two steps over the in-process executor
@@ -23,8 +23,7 @@ from rlflow.check import load_pipeline
 from rlflow.data.sampler import StepSampler
 from rlflow.errors import StageError
 from rlflow.plan.compile import compile_plan
-from rlflow.runtime.dynamic_sampling import PREFIX, fill_batch, first_groups, varying_groups
-from rlflow.runtime.sinks import StepTimer
+from rlflow.runtime.dynamic_sampling import PREFIX, Refill, fill_batch, first_groups, varying_groups
 
 N = 3
 
@@ -89,10 +88,25 @@ def setup(uniform: set[int], size: int = 4, data_len: int = 40, **groups):
     return ScriptedExecutor(uniform), plan, data, spec
 
 
+def fill(executor, plan, data, spec, step: int) -> Batch:
+    """``fill_batch`` as the sync mode calls it: the refill stages in turn, prompts from the sampler."""
+
+    def run(batch: Batch) -> Batch:
+        for name in plan.refill:
+            batch = executor.run_stage(plan.stage(name), batch, step)
+        return batch
+
+    def draw(count: int) -> Batch:
+        return data.train.to_batch(data.sampler.take(count), data.tokenizer.pad_token_id, step=step)
+
+    size = spec.trainer.train_batch_size
+    rules = Refill(spec.algorithm.filter_groups, size, data.sampler.steps_per_epoch * size, data.tokenizer.pad_token_id)
+    return fill_batch(run, draw, rules, step)
+
+
 def test_the_batch_fills_with_varying_groups_in_order():
     executor, plan, data, spec = setup(uniform={0, 2, 3, 5, 6})  # batch 1 keeps 1, batch 2 keeps 2 of 4
-    timer = StepTimer()
-    batch = fill_batch(executor, plan, data, spec, step=7, timer=timer)
+    batch = fill(executor, plan, data, spec, step=7)
     indices = list(dict.fromkeys(batch["index"]))
     assert indices == [1, 4, 7, 8]  # the first four groups that vary, in the order they were generated
     assert len(batch) == 4 * N and batch["prompts"].shape[-1] == 12  # prompts left-padded to the widest (index 11)
@@ -113,12 +127,11 @@ def test_the_batch_fills_with_varying_groups_in_order():
         "train/num_gen_batches": 3.0,
     }
     assert data.sampler.state_dict()["position"] == 3  # every prompt drawn is consumed
-    assert set(timer.timing) == {"gen", "reward"}
 
 
 def test_inflight_batches_generate_together():
     executor, plan, data, spec = setup(uniform={0, 1, 2}, max_inflight_gen_batches=3)  # 3 of 4 dropped
-    batch = fill_batch(executor, plan, data, spec, step=1, timer=StepTimer())
+    batch = fill(executor, plan, data, spec, step=1)
     generated = [c[1] for c in executor.calls if c[0] == "generate"]
     assert generated == [[0, 1, 2, 3], list(range(4, 10))]  # 2 x 3 dropped = 6 prompts at once, within 3 x 4
     assert batch.metrics["train/num_gen_batches"] == 2.5 and batch.metrics[f"{PREFIX}/gen_rounds"] == 2.0
@@ -136,7 +149,7 @@ def test_inflight_batches_generate_together():
 def test_refills_draw_what_verls_replay_buffer_draws(monkeypatch, uniform, inflight):
     size = 8
     executor, plan, data, spec = setup(uniform, size=size, data_len=200, max_inflight_gen_batches=inflight)
-    batch = fill_batch(executor, plan, data, spec, step=1, timer=StepTimer())
+    batch = fill(executor, plan, data, spec, step=1)
     ours = [len(c[1]) for c in executor.calls if c[0] == "generate"]
 
     replay_buffer, store = load_replay_buffer(monkeypatch)
@@ -156,7 +169,7 @@ def test_refills_draw_what_verls_replay_buffer_draws(monkeypatch, uniform, infli
 
 def test_reward_means_cover_the_rows_the_step_trains_on():
     executor, plan, data, spec = setup(uniform={0, 2, 3, 5, 6})  # dropped groups score 1 on every sample
-    batch = fill_batch(executor, plan, data, spec, step=7, timer=StepTimer())
+    batch = fill(executor, plan, data, spec, step=7)
     trained = batch["scores"].tolist()
     assert batch.metrics["reward/acc"] == pytest.approx(sum(trained) / len(trained))  # critic/score/mean's rows
     assert batch.metrics["reward/acc"] == 0.5, "the kept groups alternate 0 and 1; the dropped ones' 1s are not in it"
@@ -165,14 +178,14 @@ def test_reward_means_cover_the_rows_the_step_trains_on():
 def test_a_step_that_cannot_fill_stops_at_max_num_gen_batches():
     executor, plan, data, spec = setup(uniform=set(range(40)), max_num_gen_batches=3)
     with pytest.raises(StageError, match=r"step 2: dynamic sampling generated 3 batches \(12 prompts\) and only 0 of"):
-        fill_batch(executor, plan, data, spec, step=2, timer=StepTimer())
+        fill(executor, plan, data, spec, step=2)
     assert len([c for c in executor.calls if c[0] == "generate"]) == 3
 
 
 def test_without_a_bound_one_pass_over_the_data_is_the_limit():
     executor, plan, data, spec = setup(uniform=set(range(40)), data_len=12)
     with pytest.raises(StageError, match=r"within one pass over the training set"):
-        fill_batch(executor, plan, data, spec, step=1, timer=StepTimer())
+        fill(executor, plan, data, spec, step=1)
     assert len([c for c in executor.calls if c[0] == "generate"]) == 3  # 12 prompts / 4
 
 
@@ -184,7 +197,7 @@ def test_a_constant_reward_under_a_huge_bound_stops_after_one_pass(monkeypatch, 
     monkeypatch.setattr(dynamic_sampling, "PROGRESS_EVERY_S", 0.0)
     executor, plan, data, spec = setup(uniform=set(range(40)), data_len=40, max_num_gen_batches=10**9)
     with caplog.at_level("WARNING", logger="rlflow.runtime"), pytest.raises(StageError) as caught:
-        fill_batch(executor, plan, data, spec, step=3, timer=StepTimer())
+        fill(executor, plan, data, spec, step=3)
     assert str(caught.value).startswith(
         "step 3: dynamic sampling drew 40 prompts, a whole pass over the training set, without one group whose "
         "'acc' varies (0 of train_batch_size 4 kept, 40 prompts drawn in all)"
@@ -201,7 +214,7 @@ def test_a_constant_reward_under_a_huge_bound_stops_after_one_pass(monkeypatch, 
 def test_a_step_that_keeps_groups_now_and_then_is_not_cut_short():
     """The pass is counted from the last group kept: a hard task that keeps one group a pass still fills."""
     executor, plan, data, spec = setup(uniform=set(range(40)) - {5}, data_len=40, max_num_gen_batches=50)  # 1 a pass
-    batch = fill_batch(executor, plan, data, spec, step=1, timer=StepTimer())
+    batch = fill(executor, plan, data, spec, step=1)
     assert len(set(batch["uid"])) == 4 and batch.metrics["train/num_gen_batches"] > 10
 
 
@@ -259,6 +272,7 @@ def test_the_dapo_recipe_trains_two_steps_and_resumes_exactly(tmp_path):
         assert {f"{PREFIX}/evicted_samples", f"{PREFIX}/discarded_surplus_samples", "actor/pg_loss"} <= set(m)
         assert "reward/overlong_reward" in m  # the recipe's overlong buffer shapes the reward
         assert m["critic/advantages/max"] > 0  # every group kept varies: every group has an advantage
+        assert {"timing_s/gen", "timing_s/reward"} <= set(m)  # every refill round's stages are timed
     trace = [json.loads(line) for line in (tmp_path / "a" / "trace.jsonl").read_text().splitlines()]
     rounds = int(metrics[0][f"{PREFIX}/gen_rounds"])
     assert [r["stage"] for r in trace if r["step"] == 1].count("generate") == rounds

@@ -108,24 +108,24 @@ def test_a_checkpoint_commits_only_after_its_steps_metrics_are_logged(tmp_path, 
     for weight pushes, once) must not leave a committed step 2 that metrics.jsonl lacks: the checkpoint stays
     uncommitted, the run resumes from step 1 and logs step 2 exactly once."""
     from rlflow.runtime.run_dir import RunDir
-    from rlflow.runtime.trainer import StepLoop
+    from rlflow.runtime.step_loop import StepLoop
 
-    real = StepLoop._step_metrics
+    real = StepLoop.finish_step
 
-    def fail_at_step_2(self, step, *args):
-        if step == 2:
+    def fail_at_step_2(self, batch, record):
+        if record.step == 2:
             raise RuntimeError("lost the backend after the checkpoint")
-        return real(self, step, *args)
+        return real(self, batch, record)
 
     run_dir = tmp_path / "run"
-    monkeypatch.setattr(StepLoop, "_step_metrics", fail_at_step_2)
+    monkeypatch.setattr(StepLoop, "finish_step", fail_at_step_2)
     with pytest.raises(RuntimeError, match="lost the backend"):
         run_loop(run_dir)
     ckpts = run_dir / "checkpoints"
     assert checkpoints.latest(ckpts).name == "step_1"
     assert not list(ckpts.glob(".tmp-*")), "the uncommitted checkpoint is removed"
     assert [m["step"] for m in read_records(run_dir)] == [0, 1]
-    monkeypatch.setattr(StepLoop, "_step_metrics", real)
+    monkeypatch.setattr(StepLoop, "finish_step", real)
     RunDir(run_dir).truncate_metrics_after(1)  # what `rlflow run` does before resuming
     run_loop(run_dir, resume=checkpoints.latest(ckpts))
     assert [m["step"] for m in read_records(run_dir)] == [0, 1, 2]

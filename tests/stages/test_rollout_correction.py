@@ -181,7 +181,7 @@ def test_two_steps_in_process_train_under_the_correction(tmp_path, sets, timers)
 
     from rlflow.runtime.inprocess import InProcessExecutor
     from rlflow.runtime.run_dir import RunDir
-    from rlflow.runtime.trainer import StepLoop, load_data
+    from rlflow.runtime.step_loop import StepLoop, load_data
 
     small = [
         "trainer.train_batch_size=2",

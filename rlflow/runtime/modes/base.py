@@ -1,17 +1,18 @@
-"""``TrainerMode``: the base of the trainer modes, their registry and the hooks the step loop calls."""
+"""``TrainerMode``: the base of the trainer modes (the step template and verl v1's hooks), and their registry."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rlflow.batch import Batch
 from rlflow.errors import ConfigError
+from rlflow.runtime.step_record import StepRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
 
-    from rlflow.batch import Batch
-    from rlflow.plan.model import PlanStage
-    from rlflow.runtime.trainer import StepLoop
+    from rlflow.runtime.executor import TransferHandle
+    from rlflow.runtime.step_loop import StepLoop
 
 TRAINER_MODES: dict[str, type[TrainerMode]] = {}
 
@@ -37,17 +38,29 @@ def get_trainer_mode(name: str) -> type[TrainerMode]:
 
 
 class TrainerMode:
-    """Runs the training steps of one attempt over a ``StepLoop`` (its data, plan, executor, sinks).
+    """Runs the training steps of one attempt over a ``StepLoop``, one step in verl v1's ``_step_once`` shape.
 
-    Subclasses implement ``step``; the hooks are verl v1's: ``on_init_end`` once before the first
-    step, ``on_sample_end`` when a step's batch has been sampled, ``on_step_end`` when a step is done
-    (by default: its metrics are logged).
+    ``step`` is the template every mode shares: sample the batch (``sample``, the mode's own), the hook
+    ``on_sample_end``, the trainer lane's stages through the weight sync, the hook ``on_weights_sent``
+    (the mode decides when a weight transfer is waited for), the stages after it (checkpoint, validation),
+    then ``on_step_end`` (by default: the step's metrics are logged). A mode reaches the loop only through
+    the methods ``StepLoop`` documents for modes (tests/test_layers.py checks it).
     """
 
     name: ClassVar[str]
 
     def __init__(self, loop: StepLoop) -> None:
         self.loop = loop
+        step = loop.plan.step
+        rollout = loop.plan.first_with_role("rollout")
+        if loop.plan.refill:  # DAPO's dynamic sampling: these stages repeat until the batch is full
+            self.sampling = tuple(s for s in step if s.name in loop.plan.refill)
+        else:
+            self.sampling = step[: step.index(rollout) + 1] if rollout is not None else ()
+        lane = tuple(s for s in step if s not in self.sampling)
+        syncs = [i for i, s in enumerate(lane) if s.role == "weight_sync"]
+        at = syncs[-1] + 1 if syncs else len(lane)
+        self.training, self.closing = lane[:at], lane[at:]  # through the weight sync; checkpoint, validation
 
     def train(self, start: int) -> dict[str, Any]:
         last: dict[str, Any] = {}
@@ -62,7 +75,17 @@ class TrainerMode:
             self.close()
         return last
 
-    def step(self, step: int) -> dict[str, Any]:  # pragma: no cover - abstract
+    def step(self, step: int) -> dict[str, Any]:
+        record = StepRecord(step, self.loop.epoch)  # the epoch the step's prompts are drawn from
+        batch = self.sample(step, record)  # 1. generate (and, when dynamic sampling is on, score and refill)
+        batch = self.on_sample_end(step, batch)
+        batch, transfers = self.loop.run_stages(self.training, batch, record)  # 2-9: reward ... update, sync
+        batch = self.on_weights_sent(step, batch, transfers)
+        batch, _ = self.loop.run_stages(self.closing, batch, record)  # save_checkpoint, validate
+        return self.loop.finish_step(batch, record)
+
+    def sample(self, step: int, record: StepRecord) -> Batch:  # pragma: no cover - abstract
+        """Step ``step``'s generated batch (the stages of ``self.sampling`` done)."""
         raise NotImplementedError
 
     # ---- hooks --------------------------------------------------------------------------------
@@ -73,14 +96,18 @@ class TrainerMode:
         """A step's batch has been generated; returns the batch the step trains on."""
         return batch
 
+    def on_weights_sent(self, step: int, batch: Batch, transfers: list[TransferHandle]) -> Batch:
+        """The update's weights were sent to a rollout on another pool (``transfers``; none when the rollout
+        shares the actor's pool): by default wait for them, their ``sync/*`` metrics into the batch's."""
+        metrics = dict(batch.metrics)
+        for transfer in transfers:
+            metrics.update(self.loop.wait_transfer(transfer))
+        return Batch(batch.tensors, batch.non_tensors, metrics)
+
     def on_step_end(self, step: int, metrics: dict[str, Any]) -> None:
         self.loop.log_metrics(step, metrics)
 
-    # ---- what the loop asks of a mode ---------------------------------------------------------
-    def sync_weights(self, stage: PlanStage, batch: Batch, step: int) -> None:
-        """The weight-sync stage of ``step``: by default run and wait for it."""
-        self.loop.sync_weights(stage, batch, step)
-
+    # ---- checkpoints --------------------------------------------------------------------------
     def save_state(self, step: int, directory: Path) -> dict[str, Any]:
         """Write what this mode needs for an exact resume into the checkpoint ``directory``; returns
         entries for the checkpoint's state. Default: nothing."""

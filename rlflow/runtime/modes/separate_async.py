@@ -1,32 +1,23 @@
 """``separate_async``: the rollout samples the next steps' batches on its own resource while a step trains.
 
-When step t starts, generate is submitted for the steps ahead (up to ``trainer.num_warmup_batches``)
-with the weights the rollout has; meanwhile the trainer lane runs step t (the reward beside the
-log-prob passes, the advantage, the update). The update's weights then go to the rollout, queued
-behind its generate in flight, so with one batch ahead the batch of step t+1 is sampled by policy
-version t-1. A batch of step s sampled by version v spans s - v versions (verl's count, inclusive), at
-most ``trainer.max_off_policy_threshold``: ``wait`` never samples further ahead than that allows,
-``drop`` samples ahead regardless and, as verl's replay buffer does, evicts a batch that would span
-more: the step trains on the next batch sampled ahead, and fresh prompts from the sampler, sampled
-with the newest weights, take the last place in the queue. At a checkpoint the batches in flight
-are waited for and saved with it, so a resumed run trains on exactly the batches a straight run would.
+The staleness bound and the depth come from the plan (``Plan.staleness``). Design notes:
+docs/design/separate_async.md.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlflow.batch import Batch
-from rlflow.errors import ResumeError
+from rlflow.errors import ConfigError, ResumeError
 from rlflow.metrics import off_policy_metrics
 from rlflow.runtime.modes.base import TrainerMode, register_trainer
-from rlflow.runtime.sinks import StepTimer
+from rlflow.runtime.step_record import StepRecord
 
 IN_FLIGHT_DIR = "in_flight"  # in a checkpoint: the batches sampled ahead of it
 EVICTED = "training/off_policy/evicted_samples"
@@ -48,46 +39,51 @@ class Sampled:
 class SeparateAsyncMode(TrainerMode):
     def __init__(self, loop) -> None:
         super().__init__(loop)
-        plan, trainer = loop.plan, loop.spec.trainer
+        plan = loop.plan
         self.rollout = plan.first_with_role("rollout")
-        at = plan.step.index(self.rollout)
-        self.before, self.after = plan.step[:at], plan.step[at + 1 :]
-        self.depth = trainer.num_warmup_batches
-        self.threshold = trainer.max_off_policy_threshold
-        self.strategy = trainer.max_off_policy_strategy
+        if plan.staleness is None or not dict(plan.overlap).get(self.rollout.name):
+            raise ConfigError(
+                f"separate_async: the plan of {plan.pipeline_name!r} lets the rollout {self.rollout.name!r} run "
+                "beside nothing of the step before it; bind it to a resource of its own"
+            )
+        self.before = tuple(
+            s for s in self.sampling if s != self.rollout
+        )  # stages ahead of the rollout (rare) run as the batch is sampled
+        self.depth = plan.staleness.num_warmup_batches
+        self.threshold = plan.staleness.max_off_policy_threshold
+        self.strategy = plan.staleness.max_off_policy_strategy
         self.queue: deque[Sampled] = deque()
         self.transfers: list[tuple[int, Any]] = []  # (seq, pending weight transfer), oldest first
         self.seq = itertools.count()
         self.version = 0  # the policy version the next generate submitted will sample with
         self.next_step = 1  # the next step whose batch is to be sampled
 
-    # ---- hooks ----------------------------------------------------------------------------------
+    # ---- the step's parts and hooks ----------------------------------------------------------
     def on_init_end(self, start: int) -> None:
         self.version = start - 1  # the init phase synced the weights of the last step done
         self.next_step = self.queue[-1].step + 1 if self.queue else start  # after the batches a checkpoint held
 
-    def step(self, step: int) -> dict[str, Any]:
-        timer = StepTimer()
-        step_start = time.perf_counter()
+    def sample(self, step: int, record: StepRecord) -> Batch:
         self._fill(step)
-        with timer.time(self.rollout.verl_timer or self.rollout.name):  # the time the trainer waited for it
+        with record.time(self.rollout.verl_timer or self.rollout.name):  # the time the trainer waited for it
             sampled, evicted = self._take(step)
-        batch = self.on_sample_end(step, sampled.batch)
+        record.epoch = sampled.epoch
+        batch = sampled.batch
         batch.metrics.update(off_policy_metrics(step, [sampled.version] * len(batch), evicted))
         batch.metrics.setdefault(EVICTED, 0)  # verl logs it only on a step that evicted: a gap, not a 0, on a plot
-        metrics = self.loop.run_stages(
-            step, batch, self.after, timer, sampled.epoch, self, overlap=True, step_start=step_start
-        )
-        if step == self.loop.total:
-            metrics.update(self._collect_transfers())
-        return metrics
+        return batch
 
-    def sync_weights(self, stage, batch: Batch, step: int) -> None:
-        pending = self.loop.sync_weights(stage, batch, step, wait=False)
-        if pending is not None:
-            self.transfers.append((next(self.seq), pending))
+    def on_weights_sent(self, step: int, batch: Batch, transfers: list) -> Batch:
+        """The transfers queue on the rollout's resource behind its generate in flight: waited for later."""
+        self.transfers += [(next(self.seq), transfer) for transfer in transfers]
         self.version = step
         self._fill(step)  # fresher weights may allow sampling further ahead
+        return batch
+
+    def on_step_end(self, step: int, metrics: dict[str, Any]) -> None:
+        if step == self.loop.total:
+            metrics.update(self._collect_transfers())
+        super().on_step_end(step, metrics)
 
     # ---- sampling ahead -------------------------------------------------------------------------
     def _fill(self, current: int) -> None:
@@ -100,13 +96,12 @@ class SeparateAsyncMode(TrainerMode):
 
     def _sample(self, step: int) -> Sampled:
         """Draw the next prompts and submit generate on them, for ``step``, with the rollout's weights."""
-        epoch = self.loop.data.sampler.epoch  # as the sync loop reports it: read before drawing
-        batch = self.loop.sample_batch(step)
-        for stage in self.before:  # stages ahead of the rollout (rare) run as the batch is sampled
-            if self.loop.due(stage, step):
-                batch = self.loop.executor.run_stage(stage, batch, step)
+        epoch = self.loop.epoch  # as the sync loop reports it: read before drawing
+        batch = self.loop.draw(step)
+        if self.before:
+            batch, _ = self.loop.run_stages(self.before, batch, StepRecord(step, epoch))
         sampled = Sampled(step, self.version, epoch, next(self.seq))
-        sampled.handle = self.loop.executor.submit(self.rollout, batch, step)
+        sampled.handle = self.loop.submit(self.rollout, batch, step)
         return sampled
 
     def _within(self, step: int, version: int) -> bool:
@@ -126,7 +121,7 @@ class SeparateAsyncMode(TrainerMode):
             if sampled.step != step:  # pragma: no cover - the queue is filled in step order
                 raise RuntimeError(f"separate_async: the batch of step {sampled.step} came up at step {step}")
             if sampled.batch is None:
-                sampled.batch = self.loop.executor.wait(sampled.handle)
+                sampled.batch = self.loop.wait(sampled.handle)
             if self._within(step, sampled.version):
                 break
             evicted.extend([step - sampled.version] * len(set(sampled.batch["uid"])))  # verl counts prompt groups
@@ -147,7 +142,7 @@ class SeparateAsyncMode(TrainerMode):
         for entry in list(self.transfers):
             seq, pending = entry
             if before is None or seq < before:
-                metrics.update(self.loop.executor.wait_transfer(pending))
+                metrics.update(self.loop.wait_transfer(pending))
                 self.transfers.remove(entry)
         return metrics
 
@@ -160,7 +155,7 @@ class SeparateAsyncMode(TrainerMode):
         saved = []
         for sampled in self.queue:
             if sampled.batch is None:
-                sampled.batch = self.loop.executor.wait(sampled.handle)
+                sampled.batch = self.loop.wait(sampled.handle)
             name = f"step_{sampled.step}"
             torch.save(sampled.batch.tensors, folder / f"{name}.pt")
             try:

@@ -18,7 +18,7 @@ from rlflow.plan.compile import compile_plan
 from rlflow.runtime.inprocess import InProcessExecutor
 from rlflow.runtime.launch import main_config
 from rlflow.runtime.run_dir import RunDir
-from rlflow.runtime.trainer import StepLoop, load_data
+from rlflow.runtime.step_loop import StepLoop, load_data
 from rlflow.schemas.project import load_project_config
 
 REPO = Path(__file__).resolve().parents[3]

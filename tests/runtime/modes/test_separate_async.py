@@ -126,19 +126,24 @@ def test_drop_evicts_a_stale_batch_and_samples_fresh_prompts_as_verls_replay_buf
     size, n = 4, 2
     sampler = StepSampler(200, size, seed=0, shuffle=False)
 
-    def sample_batch(step: int) -> Batch:
+    def draw(step: int) -> Batch:
         indices = sampler.next_indices()
         return Batch({}, {"uid": [f"{step}-{i}" for i in indices], "index": indices})
 
     rollout = SimpleNamespace(name="generate", role="rollout", verl_timer="gen")
-    loop = SimpleNamespace(
-        plan=SimpleNamespace(first_with_role=lambda role: rollout, step=(rollout,)),
-        spec=SimpleNamespace(
-            trainer=SimpleNamespace(num_warmup_batches=2, max_off_policy_threshold=2, max_off_policy_strategy="drop")
+    loop = SimpleNamespace(  # the StepLoop methods a mode calls, over a sampler
+        plan=SimpleNamespace(
+            pipeline_name="fake",
+            first_with_role=lambda role: rollout if role == "rollout" else None,
+            step=(rollout,),
+            refill=(),
+            overlap=(("generate", ("update_actor",)),),
+            staleness=SimpleNamespace(num_warmup_batches=2, max_off_policy_threshold=2, max_off_policy_strategy="drop"),
         ),
-        data=SimpleNamespace(sampler=sampler),
-        executor=SimpleNamespace(submit=lambda stage, batch, step: batch, wait=lambda sent: sent.repeat_interleave(n)),
-        sample_batch=sample_batch,
+        epoch=0,
+        draw=draw,
+        submit=lambda stage, batch, step: batch,
+        wait=lambda sent: sent.repeat_interleave(n),
         total=10,
     )
     mode = SeparateAsyncMode(loop)

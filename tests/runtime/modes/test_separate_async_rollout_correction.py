@@ -17,7 +17,7 @@ from rlflow.check import load_pipeline
 from rlflow.plan.compile import compile_plan
 from rlflow.runtime.inprocess import InProcessExecutor
 from rlflow.runtime.run_dir import RunDir
-from rlflow.runtime.trainer import StepLoop, load_data
+from rlflow.runtime.step_loop import StepLoop, load_data
 
 RC = "algorithm.rollout_correction"
 ASYNC = [

@@ -1,46 +1,34 @@
-"""The step loop: runs a compiled Plan over an executor in PPOTrainerSync's order.
+"""The step loop: one attempt at training, a compiled Plan run over an executor in PPOTrainerSync's order.
 
-Init phase: the resume phase when resuming, the weight sync (verl syncs before the first
-generation; traced as step 0), validation when ``val_before_train`` (fresh runs only, so a
-resumed run never logs a step twice). Then the pipeline's trainer mode (``rlflow.runtime.modes``:
-``sync``, or ``separate_async`` sampling ahead) runs the steps through ``run_stages``; stages whose
-cadence is ``save_freq`` or ``test_freq`` run when it hits. Metrics carry verl's names and go
-to every sink; each stage execution becomes a trace record.
-
-The loop knows stages by role, never by kind name. Three roles get more than a plain
-dispatch, for what one worker cannot do alone: ``checkpoint`` (a temporary directory renamed
-into place with the data position once every worker's part is written), ``weight_sync`` (a
-rollout on another pool, local or remote, receives the weights with their policy version;
-the forwarders of a backend that syncs inside itself learn the version) and ``validation``
-(the validation set goes through the rollout, with the validation stage's sampling, and the
-reward stages, then the validation stage turns the scores into metrics). The executor (Ray or
-in-process) decides where each call runs. Loading a checkpoint and validating before training
-are console phases (the console is also a sink).
+The init phase (resume, weight sync, validation before training), then the trainer mode's steps
+(``rlflow.runtime.modes``), whose stages run through ``run_stages``. Design notes: docs/design/step_loop.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlflow.batch import Batch
 from rlflow.errors import ResumeError, StageError
 from rlflow.metrics import num_turns
-from rlflow.plan.concurrency import step_dependencies
 from rlflow.plan.model import Plan, PlanStage
 from rlflow.runtime import checkpoints, interrupts
 from rlflow.runtime.console import QUIET, RunConsole
-from rlflow.runtime.executor import Executor
+from rlflow.runtime.dynamic_sampling import Refill
+from rlflow.runtime.executor import Executor, Handle, merge
 from rlflow.runtime.modes import get_trainer_mode
 from rlflow.runtime.run_dir import RunDir
-from rlflow.runtime.sinks import StepTimer
+from rlflow.runtime.step_record import StepRecord
 from rlflow.schemas.pipeline import DRIVER, Pipeline
 from rlflow.stages import get_stage_kind
 from rlflow.stages.base import due
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.runtime.executor import TransferHandle
 
 TRANSCRIPTS_PER_STEP = 4  # multi-turn rollouts written whole to transcripts.jsonl each step
 TRANSCRIPT_CHARS = 8000  # of a prompt or a transcript kept there
@@ -84,6 +72,12 @@ def total_steps(spec, data: DataState) -> int:
 class StepLoop:
     """One attempt at training: from ``start_step`` to the last step, over an executor."""
 
+    # what a trainer mode may use of the loop (``loop.plan`` is read as data); tests/test_layers.py holds them to it
+    FOR_MODES = frozenset(
+        {"plan", "total", "epoch", "draw", "refill_rules", "submit", "wait", "wait_transfer", "run_stages",
+         "finish_step", "log_metrics", "commit_checkpoint", "abort_checkpoint"}
+    )  # fmt: skip
+
     def __init__(
         self,
         spec: Pipeline,
@@ -106,7 +100,7 @@ class StepLoop:
         self.total = total_steps(spec, data)
         update = plan.first_with_role("update")
         self.devices = executor.data_parallel_size(update.resource) if update is not None else 1  # verl: per GPU
-        self.dependencies = step_dependencies(plan.step, plan.edges)  # within a step, derived by the plan
+        self.waits = {name: set(earlier) for name, earlier in plan.waits}  # within a step, from the plan
         self.mode = get_trainer_mode(spec.trainer.trainer_mode)(self)
         self._pending_checkpoint: tuple[PlanStage, int, Path, dict[str, Any]] | None = None
 
@@ -120,7 +114,9 @@ class StepLoop:
                     with self.console.phase(f"load checkpoint {resume_from.name}", record=False):
                         start = self._load_checkpoint(resume_from, stage) + 1
             elif stage.role == "weight_sync":
-                self.sync_weights(stage, Batch(), 0 if start == 1 else start - 1)
+                _, transfer = self.send_weights(stage, Batch(), 0 if start == 1 else start - 1)
+                if transfer is not None:
+                    self.wait_transfer(transfer)
             elif stage.role == "validation" and resume_from is None and self.spec.trainer.val_before_train:
                 with self.console.phase("validate before training", record=False):  # traced as step 0
                     metrics = self._validate(stage, 0)
@@ -137,84 +133,90 @@ class StepLoop:
         self.mode.load_state(state, path)
         return step
 
-    # ---- steps ------------------------------------------------------------------------
+    # ---- steps: what a trainer mode calls (FOR_MODES) ---------------------------------------
     def train(self, start: int) -> dict[str, Any]:
         """Train from ``start`` to the last step in the pipeline's trainer mode; the last step's metrics."""
         return self.mode.train(start)
 
-    def sample_batch(self, step: int) -> Batch:
-        """The next prompts from the sampler, as step ``step``'s batch."""
-        return self.data.train.to_batch(self.data.sampler.next_indices(), self.data.tokenizer.pad_token_id, step=step)
+    @property
+    def epoch(self) -> int:
+        """The epoch the next prompts drawn belong to."""
+        return self.data.sampler.epoch
 
-    def run_stages(
-        self,
-        step: int,
-        batch: Batch,
-        stages,
-        timer: StepTimer,
-        epoch: int,
-        mode,
-        *,
-        overlap: bool = False,
-        step_start: float | None = None,
-    ) -> dict[str, Any]:
-        """Run ``stages`` of ``step`` on ``batch`` and return the step's metrics.
+    def draw(self, step: int, count: int | None = None) -> Batch:
+        """The next prompts from the sampler as step ``step``'s batch: a training batch, or ``count`` prompts."""
+        sampler = self.data.sampler
+        indices = sampler.next_indices() if count is None else sampler.take(count)
+        return self.data.train.to_batch(indices, self.data.tokenizer.pad_token_id, step=step)
 
-        ``overlap``: a stage that only adds fields is submitted as soon as the stages the plan says it
-        depends on are done, so stages on different resources run at once (the reward beside the
-        log-prob passes); any other stage waits for everything submitted before it. Without it, one
-        after another.
+    def refill_rules(self) -> Refill:
+        """What dynamic sampling's refill reads: verl's ``filter_groups`` block and the sizes around it."""
+        size = self.spec.trainer.train_batch_size
+        return Refill(self.spec.algorithm.filter_groups, size, self.data.sampler.steps_per_epoch * size,
+                      self.data.tokenizer.pad_token_id)  # fmt: skip
+
+    def submit(self, stage: PlanStage, batch: Batch, step: int) -> Handle:
+        """Start one stage and return at once (a rollout sampling ahead); ``wait`` gives its batch."""
+        return self.executor.submit(stage, batch, step)
+
+    def wait(self, handle: Handle) -> Batch:
+        return self.executor.wait(handle)
+
+    def wait_transfer(self, transfer: TransferHandle) -> dict[str, float]:
+        """Wait for a weight transfer ``run_stages`` submitted; its ``sync/*`` metrics."""
+        return self.executor.wait_transfer(transfer)
+
+    def run_stages(self, stages, batch: Batch, record: StepRecord) -> tuple[Batch, list[TransferHandle]]:
+        """Run the due ``stages`` of step ``record.step`` on ``batch``; the batch they leave, and the weight
+        transfers submitted and not yet waited for (the mode decides when to wait).
+
+        Each stage starts once the stages the plan says it waits for are done (``Plan.waits``). A stage that
+        the next one waits for runs alone and is timed here; any other is submitted, so stages on different
+        resources run at once, and is timed by its own workers' clocks. Each stage returns what it adds and
+        its output is merged into the batch here.
         """
-        val_metrics: dict[str, Any] = {}
-        timing_end: float | None = None  # timing_s/step covers verl's steps 1-10, not validation
-        step_start = time.perf_counter() if step_start is None else step_start
-        in_flight: list[tuple[Any, str]] = []  # (handle, timer name)
+        step = record.step
+        due = [s for s in stages if self.due(s, step)]
+        in_flight: list[Handle] = []
+        transfers: list[TransferHandle] = []
 
-        def settle(needs=None) -> None:
-            for entry in list(in_flight):
-                handle, name = entry
-                if needs is None or handle.stage.name in needs:
+        def settle(names=None) -> Batch:
+            merged = batch
+            for handle in list(in_flight):
+                if names is None or handle.stage.name in names:
                     self.executor.wait(handle)
-                    # the stage's own seconds: from submission it may have queued behind another stage
-                    # on its resource, or finished long before the loop came to wait for it
-                    timer.timing[name] = timer.timing.get(name, 0.0) + handle.ran
-                    in_flight.remove(entry)
+                    merged = merge(merged, handle.output, handle.stage.changes_rows)
+                    record.add(_timer_name(handle.stage), handle.ran)
+                    in_flight.remove(handle)
+            return merged
 
-        for stage in stages:
+        for i, stage in enumerate(due):
             interrupts.raise_if_requested()
-            if not self.due(stage, step):
+            batch = settle(self.waits[stage.name])
+            if i + 1 < len(due) and stage.name not in self.waits[due[i + 1].name]:
+                in_flight.append(self.executor.submit(stage, batch, step))
                 continue
-            name = stage.verl_timer or stage.name
-            if overlap and _may_overlap(stage):
-                settle(self.dependencies[stage.name])  # the plan's: what it reads, and the row barriers
-                in_flight.append((self.executor.submit(stage, batch, step), name))
-                continue
-            settle()
+            name = _timer_name(stage)
             if stage.role == "validation":
-                timing_end = time.perf_counter()
-                with timer.time(name):
-                    val_metrics = self._validate(stage, step)
+                record.stop_clock()
+                with record.time(name):
+                    record.validation = self._validate(stage, step)
                 continue
-            with timer.time(name):
+            with record.time(name):
                 if stage.role == "checkpoint":
                     self._save_checkpoint(step, stage)
                 elif stage.role == "weight_sync":
-                    mode.sync_weights(stage, batch, step)
+                    batch, transfer = self.send_weights(stage, batch, step)
+                    transfers += [transfer] if transfer is not None else []
                 else:
                     batch = self.executor.run_stage(stage, batch, step)
-            if stage.role == "rollout":
-                batch = mode.on_sample_end(step, batch)
-        settle()
-        timing = dict(timer.timing)
-        timing["step"] = (timing_end or time.perf_counter()) - step_start
-        if "num_turns" in batch:
-            self.run_dir.append_transcripts(transcripts(step, batch))
-        return self._step_metrics(step, epoch, batch, timing, val_metrics)
+        return settle(), transfers
 
     def due(self, stage: PlanStage, step: int) -> bool:
         return due(stage.cadence, self.spec.trainer, step, self.total)
 
-    def _step_metrics(self, step: int, epoch: int, batch: Batch, timing: dict, val_metrics: dict) -> dict[str, Any]:
+    def finish_step(self, batch: Batch, record: StepRecord) -> dict[str, Any]:
+        """The step's metrics (verl's names); a multi-turn step's first transcripts go to the run directory."""
         from rlflow.metrics import (
             compute_data_metrics,
             compute_rollout_metrics,
@@ -222,13 +224,15 @@ class StepLoop:
             compute_timing_metrics,
         )
 
-        metrics: dict[str, Any] = {"training/global_step": step, "training/epoch": epoch}
+        if "num_turns" in batch:
+            self.run_dir.append_transcripts(transcripts(record.step, batch))
+        metrics: dict[str, Any] = {"training/global_step": record.step, "training/epoch": record.epoch}
         metrics.update(batch.metrics)
         metrics.update(compute_seqlen_metrics(batch, self.devices))
         metrics.update(compute_rollout_metrics(batch))
         metrics.update(compute_data_metrics(batch))
-        metrics.update(compute_timing_metrics(timing, batch, n_gpus=self.devices))
-        metrics.update(val_metrics)
+        metrics.update(compute_timing_metrics(record.timing(), batch, n_gpus=self.devices))
+        metrics.update(record.validation)
         return metrics
 
     def log_metrics(self, step: int, metrics: dict[str, Any]) -> None:
@@ -252,21 +256,16 @@ class StepLoop:
                     sink.close()
 
     # ---- weight sync, checkpoints, validation -------------------------------------------
-    def sync_weights(self, stage: PlanStage, batch: Batch, step: int, *, wait: bool = True) -> Any:
-        """The weight-sync stage of ``step`` (policy version ``step``). A rollout on another pool (local, or a
-        remote backend that takes weights) is sent the weights: waited for, or (``wait=False``) its pending
-        transfer returned."""
-        batch = self.executor.run_stage(stage, batch, step)  # "all" dispatch: metrics land in batch.metrics
+    def send_weights(self, stage: PlanStage, batch: Batch, step: int) -> tuple[Batch, TransferHandle | None]:
+        """The weight-sync stage of ``step`` (policy version ``step``); the batch with its metrics, and the
+        transfer submitted to a rollout on another pool (local, or a remote backend that takes weights)."""
+        batch = self.executor.run_stage(stage, batch, step)  # "all" dispatch: only metrics come back
         if stage.resource_type == "remote":  # every forwarder learns the policy version it now serves
             self.executor.set_global_steps(stage, step)
         rollout = self.plan.first_with_role("rollout")
         if rollout is None or rollout.resource == stage.resource or rollout.resource_type not in ("local", "remote"):
-            return None
-        pending = self.executor.submit_transfer(stage, stage.resource, rollout.resource, step)
-        if not wait:
-            return pending
-        batch.metrics.update(self.executor.wait_transfer(pending))
-        return None
+            return batch, None
+        return batch, self.executor.submit_transfer(stage, stage.resource, rollout.resource, step)
 
     def _save_checkpoint(self, step: int, stage: PlanStage) -> None:
         """Write step ``step``'s checkpoint to a temporary directory; ``commit_checkpoint`` renames it into
@@ -334,9 +333,8 @@ class StepLoop:
         return metrics
 
 
-def _may_overlap(stage: PlanStage) -> bool:
-    """Whether a stage only adds fields to the batch, so it can run beside other such stages."""
-    return stage.role not in ("rollout", "checkpoint", "weight_sync", "validation") and not stage.changes_rows
+def _timer_name(stage: PlanStage) -> str:
+    return stage.verl_timer or stage.name
 
 
 def transcripts(step: int, batch: Batch, count: int = TRANSCRIPTS_PER_STEP) -> list[dict[str, Any]]:
