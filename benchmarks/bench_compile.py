@@ -11,7 +11,7 @@ reorder every stage; the shape exercises the data-flow analysis (producers, edge
 missing-producer checks), not just parsing.
 
 Measured, in this process, interleaved across sizes:
-- validate: ``rlflow.schemas.loader.load_pipeline`` on the file (read, render, parse,
+- validate: ``rlflow.schemas.pipeline_file.load_pipeline`` on the file (read, render, parse,
   pydantic, semantic checks; every error collected);
 - compile: ``rlflow.plan.compile.compile_plan`` on the valid spec.
 

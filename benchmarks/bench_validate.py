@@ -13,15 +13,17 @@ it (libraries still load their cached bytecode; rlflow's own modules, never cach
 compiled from source on every run).
 
 Prints a table and writes benchmarks/results/validate.json. CPU time is reported beside
-wall time because on a shared machine wall time mostly measures the neighbours.
+wall time because on a shared machine wall time mostly measures the neighbours. Without verl
+installed its arm is skipped, and the result says why.
 
     python -m benchmarks.bench_validate [--runs 10] [--verl-runs 3] [--skip-verl]
+    python -m benchmarks.bench_validate --quick    # 1 run of each: proves the path
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import os
 import platform
 import resource
@@ -100,33 +102,47 @@ def table(rows: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pipeline", default="pipelines/bird_grpo.yaml")
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--verl-runs", type=int, default=3)
-    parser.add_argument("--skip-verl", action="store_true")
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "validate.json")
-    args = parser.parse_args()
+def verl_missing() -> str | None:
+    """Why the verl arm cannot run here, or None when it can."""
+    if importlib.util.find_spec("verl") is None:
+        return "verl is not installed (pip install 'rlflow[train]' brings it)"
+    return None
 
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.common_args(parser)
+    parser.add_argument("--pipeline", default="pipelines/bird_grpo.yaml")
+    parser.add_argument("--runs", type=int, default=None, help="timed rlflow runs (default 10; --quick: 1)")
+    parser.add_argument("--verl-runs", type=int, default=None, help="timed verl runs (default 3; --quick: 1)")
+    parser.add_argument("--skip-verl", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    runs = args.runs or (1 if args.quick else 10)
+    verl_runs = args.verl_runs or (1 if args.quick else 3)
     command = rlflow_command(args.pipeline)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as cache:
         timed(command, REPO, 1, PYTHONPYCACHEPREFIX=cache, PYTHONDONTWRITEBYTECODE="")  # fills the cache
-        rlflow = timed(command, REPO, args.runs, PYTHONPYCACHEPREFIX=cache, PYTHONDONTWRITEBYTECODE="")
-    uncached = timed(command, REPO, args.runs, PYTHONPYCACHEPREFIX="", PYTHONDONTWRITEBYTECODE="1")
+        rlflow = timed(command, REPO, runs, PYTHONPYCACHEPREFIX=cache, PYTHONDONTWRITEBYTECODE="")
+    uncached = timed(command, REPO, runs, PYTHONPYCACHEPREFIX="", PYTHONDONTWRITEBYTECODE="1")
     count, heavy = imported_modules(args.pipeline)
     rlflow.update(modules_imported=count, heavy_modules_imported=heavy)
     rows = [(f"rlflow validate {args.pipeline}", rlflow), ("  same, PYTHONDONTWRITEBYTECODE=1", uncached)]
     report = {
-        "commit": common.commit_id(),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg_1m": load_before},
         "rlflow_validate": rlflow,
         "rlflow_validate_dont_write_bytecode": uncached,
     }
-    if not args.skip_verl:
+    missing = None if args.skip_verl else verl_missing()
+    if missing:
+        report["verl_config_error"] = {"skipped": missing}
+    elif not args.skip_verl:
         with tempfile.TemporaryDirectory() as scratch:  # Hydra writes outputs/ into the working directory
-            verl = timed([sys.executable, *VERL_ARGS], Path(scratch), args.verl_runs)
+            verl = timed([sys.executable, *VERL_ARGS], Path(scratch), verl_runs)
         report["verl_config_error"] = verl
         report["speedup_wall_median"] = round(verl["wall_median_s"] / rlflow["wall_median_s"], 1)
         rows.append(("python " + " ".join(VERL_ARGS), verl))
@@ -134,16 +150,16 @@ def main() -> None:
 
     print(table(rows))
     print(f"\nrlflow validate: {count} modules imported; heavy ones: {', '.join(heavy) or 'none'}")
-    if "verl_config_error" in report:
+    if missing:
+        print(f"verl: skipped, {missing}")
+    elif "verl_config_error" in report:
         print(f"verl's answer: {report['verl_config_error']['message']}")
         print(f"rlflow answers {report['speedup_wall_median']}x sooner (wall, median)")
     print(
         f"load average (1 min) before/after: {report['machine']['load_avg_1m']:.2f} / "
         f"{report['machine']['load_avg_1m_after']:.2f}"
     )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    common.write_result("validate", report, args.quick, args.out)
 
 
 if __name__ == "__main__":

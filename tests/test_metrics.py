@@ -48,7 +48,7 @@ RLFLOW_ONLY = (
     "sync/seconds",
     "val-aux/policy_version",
 )
-# verl's validation names depend on the data sources and the reward's variables (tests/stages/test_stage_validate.py)
+# verl's validation names depend on the data sources and the reward's variables (tests/stages/test_validation_metrics.py)
 VALIDATION = ("val-core/", "val-aux/")
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
+from rlflow.errors import BackendError
+
 if TYPE_CHECKING:  # pragma: no cover - torch stays out of imports that only need the interface
     from rlflow.batch import Batch
 
@@ -55,6 +57,16 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def set_global_steps(self, global_steps: int) -> None:
         """Tell the rollout which policy version it now serves."""
+
+    def export_weights(self) -> dict[str, Any]:
+        """The actor's weights as CPU tensors by name (tied weights once), for a rollout on another pool.
+        Only an engine that holds the actor implements it."""
+        raise BackendError(f"{type(self).__name__} cannot export weights: it holds no actor")
+
+    def load_rollout_weights(self, state: dict[str, Any], global_steps: int) -> dict[str, float]:
+        """Serve ``state`` (``export_weights``'s) as policy version ``global_steps`` from the next ``generate``
+        on; ``sync/*`` metrics. Only an engine whose rollout takes weights from another pool implements it."""
+        raise BackendError(f"{type(self).__name__} cannot take rollout weights from an actor on another pool")
 
     @abc.abstractmethod
     def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The validator: every rule a pipeline must follow, checked at once, one layer above schemas, stages and plan.
 
 ``load_pipeline`` is what ``rlflow validate``, ``graph`` and ``run`` call: the schemas layer
-reads, renders, parses and positions the file (``rlflow.schemas.loader.parse_pipeline``), then
+reads, renders, parses and positions the file (``rlflow.schemas.pipeline_file.parse_pipeline``), then
 the rules here that need the stage registry, the plan and the backend registries run over what
 parsed (``rules``, ``fit``, ``engines``), and, unless told not to, the check that the data and
 model paths exist (``paths``). Every problem of both layers is raised together in
@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 
 from rlflow.check.rules import run_checks
-from rlflow.schemas.loader import LoadedPipeline, parse_pipeline
+from rlflow.schemas.pipeline_file import LoadedPipeline, parse_pipeline
 from rlflow.schemas.project import ProjectConfig
 from rlflow.stages import STAGE_KINDS
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlflow.backends.local.factory import EngineChoice
+from rlflow.backends.local.engine_choice import EngineChoice
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.stages import STAGE_KINDS
 

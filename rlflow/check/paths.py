@@ -18,6 +18,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rlflow.assets import BUILT_IN_CODE, BUILTIN_PREFIX
@@ -49,7 +50,7 @@ def check_paths(spec: Pipeline, project: ProjectConfig, report: Reporter) -> Non
             continue
         relative = (
             ""
-            if value.startswith(BUILTIN_PREFIX) or Path(value).expanduser().is_absolute()
+            if value.startswith(BUILTIN_PREFIX) or Path(os.path.expanduser(value)).is_absolute()
             else f", resolved from the project root {project.root}"
         )
         if not resolved.exists():

@@ -42,8 +42,8 @@ from rlflow.plan.compile import dataflow_problems
 from rlflow.schemas.diagnostics import parse_path, suggestion
 from rlflow.schemas.pipeline import DRIVER, TEXT2SQL_FORMATS, Pipeline, StageSpec, data_parallel_size
 from rlflow.schemas.project import load_project_config
+from rlflow.schemas.schema_errors import validation_diagnostics
 from rlflow.schemas.subject import Reporter, Subject
-from rlflow.schemas.validation import validation_diagnostics
 from rlflow.stages import STAGE_KINDS, StageKind, builtin_kind
 
 REQUIRED_ROLES = ("rollout", "reward", "log_prob", "advantage", "update", "weight_sync")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import typer
@@ -172,7 +173,7 @@ def _pick_resource(spec, resource: str | None, file: str) -> str:
 
 
 def _resolve(path: str, root: str) -> Path:
-    p = Path(path).expanduser()
+    p = Path(os.path.expanduser(path))
     return p if p.is_absolute() else Path(root) / p
 
 

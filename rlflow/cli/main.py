@@ -1,7 +1,7 @@
 """The ``rlflow`` command's entry point.
 
 A plain ``rlflow validate FILE...`` (the check people run before every launch and in
-pre-commit hooks) goes straight to ``rlflow.cli.validate_files`` without importing the CLI
+pre-commit hooks) goes straight to ``rlflow.cli.validate_report`` without importing the CLI
 framework; everything else, ``--help`` included, goes to the typer app in ``rlflow.cli.app``.
 Known errors (``RlflowError``) become one-line messages and their exit code;
 ``RLFLOW_DEBUG=1`` shows the traceback instead.
@@ -18,7 +18,7 @@ from rlflow.errors import ConfigError, RlflowError, printable
 
 def main() -> None:
     """Console-script entry point: known errors as one line and their exit code."""
-    from rlflow.cli.validate_files import fast_path
+    from rlflow.cli.validate_report import fast_path
 
     rlflow.cli.standalone = True
 

@@ -188,7 +188,7 @@ def ema(values: list[float], weight: float) -> list[float]:
 
 def run_title(path: Path) -> str:
     """``<pipeline> · <run id>``: the name from the run's resolved pipeline, the id from its folder."""
-    from rlflow.schemas.yaml_loader import parse_yaml, read_config
+    from rlflow.schemas.safe_yaml import parse_yaml, read_config
 
     resolved = path.parent / "pipeline.resolved.yaml"
     name = None

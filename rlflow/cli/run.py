@@ -56,7 +56,7 @@ def run(
         project = project.with_sinks(sinks)
     import_plugins(project.plugins, project.root)
     loaded = load_pipeline(pipeline, set_ or (), project=project, drops=drops or ())
-    from rlflow.cli.validate_files import warning_line
+    from rlflow.cli.validate_report import warning_line
 
     for warning in loaded.warnings:
         typer.echo(warning_line(warning), err=True)

@@ -4,10 +4,10 @@ Exit 0 when every file is valid, 2 when any is not. Problems print one per line 
 ``file:line:col: path: problem (fix)`` on stderr; ``--json`` prints one JSON document on
 stdout instead. A valid file may carry warnings (a setting that verl, too, would ignore), printed
 as ``file:line:col: warning: path: message (fix)`` on stderr (``warnings`` in the JSON); they do
-not change the exit code. The work is ``rlflow.cli.validate_files``, which imports only the pure
+not change the exit code. The work is ``rlflow.cli.validate_report``, which imports only the pure
 layers (pydantic, PyYAML, Jinja2) and never torch, Ray, verl or transformers (a test runs it
 in a subprocess and inspects sys.modules); a plain command line reaches it without typer.
-The data files are read as ``rlflow run`` reads them (``rlflow.data.check``: records, row checks, the
+The data files are read as ``rlflow run`` reads them (``rlflow.data.load_problems``: records, row checks, the
 record cap; no tokenizer), so validate refuses what the run would; ``--no-check-paths`` skips that
 and the check that the data files, databases and model directory exist.
 ``--verl`` compares each valid file's plan with the installed verl's ``PPOTrainerSync`` step
@@ -58,7 +58,7 @@ def validate(
 ) -> None:
     """Check pipeline files: YAML, templates, schema, the rules of a GRPO step and that the data and model exist."""
     from rlflow.cli.positional_overrides import print_override_error
-    from rlflow.cli.validate_files import check_files, report
+    from rlflow.cli.validate_report import check_files, report
 
     if print_override_error(pipelines):
         raise typer.Exit(2)

@@ -3,7 +3,7 @@
 - ``load_split(spec, split, root, tokenizer) -> PromptDataset | None``: a split's tokenized prompts,
   by ``data.format``: ``bird``, ``jsonl``, ``parquet`` (text-to-SQL records and their databases:
   ``text2sql_loader``) or ``verl`` (verl's rows, chat prompts through the tokenizer's chat
-  template: ``verl_loader``);
+  template: ``verl_format``);
 - ``PromptDataset.to_batch(indices, pad_id, step=0) -> Batch``: the step's source fields ``prompts``,
   ``prompt_mask``, ``uid``, ``data_source``, ``raw_prompt`` (the rendered prompt) and ``reward_info``;
 - ``StepSampler``: which indices each step takes, resumable exactly.

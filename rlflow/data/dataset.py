@@ -2,7 +2,7 @@
 
 ``load_split(spec, split, root, tokenizer)`` resolves the split's file inside the data root
 (``paths``) and hands it to the loader of ``data.format``: ``text2sql_loader`` for ``bird``,
-``jsonl`` and ``parquet`` (text-to-SQL records and their databases), ``verl_loader`` for ``verl``
+``jsonl`` and ``parquet`` (text-to-SQL records and their databases), ``verl_format`` for ``verl``
 (verl's RL rows with chat or text prompts). Both tokenize and fit prompts the same way
 (``examples``); rows that cannot be trained on are left out and counted in ``.stats``, never
 silently.
@@ -22,7 +22,7 @@ from rlflow.batch import Batch
 from rlflow.data.examples import Example
 from rlflow.data.paths import DataPaths
 from rlflow.data.text2sql_loader import load_text2sql
-from rlflow.data.verl_loader import load_verl
+from rlflow.data.verl_format import load_verl
 
 log = logging.getLogger(__name__)
 

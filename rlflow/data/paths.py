@@ -32,7 +32,7 @@ def _absolute(path: str | Path, base: Path) -> Path:
         packaged = builtin_path(path)
     except ValueError as exc:
         raise DataError(f"data: {exc}") from None
-    path = packaged or Path(path).expanduser()
+    path = packaged or Path(os.path.expanduser(path))
     return Path(os.path.normpath(path if path.is_absolute() else base / path))
 
 

@@ -5,7 +5,7 @@ All three formats carry the same fields: ``db_id``, ``question``, ``SQL`` (requi
 record's position) and ``data_source`` (else ``"bird"``). Extra keys, such as BIRD's
 ``difficulty``, are accepted and ignored. Every malformed record is reported at once (up to
 a screenful), each naming the file, the record and the field. The JSON Lines and Parquet
-readers serve verl's format too (``verl_records``).
+readers serve verl's format too (``verl_format``).
 
 Memory stays bounded whatever the file holds: files are opened by ``rlflow.io`` (regular files
 only); JSON Lines are read a line at a time and a record over ``MAX_RECORD_BYTES`` is skipped

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,7 +69,7 @@ def resolve_path(path: str, root: Path | None) -> Path:
         packaged = builtin_path(path)
     except ValueError as exc:
         raise BackendError(f"model.path: {exc}, or give a local Hugging Face directory") from None
-    p = packaged or Path(path).expanduser()
+    p = packaged or Path(os.path.expanduser(path))
     return p if p.is_absolute() else (root or Path.cwd()) / p
 
 

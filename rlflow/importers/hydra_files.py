@@ -4,7 +4,7 @@ Hydra's own file source opens whatever a defaults list or a ``hydra.searchpath``
 hands it to OmegaConf, which builds every alias expansion in memory (a ten-level alias bomb
 grows past 4 GB). While ``bounded_sources`` is active, Hydra's ``file://`` source is this
 subclass instead: each file is read by ``rlflow.io`` (regular files only, capped while read),
-its aliases are counted on the composed nodes first (``yaml_loader.check_aliases``), and only
+its aliases are counted on the composed nodes first (``safe_yaml.check_aliases``), and only
 then does OmegaConf load the text. Every file read outside the folders the caller allows (the
 config's own folder, verl's shipped configs) is recorded, so the import can name it.
 """
@@ -24,7 +24,7 @@ from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSou
 from omegaconf import OmegaConf
 
 from rlflow.errors import ConfigError
-from rlflow.schemas.yaml_loader import check_aliases, read_config
+from rlflow.schemas.safe_yaml import check_aliases, read_config
 
 # verl's composed ppo_trainer has about 3,000 nodes; one file of it a few hundred
 MAX_NODES = 100_000

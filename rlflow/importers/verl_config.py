@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from typing import Any
 from rlflow.errors import ConfigError, Diagnostic
 from rlflow.io import check_regular
 from rlflow.registry import did_you_mean
-from rlflow.schemas.yaml_loader import parse_yaml, read_config
+from rlflow.schemas.safe_yaml import parse_yaml, read_config
 
 SHIPPED = "ppo_trainer"  # verl's GRPO/PPO trainer config, what verl.trainer.main_ppo composes
 _MISSING = object()
@@ -70,7 +71,7 @@ def verl_config_dir() -> Path:
 
 def locate(config: str) -> Path:
     """A config file, or the name of a config verl ships (``ppo_trainer``, ``ppo_trainer.yaml``)."""
-    path = Path(config).expanduser()
+    path = Path(os.path.expanduser(config))
     if path.exists():
         try:
             check_regular(path)

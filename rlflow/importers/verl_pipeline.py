@@ -28,6 +28,7 @@ Design decisions:
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from rlflow.importers.verl_config import VerlConfig
 from rlflow.importers.verl_values import SKIP, Unsupported, convert_value, show
 from rlflow.schemas.diagnostics import short_repr
 from rlflow.schemas.pipeline import NAME_PATTERN, Pipeline
-from rlflow.schemas.validation import clean_loc
+from rlflow.schemas.schema_errors import clean_loc
 from rlflow.schemas.verl_names import BY_VERL, ROLLOUT, VERL_NAMES, VerlName, why_not
 from rlflow.stages import STAGE_KINDS
 from rlflow.tools.config import IGNORED, MultiTurnConfig
@@ -255,7 +256,7 @@ class _Converter:
         if not name:
             self._problem(f"{section}.name", "verl needs the function's name with its path", f"set {section}.name")
             return {}
-        if not Path(str(path)).expanduser().is_absolute():
+        if not Path(os.path.expanduser(str(path))).is_absolute():
             self.changed(
                 f"{section}.path={path}: relative paths start at the project root (the folder of rlflow.yaml), "
                 "not at the directory verl was launched from"

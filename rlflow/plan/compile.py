@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from rlflow.errors import ConfigError, Diagnostic
 from rlflow.plan.concurrency import cross_step_overlap, step_groups, step_waits
 from rlflow.plan.dataflow import Flow, FlowNode, Problem, analyse, data_edges
-from rlflow.plan.model import ASYNC_MODES, DRIVER, RESUME, FrozenDict, Plan, PlanStage, Staleness, frozen_mapping
+from rlflow.plan.model import ASYNC_MODES, RESUME, FrozenDict, Plan, PlanStage, Staleness, frozen_mapping
 from rlflow.plan.placement import build_placements
-from rlflow.schemas.pipeline import Pipeline, StageSpec
+from rlflow.schemas.pipeline import DRIVER, Pipeline, StageSpec
 from rlflow.stages.base import StageKind
 from rlflow.stages.registry import STAGE_KINDS, actor_data_parallel_size, builtin_kind, get_stage_kind
 

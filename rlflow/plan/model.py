@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from rlflow.schemas.pipeline import DRIVER
 from rlflow.stages.base import Cadence
 
 EntryCadence = Literal[Cadence, "init", "resume"]
@@ -213,10 +212,6 @@ class Plan:
         """The engine roles the workers of ``resource`` need: the union over the stages bound to it."""
         return frozenset().union(*(s.engine_roles for s in (*self.init, *self.step) if s.resource == resource))
 
-    def colocation_groups(self) -> dict[str, tuple[str, ...]]:
-        """Resource -> stages sharing its workers, for resources that hold more than one stage."""
-        return {name: p.stages for name, p in self.resources.items() if len(p.stages) > 1 and p.type != DRIVER}
-
     def loop_edges(self) -> tuple[Edge, ...]:
         return tuple(e for e in self.edges if e.loop)
 
@@ -236,7 +231,3 @@ class Plan:
         first = [s.resource for s in (self.first_with_role("rollout"), self.first_with_role("update")) if s]
         order = dict.fromkeys([*first, *(s.resource for s in self.step)])
         return {r: tuple(s.name for s in self.step if s.resource == r) for r in order}
-
-    def beside(self, name: str) -> tuple[str, ...]:
-        """The stages of step t that stage ``name`` of step t+1 may run beside (none in sync mode)."""
-        return dict(self.overlap).get(name, ())

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from rlflow.plan.model import DRIVER, Placement, PlanStage, frozen_mapping, local_bundles
-from rlflow.schemas.pipeline import CpuPool, LocalPool, Pipeline, RemotePool, data_parallel_size
+from rlflow.plan.model import Placement, PlanStage, frozen_mapping, local_bundles
+from rlflow.schemas.pipeline import DRIVER, CpuPool, LocalPool, Pipeline, RemotePool, data_parallel_size
 
 
 def build_placements(spec: Pipeline, entries: Iterable[PlanStage]) -> Mapping[str, Placement]:

@@ -21,6 +21,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -75,7 +76,7 @@ def parse_reference(text: str) -> Reference:
 
 def resolve_path(reference: Reference, root: str | Path) -> Path:
     """The file a path reference names, relative paths taken from ``root`` (the project root)."""
-    path = Path(reference.path).expanduser()
+    path = Path(os.path.expanduser(reference.path))
     return (path if path.is_absolute() else Path(root) / path).resolve()
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlflow.errors import ResumeError
-from rlflow.schemas.yaml_loader import parse_yaml, read_config
+from rlflow.schemas.safe_yaml import parse_yaml, read_config
 
 STATE_FILE = "trainer_state.json"
 TMP_PREFIX = ".tmp-"

@@ -46,6 +46,18 @@ class Handle:
     ran: float | None = None  # seconds the stage itself ran (its slowest worker), once waited for
 
 
+@dataclass(eq=False)
+class TransferHandle:
+    """A submitted weight transfer, the actor's weights to a rollout on another pool: what ``wait_transfer`` needs."""
+
+    stage: PlanStage  # the weight-sync stage (its watchdog bounds the waits)
+    step: int  # the policy version the rollout serves once the weights are loaded
+    source: str  # the actor's resource
+    target: str  # the rollout's resource
+    pending: Any = None  # the executor's own (futures, object refs)
+    metrics: dict[str, float] | None = None  # the transfer's ``sync/*`` metrics, once waited for
+
+
 class Executor(abc.ABC):
     """Runs plan stages on the resources they are bound to, and records the trace."""
 
@@ -86,13 +98,13 @@ class Executor(abc.ABC):
         """Restore the model state of ``stage.resource`` from ``path`` (the resume phase)."""
 
     @abc.abstractmethod
-    def submit_transfer(self, stage: PlanStage, source: str, target: str, step: int) -> Any:
-        """Start carrying the actor's weights from ``source`` to the rollout workers of ``target``, which then
-        serve policy version ``step``; the load runs after the calls already submitted to ``target``."""
+    def _start_transfer(self, transfer: TransferHandle) -> Any:
+        """Start exporting ``transfer.source``'s weights and loading them on ``transfer.target``'s rollout
+        workers; returns what ``_finish_transfer`` waits on."""
 
     @abc.abstractmethod
-    def wait_transfer(self, pending: Any) -> dict[str, float]:
-        """Wait for a ``submit_transfer``; its ``sync/*`` metrics (traced as export and load)."""
+    def _finish_transfer(self, transfer: TransferHandle) -> dict[str, float]:
+        """Wait for a started transfer; its ``sync/*`` metrics (traced as export and load)."""
 
     @abc.abstractmethod
     def set_global_steps(self, stage: PlanStage, step: int) -> None:
@@ -106,6 +118,19 @@ class Executor(abc.ABC):
         self.driver_at_shutdown.close()
 
     # ---- shared by every executor -----------------------------------------------------------
+    def submit_transfer(self, stage: PlanStage, source: str, target: str, step: int) -> TransferHandle:
+        """Start carrying the actor's weights from ``source`` to the rollout workers of ``target``, which then
+        serve policy version ``step``; the load runs after the calls already submitted to ``target``."""
+        transfer = TransferHandle(stage, step, source, target)
+        transfer.pending = self._start_transfer(transfer)
+        return transfer
+
+    def wait_transfer(self, transfer: TransferHandle) -> dict[str, float]:
+        """The ``sync/*`` metrics of a submitted transfer, once it is done (waiting again returns them again)."""
+        if transfer.metrics is None:
+            transfer.metrics = self._finish_transfer(transfer)
+        return dict(transfer.metrics)
+
     def data_parallel_size(self, resource: str) -> int:
         """Workers a stage on ``resource`` is split over (1 on the driver), verl's per-GPU divisor."""
         return 1 if resource == DRIVER else self.workers(resource)

@@ -33,7 +33,7 @@ from rlflow.errors import ExportError, TargetExists
 from rlflow.io import read_bytes, why_unwritable
 from rlflow.runtime import checkpoints
 from rlflow.runtime.run_dir import CHECKPOINTS, RESOLVED
-from rlflow.schemas.yaml_loader import parse_yaml, read_config
+from rlflow.schemas.safe_yaml import parse_yaml, read_config
 
 DAMAGED = "the checkpoint is damaged: export another step (--step N) or copy it again"
 STATE_BYTES = 1 << 20

@@ -16,7 +16,7 @@ from typing import Any
 
 from rlflow.batch import Batch
 from rlflow.plan.model import Placement, Plan, PlanStage
-from rlflow.runtime.executor import Executor, TraceFn
+from rlflow.runtime.executor import Executor, TraceFn, TransferHandle
 from rlflow.runtime.worker import StageCall, StageWorker, WorkerResult
 from rlflow.schemas.pipeline import Pipeline
 
@@ -88,15 +88,16 @@ class InProcessExecutor(Executor):
     def set_global_steps(self, stage: PlanStage, step: int) -> None:
         self.workers_of[stage.resource].set_global_steps(step)
 
-    def submit_transfer(self, stage: PlanStage, source: str, target: str, step: int) -> tuple:
-        exported = self._lane(source).submit(self.workers_of[source].export_weights)
-        loaded = self._lane(target).submit(lambda: self.workers_of[target].load_weights(exported.result().value, step))
-        return stage, step, source, target, exported, loaded
+    def _start_transfer(self, transfer: TransferHandle) -> tuple[Future, Future]:
+        source, target = self.workers_of[transfer.source], self.workers_of[transfer.target]
+        exported = self._lane(transfer.source).submit(source.export_weights)
+        loaded = self._lane(transfer.target).submit(lambda: target.load_weights(exported.result().value, transfer.step))
+        return exported, loaded
 
-    def wait_transfer(self, pending: tuple) -> dict[str, float]:
-        stage, step, source, target, exported, loaded = pending
-        self.trace([self.record(step, "export_weights", source, exported.result())])
-        self.trace([self.record(step, stage.name, target, loaded.result())])
+    def _finish_transfer(self, transfer: TransferHandle) -> dict[str, float]:
+        exported, loaded = transfer.pending
+        self.trace([self.record(transfer.step, "export_weights", transfer.source, exported.result())])
+        self.trace([self.record(transfer.step, transfer.stage.name, transfer.target, loaded.result())])
         return dict(loaded.result().value)
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ def needed_paths(pipeline: dict, root: Path) -> list[tuple[str, str, str]]:
         candidate = match["file"] if match else text
         if candidate.startswith(BUILTIN_PREFIX) or "\n" in candidate or not 1 < len(candidate) < 4096:
             continue
-        path = Path(candidate).expanduser()
+        path = Path(os.path.expanduser(candidate))
         path = path if path.is_absolute() else root / path
         if len(found) < MAX_PATHS and str(path) not in found and path.exists():
             found[str(path)] = (where, str(path), "folder" if path.is_dir() else "file")

@@ -15,7 +15,7 @@ import re
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, StageError, StageTimeout
 from rlflow.plan.model import PlanStage
-from rlflow.runtime.executor import Executor, TraceFn
+from rlflow.runtime.executor import Executor, TraceFn, TransferHandle
 from rlflow.runtime.pools import Pool
 from rlflow.runtime.worker import StageCall, WorkerResult
 from rlflow.schemas.pipeline import Pipeline
@@ -64,20 +64,21 @@ class RayExecutor(Executor):
         pool = self.pools[stage.resource]
         self.wait_refs([w.set_global_steps.remote(step) for w in pool.workers], stage, pool, pool.workers)
 
-    def submit_transfer(self, stage: PlanStage, source: str, target: str, step: int) -> tuple:
-        src, dst = self.pools[source], self.pools[target]
+    def _start_transfer(self, transfer: TransferHandle) -> tuple:
+        src, dst = self.pools[transfer.source], self.pools[transfer.target]
         # the export's result goes to the loads as an object ref: the weights never pass through the driver,
         # and each load waits for the export without the driver waiting for either
         exported = src.workers[0].export_weights_ref.remote()
-        loads = [w.load_weights_from.remote(exported, step) for w in dst.primary_workers()]  # remote: one forwarder
-        return stage, step, src, dst, exported, loads
+        loads = [w.load_weights_from.remote(exported, transfer.step) for w in dst.primary_workers()]  # remote: one
+        return exported, loads
 
-    def wait_transfer(self, pending: tuple) -> dict[str, float]:
-        stage, step, src, dst, exported, loads = pending
-        export = self.wait_refs([exported], stage, src, src.workers[:1])[0]
+    def _finish_transfer(self, transfer: TransferHandle) -> dict[str, float]:
+        exported, loads = transfer.pending
+        src, dst, step = self.pools[transfer.source], self.pools[transfer.target], transfer.step
+        export = self.wait_refs([exported], transfer.stage, src, src.workers[:1])[0]
         self.trace([self.record(step, "export_weights", src.name, export)])
-        results = self.wait_refs(loads, stage, dst, dst.primary_workers())
-        self.trace([self.record(step, stage.name, dst.name, r) for r in results])
+        results = self.wait_refs(loads, transfer.stage, dst, dst.primary_workers())
+        self.trace([self.record(step, transfer.stage.name, dst.name, r) for r in results])
         return Batch.concat([Batch(metrics=r.value) for r in results]).metrics
 
     # ---- watchdog -------------------------------------------------------------------------

@@ -57,10 +57,6 @@ class RunDir:
     def write_resolved(self, text: str) -> None:
         (self.path / RESOLVED).write_text(text)
 
-    def read_resolved(self) -> str | None:
-        path = self.path / RESOLVED
-        return path.read_text() if path.exists() else None
-
     def write_workers(self, workers: dict[str, list[dict[str, Any]]]) -> None:
         """Where each resource's workers run (pid, host, node, rank): the answer to 'where did it land?'."""
         (self.path / WORKERS).write_text(json.dumps(workers, indent=1, sort_keys=True))
@@ -85,12 +81,6 @@ class RunDir:
         metric lines were dropped."""
         _truncate_after(self.path / TRANSCRIPTS, step)
         return _truncate_after(self.path / METRICS, step)
-
-    def read_metrics(self) -> list[dict[str, Any]]:
-        path = self.path / METRICS
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _truncate_after(path: Path, step: int) -> int:

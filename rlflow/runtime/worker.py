@@ -193,7 +193,7 @@ class StageWorker:
 
     def load_weights(self, weights: Any, step: int) -> WorkerResult:
         """Rollout side of a cross-pool sync: the weights of policy version ``step``; ``sync/*`` metrics."""
-        return self._timed(self._load_version, weights, step)
+        return self._timed(self.engine.load_rollout_weights, weights, step)
 
     def export_weights_ref(self) -> WorkerResult:
         """Actor side under Ray: the weights go into the object store once, not via the driver."""
@@ -206,15 +206,7 @@ class StageWorker:
         wraps the weights' ObjectRef (so Ray hands this call the small result, then the weights once)."""
         import ray
 
-        return self._timed(lambda: self._load_version(ray.get(exported.value[0]), step))
-
-    def _load_version(self, weights: Any, step: int) -> dict[str, float]:
-        if self.pipeline.resources[self.resource].type == "remote":
-            # a forwarder: the version travels with the weights, so the backend's generate reports the one it used
-            return self.engine.load_rollout_weights(weights, step)
-        metrics = self.engine.load_rollout_weights(weights)
-        self.engine.set_global_steps(step)  # the rollout now serves this policy version
-        return metrics
+        return self._timed(lambda: self.engine.load_rollout_weights(ray.get(exported.value[0]), step))
 
     def shutdown(self) -> None:
         """Close what the stages hold (reward processes and their descendants), then the engine."""

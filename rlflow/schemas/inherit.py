@@ -27,8 +27,8 @@ from typing import Any
 
 from rlflow.io import read_bytes
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
+from rlflow.schemas.safe_yaml import MAX_BYTES, Positions, decode_text, parse_yaml
 from rlflow.schemas.templating import line_mapper, render
-from rlflow.schemas.yaml_loader import MAX_BYTES, Positions, decode_text, parse_yaml
 
 BASE_KEY = "base"
 MAX_BASES = 16  # bases in one chain: each level recurses through the merge

@@ -30,9 +30,9 @@ from typing import Any
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, suggestion
 from rlflow.schemas.inherit import stage_index, stage_names
-from rlflow.schemas.validation import known_keys, walk
+from rlflow.schemas.safe_yaml import Positions, parse_yaml
+from rlflow.schemas.schema_errors import known_keys, walk
 from rlflow.schemas.verl_names import lookup
-from rlflow.schemas.yaml_loader import Positions, parse_yaml
 
 
 @dataclass(frozen=True)

@@ -440,6 +440,3 @@ class Pipeline(StrictModel):
 
     def stage(self, name: str) -> StageSpec | None:
         return next((s for s in self.stages if s.name == name), None)
-
-    def stages_using(self, kind: str) -> list[StageSpec]:
-        return [s for s in self.stages if s.uses == kind]

@@ -25,8 +25,8 @@ from rlflow.assets import builtin_path
 from rlflow.errors import ConfigError, RegistryError
 from rlflow.schemas.diagnostics import Diagnostic, format_path, suggestion
 from rlflow.schemas.labels import label_key_problem, resource_problem
-from rlflow.schemas.validation import validation_diagnostics
-from rlflow.schemas.yaml_loader import Positions, parse_yaml, read_config
+from rlflow.schemas.safe_yaml import Positions, parse_yaml, read_config
+from rlflow.schemas.schema_errors import validation_diagnostics
 
 PROJECT_FILE = "rlflow.yaml"
 Sink = Literal["console", "jsonl", "tensorboard", "wandb", "mlflow"]
@@ -155,7 +155,7 @@ class ProjectConfig(_Strict):
     def resolve(self, path: str | os.PathLike) -> Path:
         """A path from a config file: a packaged ``builtin:`` path, ``~`` expanded, relative paths taken from
         the project root. ValueError for an unknown ``builtin:`` name."""
-        p = builtin_path(path) or Path(path).expanduser()
+        p = builtin_path(path) or Path(os.path.expanduser(path))
         return p if p.is_absolute() else self._root / p
 
     def diagnostic(self, path: tuple, message: str, fix: str = "") -> Diagnostic:

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path
 from rlflow.schemas.pipeline import DRIVER, AlgorithmSpec, Pipeline, StageSpec, TrainerSpec
-from rlflow.schemas.yaml_loader import Positions
+from rlflow.schemas.safe_yaml import Positions
 
 
 @dataclass

@@ -15,7 +15,7 @@ from rlflow.stages import (  # noqa: F401  (imported to register)
     sync_weights,
     text2sql_reward,
     update_actor,
-    validate,
+    validation_metrics,
 )
 from rlflow.stages.base import STATE_FIELDS, Role, StageConfig, StageContext, StageKind
 from rlflow.stages.registry import STAGE_KINDS, builtin_kind, get_stage_kind, kinds_with_role, register_stage

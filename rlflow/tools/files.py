@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from rlflow.io import read_bytes
 from rlflow.schemas.diagnostics import Diagnostic
-from rlflow.schemas.yaml_loader import MAX_BYTES, decode_text, parse_yaml
+from rlflow.schemas.safe_yaml import MAX_BYTES, decode_text, parse_yaml
 from rlflow.tools.classes import class_problem
 from rlflow.tools.schema import ToolSchema, did_you_mean, schema_problems
 

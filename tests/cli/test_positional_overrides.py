@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from rlflow.cli.app import app
 from rlflow.cli.positional_overrides import override_error
-from rlflow.cli.validate_files import fast_path
+from rlflow.cli.validate_report import fast_path
 
 REPO = Path(__file__).resolve().parents[2]
 BIRD = "pipelines/bird_grpo.yaml"

@@ -290,7 +290,7 @@ def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, 
     from typer.testing import CliRunner
 
     from rlflow.cli.app import app
-    from rlflow.cli.validate_files import fast_path
+    from rlflow.cli.validate_report import fast_path
 
     monkeypatch.chdir(REPO)
     code = fast_path(["validate", *args])
@@ -312,7 +312,7 @@ def test_plain_command_line_skips_typer_and_answers_as_typer_does(args, capsys, 
     ],
 )
 def test_anything_else_goes_to_the_full_cli(argv):
-    from rlflow.cli.validate_files import fast_path
+    from rlflow.cli.validate_report import fast_path
 
     assert fast_path(argv) is None
 

@@ -14,7 +14,7 @@ from data_helpers import bird_record, verl_row, write_rows
 
 from rlflow.data import records
 from rlflow.data.records import read_records
-from rlflow.data.verl_records import read_verl_rows
+from rlflow.data.verl_format import read_verl_rows
 from rlflow.errors import DataError
 
 CAP = 1 << 20

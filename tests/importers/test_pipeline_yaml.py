@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rlflow.importers.pipeline_yaml import no_template, render_pipeline
-from rlflow.schemas.yaml_loader import parse_yaml
+from rlflow.schemas.safe_yaml import parse_yaml
 
 PIPELINE = {
     "stages": [{"name": "generate", "uses": "generate", "on": "pool", "with": {"temperature": 0.7}}],

@@ -8,7 +8,7 @@ from rlflow.errors import ConfigError
 from rlflow.importers.verl_config import read_verl_config
 from rlflow.importers.verl_pipeline import VERL_DEFAULT_REWARD, convert
 from rlflow.schemas.pipeline import Pipeline
-from rlflow.schemas.yaml_loader import parse_yaml
+from rlflow.schemas.safe_yaml import parse_yaml
 
 GRPO = ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.name=vllm"]
 

@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 from rlflow.schemas.pipeline import Pipeline
-from rlflow.schemas.yaml_loader import parse_yaml
+from rlflow.schemas.safe_yaml import parse_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 

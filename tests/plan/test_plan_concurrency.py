@@ -46,11 +46,12 @@ def test_async_rollout_of_the_next_step_runs_beside_the_training_of_this_one():
     assert plan.is_async and plan.staleness == Staleness(2, "wait", 1)
     assert plan.staleness.describe() == "weights, up to 1 version behind"
     assert [(e.src, e.dst) for e in plan.staleness_edges()] == [("sync_weights", "generate")]
-    assert plan.beside("generate") == ("reward", "old_log_prob", "advantage", "update_actor", "sync_weights")
+    beside = dict(plan.overlap)
+    assert beside["generate"] == ("reward", "old_log_prob", "advantage", "update_actor", "sync_weights")
     # the trainer lane runs its steps in order, and the actor's passes wait for the last update
-    assert plan.beside("old_log_prob") == plan.beside("update_actor") == plan.beside("sync_weights") == ()
+    assert {"old_log_prob", "update_actor", "sync_weights"}.isdisjoint(beside)
     # the scorers are free once they scored step t: step t+1's reward may run beside step t's training
-    assert plan.beside("reward") == ("old_log_prob", "advantage", "update_actor", "sync_weights")
+    assert beside["reward"] == ("old_log_prob", "advantage", "update_actor", "sync_weights")
     assert list(plan.lanes()) == ["rollout", "pool", "scorers", "driver"]
     assert plan.lanes()["pool"] == ("old_log_prob", "update_actor", "sync_weights")
 
@@ -71,8 +72,9 @@ def test_overlap_is_derived_from_the_data_not_listed():
     plan = compile_plan(spec_from_yaml(text))
     assert plan.stage("validate").resource == "rollout"  # the implicit validation, on the rollout's resource
     assert plan.groups[-1] == ("validate",)  # it reads the weights sync_weights writes in the step
-    assert "validate" not in plan.beside("generate")  # same resource: one at a time
-    assert "validate" in plan.beside("update_actor")  # the update of t+1 needs nothing validation does
+    beside = dict(plan.overlap)
+    assert "validate" not in beside["generate"]  # same resource: one at a time
+    assert "validate" in beside["update_actor"]  # the update of t+1 needs nothing validation does
 
 
 def test_a_row_changing_stage_separates_the_groups():
@@ -98,7 +100,8 @@ def test_a_plugin_stage_joins_the_groups_by_what_it_reads(register_kinds):
     plan = compile_plan(spec_from_yaml(ASYNC + "  - {name: probe, uses: probe, on: scorers}\n"))
     group = next(g for g in plan.groups if "probe" in g)
     assert "probe" in group and "reward" not in group and "advantage" in group
-    assert "probe" not in plan.beside("reward") and "probe" in plan.beside("generate")
+    beside = dict(plan.overlap)
+    assert "probe" not in beside["reward"] and "probe" in beside["generate"]
 
 
 @pytest.mark.parametrize("text", [ASYNC, SMALL])

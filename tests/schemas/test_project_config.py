@@ -27,6 +27,14 @@ def test_found_by_walking_up_from_a_subfolder(tmp_path, monkeypatch):
     assert load_project_config(deep).root == tmp_path.resolve()
 
 
+def test_a_home_of_a_user_who_does_not_exist_is_a_plain_relative_path(tmp_path):
+    """pathlib's expanduser raised RuntimeError on ``~0/x`` (no user named 0): validate ended in a traceback."""
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\n")
+    config = load_project_config(tmp_path)
+    assert config.resolve("~0/x.json") == tmp_path.resolve() / "~0/x.json"
+    assert config.resolve("~/x.json") == Path.home() / "x.json"
+
+
 def test_defaults_when_there_is_none(tmp_path):
     assert find_project_file(tmp_path) is None
     config = load_project_config(tmp_path)

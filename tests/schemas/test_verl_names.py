@@ -9,7 +9,7 @@ import pytest
 from schema_helpers import MINIMAL, problems_of
 
 from rlflow.schemas.pipeline import Pipeline
-from rlflow.schemas.validation import walk
+from rlflow.schemas.schema_errors import walk
 from rlflow.schemas.verl_names import BY_VERL, VERL_NAMES, WITHOUT_COUNTERPART, lookup, verl_key_hints, why_not
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "verl.md"

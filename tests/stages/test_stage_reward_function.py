@@ -99,7 +99,7 @@ def test_a_bare_number_is_also_acc_as_verls_reward_manager_logs_it(context):
     from rlflow.data.tokenizer import load_tokenizer
     from rlflow.runtime.dynamic_sampling import metric_values
     from rlflow.schemas.pipeline import ModelSpec
-    from rlflow.stages.validate import val_metrics
+    from rlflow.stages.validation_metrics import val_metrics
 
     spec = importlib.util.spec_from_file_location("acc_rewards", PLUGINS / "rewards.py")
     module = importlib.util.module_from_spec(spec)

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from rlflow.backends.local.factory import EngineChoice
+from rlflow.backends.local.engine_choice import EngineChoice
 from rlflow.backends.local.local_engine import ALL_ROLES, LocalEngine
 from rlflow.batch import Batch
 from rlflow.data.tokenizer import BUILTIN_PREFIX, resolve_path
@@ -137,8 +137,8 @@ class ConfiguredLocalEngine(LocalEngine):
             }
         return metrics
 
-    def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
-        metrics = super().load_rollout_weights(state)
+    def load_rollout_weights(self, state: dict[str, torch.Tensor], global_steps: int) -> dict[str, float]:
+        metrics = super().load_rollout_weights(state, global_steps)
         if self.vllm is None:
             return metrics
         pushed = self.vllm.load_weights(self._model_weights())  # the model now holds ``state`` (ties restored)

@@ -19,9 +19,9 @@ A pipeline picks its engines per stage: ``update_actor.with.engine`` (``torch`` 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 from typing import Any
 
+from rlflow.backends.local.engine_choice import EngineChoice
 from rlflow.errors import BackendError
 
 TRAINING_ENGINES = ("torch", "deepspeed")
@@ -49,30 +49,6 @@ def require(engine_name: str, where: str) -> None:
     message = missing_extra(engine_name)
     if message is not None:
         raise BackendError(f"{where}: {message}")
-
-
-@dataclass(frozen=True)
-class EngineChoice:
-    """The engines a pipeline asks of its local pools."""
-
-    training: str = "torch"
-    zero_stage: int = 0
-    log_prob: str = "torch"
-    rollout: str = "torch"
-
-    @property
-    def default(self) -> bool:
-        """True when plain ``LocalEngine`` does everything (no DeepSpeed, no vLLM)."""
-        return self.training == "torch" and self.rollout in ("torch", "hf")
-
-    def problem(self) -> str | None:
-        """Why these engines cannot work together, or None: the actor's log-probs run in its training engine."""
-        if self.log_prob == "deepspeed" and self.training != "deepspeed":
-            return (
-                f"old_log_prob runs on deepspeed but update_actor on {self.training}: the actor's log-probs run "
-                "in its training engine; set both to deepspeed, or both to torch"
-            )
-        return None
 
 
 def create_local_engine(pipeline, choice: EngineChoice, **kwargs: Any):

@@ -97,11 +97,6 @@ def draw(processed: torch.Tensor, params: SamplingParams, generator: torch.Gener
     return (probs / race).argmax(-1)
 
 
-def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row from last-position ``logits`` [B, V]."""
-    return draw(processed_logits(logits, params), params, generator)
-
-
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     """Position ids of left-padded rows: ``cumsum - 1`` of the attention mask, as HF ``generate`` does."""
     return (mask.cumsum(-1) - 1).clamp(min=0)

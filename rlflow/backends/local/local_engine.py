@@ -356,7 +356,7 @@ class LocalEngine(Engine):
             out[key] = tensor.detach().to("cpu", copy=True)
         return out
 
-    def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict[str, float]:
+    def load_rollout_weights(self, state: dict[str, torch.Tensor], global_steps: int) -> dict[str, float]:
         model = self._need("rollout", "load_rollout_weights")
         start = time.perf_counter()
         # checked before anything loads: weights that do not fit leave the rollout as it was
@@ -375,6 +375,7 @@ class LocalEngine(Engine):
         size = sum(t.numel() * t.element_size() for t in state.values())
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        self.set_global_steps(global_steps)  # the rollout now serves this policy version
         return {"sync/bytes": float(size), "sync/seconds": time.perf_counter() - start}
 
     # ---- checkpoints ------------------------------------------------------------------------

@@ -1,40 +1,8 @@
 """The reference backend's server: one Engine behind an authenticated TCP socket.
 
-``BackendServer`` serves any ``rlflow.backends.engine.Engine`` (by default the local backend's
-``LocalEngine`` with actor, rollout and reference colocated, so that ``update_weights``
-happens inside this process and no weight byte crosses the wire). It runs as its own OS
-process (``python -m rlflow.backends.remote.server --config FILE``, started by the
-``reference`` client or by ``rlflow backend serve``), or on a thread in tests.
-
-Design decisions:
-
-- One thread per connection (a forwarder keeps one connection open), one lock around the
-  engine: the model is not thread-safe and calls from several forwarders must not interleave.
-- Each connection must first say ``hello`` with the token of the handle (compared in constant
-  time), all of it within ``handshake_timeout_s`` (one deadline for the whole hello, so a peer
-  trickling a byte a second is cut off too). Until it has, frames are capped at 64 KiB, so an
-  unauthenticated peer cannot make the server allocate a large buffer; a refusal is logged,
-  answered, and the connection closed before anything runs.
-- Connections that have not authenticated yet have their own small cap (``max_handshakes``)
-  besides the deadline and never count against ``max_connections``, which counts authenticated
-  ones only. When that cap is full a newcomer takes the slot of the oldest unauthenticated
-  connection, which is closed unanswered: a forwarder sends its hello as soon as it connects and
-  is through within milliseconds, so a crowd of strangers reconnecting as fast as they are cut
-  cannot keep it out, and threads stay bounded by ``max_handshakes + max_connections``.
-- One authenticated connection over ``max_connections`` is answered with an error naming the
-  cap and closed. An authenticated connection silent for ``idle_timeout_s`` is closed (a
-  forwarder reconnects on its next call).
-- A frame that cannot be decoded (bad magic, other protocol version, oversized, malformed
-  header) is answered with an error and closes that connection only; the server keeps
-  serving every other connection.
-- ``update_actor``, ``update_weights`` and ``load_rollout_weights`` change state, so they carry
-  a call id and the server remembers the replies of the last ``remember_calls`` ids. A client
-  that lost its connection mid-call retries with the same id and receives the remembered reply
-  (waiting for the original to finish if it still runs): an update is never applied twice.
-- ``load_rollout_weights`` (weights trained elsewhere, with their policy version) arrives in
-  parts under the frame cap; the engine gets them whole with the last part and takes the version
-  in the same locked step, so a ``generate`` reports the version of the weights it used
-  (``rlflow.backends.remote.weights``).
+Runs as its own process (``python -m rlflow.backends.remote.server --config FILE``, started by the
+``reference`` client or ``rlflow backend serve``) or on a thread in tests. Design notes:
+docs/design/remote_server.md.
 """
 
 from __future__ import annotations
@@ -61,7 +29,7 @@ from typing import Any
 from rlflow.backends.engine import Engine
 from rlflow.backends.remote import wire
 from rlflow.backends.remote.refusals import RefusalLog
-from rlflow.backends.remote.weights import WeightStaging, check_pushed, staging_limit
+from rlflow.backends.remote.weights import WeightStaging, floats, load_pushed, staging_limit
 from rlflow.batch import Batch
 from rlflow.errors import BackendError, RlflowError
 
@@ -85,22 +53,6 @@ def _arg(args: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
-def _load_weights(engine: Engine, args: dict[str, Any], state: dict[str, Any] | None) -> dict[str, float]:
-    """The engine takes the whole state and its version in one step (the caller holds the engine lock)."""
-    if state is None:  # a part staged; the weights load with the last one
-        return {}
-    load = getattr(engine, "load_rollout_weights", None)
-    if load is None:
-        raise BackendError(
-            f"the served engine {type(engine).__name__} cannot take rollout weights (it has no load_rollout_weights)"
-        )
-    version = args.get("global_steps")  # may go back: a resumed run starts again from its checkpoint's step
-    check_pushed(state, version)
-    metrics = load(state)
-    engine.set_global_steps(version)
-    return _floats(metrics)
-
-
 @dataclass(frozen=True)
 class Method:
     run: Callable[[Engine, dict[str, Any], Any], Any]
@@ -116,19 +68,15 @@ METHODS: dict[str, Method] = {
         lambda e, a, b: e.compute_ref_log_prob(b, _arg(a, "params", dict)), takes_batch=True
     ),
     "update_actor": Method(
-        lambda e, a, b: _floats(e.update_actor(b, _arg(a, "params", dict))), takes_batch=True, remembered=True
+        lambda e, a, b: floats(e.update_actor(b, _arg(a, "params", dict))), takes_batch=True, remembered=True
     ),
-    "update_weights": Method(lambda e, a, b: _floats(e.update_weights(_arg(a, "global_steps", int))), remembered=True),
-    "load_rollout_weights": Method(_load_weights, remembered=True, takes_weights=True),
+    "update_weights": Method(lambda e, a, b: floats(e.update_weights(_arg(a, "global_steps", int))), remembered=True),
+    "load_rollout_weights": Method(load_pushed, remembered=True, takes_weights=True),
     "set_global_steps": Method(lambda e, a, b: e.set_global_steps(_arg(a, "global_steps", int))),
     "save_checkpoint": Method(lambda e, a, b: e.save_checkpoint(_arg(a, "path", str), _arg(a, "global_steps", int))),
     "load_checkpoint": Method(lambda e, a, b: e.load_checkpoint(_arg(a, "path", str))),
 }
 ADMIN = ("ping", "shutdown")
-
-
-def _floats(metrics: dict[str, Any]) -> dict[str, float]:
-    return {str(k): float(v) for k, v in metrics.items()}
 
 
 def error_header(exc: BaseException, call_id: Any = None, *, tb: bool = False) -> dict[str, Any]:

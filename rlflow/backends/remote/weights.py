@@ -13,12 +13,18 @@ staging holds at most about one model's weights.
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rlflow.backends.remote import wire
 from rlflow.errors import BackendError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.backends.engine import Engine
 
 HEADER_BYTES = 4096  # a part's header without its descriptors (method, ids, args)
 DESCRIPTOR_BYTES = 512  # generous bound on one tensor's descriptor (a long name included)
@@ -125,3 +131,41 @@ def staging_limit(engine: Any) -> int | None:
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def load_pushed(engine: Engine, args: dict[str, Any], state: dict[str, Any] | None) -> dict[str, float]:
+    """The engine takes the whole state and its version in one step (the caller holds the engine lock)."""
+    if state is None:  # a part staged; the weights load with the last one
+        return {}
+    load = getattr(engine, "load_rollout_weights", None)
+    if load is None:
+        raise BackendError(
+            f"the served engine {type(engine).__name__} cannot take rollout weights (it has no load_rollout_weights)"
+        )
+    version = args.get("global_steps")  # may go back: a resumed run starts again from its checkpoint's step
+    check_pushed(state, version)
+    if takes_version(load):
+        return floats(load(state, version))
+    warnings.warn(
+        f"the served engine {type(engine).__name__}'s load_rollout_weights(state) takes no version: write "
+        "load_rollout_weights(state, global_steps) (the one-argument form goes in the next release)",
+        DeprecationWarning,
+        stacklevel=1,
+    )
+    metrics = load(state)
+    engine.set_global_steps(version)
+    return floats(metrics)
+
+
+def takes_version(load: Callable) -> bool:
+    """Whether an engine's ``load_rollout_weights`` takes ``(state, global_steps)`` (else the older ``(state)``)."""
+    try:
+        params = inspect.signature(load).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: assume the current form
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def floats(metrics: dict[str, Any]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in metrics.items()}

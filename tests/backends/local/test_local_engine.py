@@ -125,25 +125,27 @@ def test_separate_rollout_serves_the_exported_actor_weights():
     with pytest.raises(BackendError, match="'rollout' role"):
         actor.generate(prompts(actor), greedy)
     state = actor.export_weights()
-    metrics = rollout.load_rollout_weights(state)
+    metrics = rollout.load_rollout_weights(state, 1)
+    assert rollout.global_steps == 1  # the rollout serves the version the weights came with
     assert metrics["sync/bytes"] == sum(t.numel() * t.element_size() for t in state.values()) > 0
     assert "lm_head.weight" not in state  # tied to the embeddings: sent once
     # the rollout now generates exactly what the actor's weights generate
     colocated = LocalEngine(pipeline)
-    colocated.load_rollout_weights(state)
+    colocated.load_rollout_weights(state, 1)
     assert torch.equal(
         rollout.generate(prompts(rollout), greedy)["responses"],
         colocated.generate(prompts(colocated), greedy)["responses"],
     )
     with pytest.raises(BackendError, match="do not match"):
-        rollout.load_rollout_weights({"bogus.weight": torch.zeros(1)})
+        rollout.load_rollout_weights({"bogus.weight": torch.zeros(1)}, 2)
     # one tensor of another shape: refused before anything loads, so the rollout keeps the weights it had
     before = {k: v.clone() for k, v in rollout.model.state_dict().items()}
     bad = {k: torch.zeros_like(v) for k, v in state.items()}
     bad[next(iter(bad))] = torch.zeros(1)
     with pytest.raises(BackendError, match="other shapes"):
-        rollout.load_rollout_weights(bad)
+        rollout.load_rollout_weights(bad, 2)
     assert all(torch.equal(before[k], v) for k, v in rollout.model.state_dict().items())
+    assert rollout.global_steps == 1
 
 
 def test_checkpoint_round_trip_continues_bit_for_bit(tmp_path):

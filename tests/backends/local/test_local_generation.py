@@ -9,7 +9,8 @@ from rlflow.backends.local.generation import (
     SamplingParams,
     chunk_seed,
     decode_rows_limit,
-    next_tokens,
+    draw,
+    processed_logits,
     response_mask_from_tokens,
     sample,
     sample_hf,
@@ -78,14 +79,14 @@ def test_top_k_one_and_tiny_top_p_are_greedy(sharp_model, prompt_batch, tokenize
     assert torch.equal(greedy, top_k) and torch.equal(greedy, top_p)
 
 
-def test_next_tokens_draws_from_the_distribution():
+def test_a_draw_follows_the_distribution():
     logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]])).repeat(20000, 1)
     p = SamplingParams(max_new_tokens=1, eos_token_ids=(0,), pad_token_id=0, seed=0)
-    draws = next_tokens(logits, p, torch.Generator().manual_seed(0))
+    draws = draw(processed_logits(logits, p), p, torch.Generator().manual_seed(0))
     freq = torch.bincount(draws, minlength=3).float() / len(draws)
     assert torch.allclose(freq, torch.tensor([0.1, 0.6, 0.3]), atol=0.015)
     top_p = SamplingParams(max_new_tokens=1, eos_token_ids=(0,), pad_token_id=0, top_p=0.8)
-    kept = next_tokens(logits, top_p, torch.Generator().manual_seed(0))
+    kept = draw(processed_logits(logits, top_p), top_p, torch.Generator().manual_seed(0))
     assert set(kept.tolist()) == {1, 2}  # 0.6 + 0.3 reaches 0.8; the 0.1 token is cut
 
 

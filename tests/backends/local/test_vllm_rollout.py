@@ -89,7 +89,7 @@ def test_pushed_weights_change_vllm_output(engine, prompts):
     before, _ = _tokens(engine, prompts, "vllm")
     other = sharpen(load_model(engine.pipeline.model, engine.tokenizer, seed=2), seed=7)
     state = {k: v for k, v in other.state_dict().items() if k != "lm_head.weight"}  # tied, as export_weights sends
-    metrics = engine.load_rollout_weights(state)
+    metrics = engine.load_rollout_weights(state, 1)
     assert metrics["sync/bytes"] == _weight_bytes(engine.model.state_dict()) == _weight_bytes(state)
     after, after_mask = _tokens(engine, prompts, "vllm")
     assert not torch.equal(before, after)

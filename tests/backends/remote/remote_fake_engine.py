@@ -74,9 +74,18 @@ class WeightsEngine(FakeEngine):
         super().__init__()
         self.loaded: list[dict[str, torch.Tensor]] = []
 
-    def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict:
+    def load_rollout_weights(self, state: dict[str, torch.Tensor], global_steps: int) -> dict:
         self.loaded.append({k: v.clone() for k, v in state.items()})
+        self.set_global_steps(global_steps)
         return {"sync/bytes": float(sum(t.numel() * t.element_size() for t in state.values()))}
+
+
+class VersionlessWeightsEngine(WeightsEngine):
+    """A served engine written before the version travelled with the weights: ``load_rollout_weights(state)``."""
+
+    def load_rollout_weights(self, state: dict[str, torch.Tensor]) -> dict:  # type: ignore[override]
+        self.loaded.append({k: v.clone() for k, v in state.items()})
+        return {"sync/bytes": 1.0}
 
 
 class ShortResponses(FakeEngine):

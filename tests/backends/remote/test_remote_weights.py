@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from remote_fake_engine import WeightsEngine
+from remote_fake_engine import VersionlessWeightsEngine, WeightsEngine
 from remote_helpers import TOKEN, handle_of
 
 from rlflow.backends.remote import wire
@@ -81,6 +81,16 @@ def test_a_part_out_of_order_is_refused_and_nothing_loads(weights_server):
     with pytest.raises(RemoteCallFailed, match="part 1 of transfer t1 arrived out of order"):
         client.call("load_rollout_weights", {**args, "part": 1}, tensors={"w": torch.zeros(2)})
     assert weights_server.engine.loaded == []
+
+
+def test_a_served_engine_without_the_version_argument_still_loads_with_a_deprecation_warning():
+    server = BackendServer(VersionlessWeightsEngine(), token=TOKEN, max_message_bytes=CAP).start_in_thread()
+    try:
+        with pytest.warns(DeprecationWarning, match=r"load_rollout_weights\(state, global_steps\)"):
+            _backend(server).load_rollout_weights({"w": torch.ones(4)}, 5)
+        assert len(server.engine.loaded) == 1 and server.engine.global_steps == 5
+    finally:
+        server.shutdown()
 
 
 def test_an_engine_without_load_rollout_weights_answers_so(served):

@@ -27,8 +27,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, short_repr, suggestion
+from rlflow.schemas.safe_yaml import Positions
 from rlflow.schemas.verl_names import verl_key_hints
-from rlflow.schemas.yaml_loader import Positions
 
 _TYPE_NAMES = {
     dict: "mapping",

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from data_helpers import verl_row, write_rows
 
-from rlflow.data.verl_records import read_verl_rows, reward_info_of
+from rlflow.data.verl_format import read_verl_rows, reward_info_of
 from rlflow.errors import DataError
 
 ROW = verl_row("openai/gsm8k", "What is 6 x 7?", "42")

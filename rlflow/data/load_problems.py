@@ -16,7 +16,7 @@ from pathlib import Path
 from rlflow.data.paths import DataPaths, database_file
 from rlflow.data.prompts import PromptTemplate
 from rlflow.data.records import read_records
-from rlflow.data.verl_records import read_verl_rows
+from rlflow.data.verl_format import read_verl_rows
 from rlflow.errors import DataError
 
 

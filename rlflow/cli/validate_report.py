@@ -33,7 +33,7 @@ def check_files(
     """One result per file (``ok``, counts or diagnostics); an unreadable rlflow.yaml is one failed result.
 
     ``check_paths``: the data files, databases folder and model directory must exist, and the data files
-    must load as ``rlflow run`` loads them (``rlflow.data.check``; no tokenizer). ``drops``:
+    must load as ``rlflow run`` loads them (``rlflow.data.load_problems``; no tokenizer). ``drops``:
     stages to remove by name. ``resolved``: a valid file's result holds the fully resolved
     pipeline (``resolved``, YAML text), what ``rlflow run`` would save as pipeline.resolved.yaml.
     ``verl``: a valid file's result also holds ``verl_order``, its plan compared with verl's step.
@@ -101,8 +101,8 @@ def _declared_not_run(spec) -> list[str]:
 
 
 def _data_problems(loaded) -> list[str]:
-    """What ``rlflow run`` would refuse in the data files (``rlflow.data.check``), one line each."""
-    from rlflow.data.check import data_problems
+    """What ``rlflow run`` would refuse in the data files (``rlflow.data.load_problems``), one line each."""
+    from rlflow.data.load_problems import data_problems
 
     return [line for problem in data_problems(loaded.spec, loaded.project.root) for line in problem.splitlines()]
 

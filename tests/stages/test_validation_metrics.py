@@ -8,7 +8,7 @@ import torch
 
 from rlflow.batch import Batch
 from rlflow.stages.base import StageContext
-from rlflow.stages.validate import Validate, val_metrics
+from rlflow.stages.validation_metrics import Validate, val_metrics
 
 
 def scored(scores: list[float], uids: list[str], sources: list[str], extra: list[dict] | None = None) -> Batch:

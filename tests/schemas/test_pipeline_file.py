@@ -9,8 +9,8 @@ from schema_helpers import BIRD, MINIMAL, REPO, load_text, problems_of
 from rlflow.check import load_pipeline
 from rlflow.errors import ConfigError
 from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path
-from rlflow.schemas.loader import LoadedPipeline
 from rlflow.schemas.pipeline import Pipeline
+from rlflow.schemas.pipeline_file import LoadedPipeline
 from rlflow.schemas.project import load_project_config
 
 PIPELINES = sorted((REPO / "pipelines").glob("*.yaml"))

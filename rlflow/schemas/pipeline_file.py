@@ -42,10 +42,10 @@ from rlflow.schemas.overrides import (
 )
 from rlflow.schemas.pipeline import AlgorithmSpec, CpuPool, LocalPool, Pipeline, RemotePool, StageSpec, TrainerSpec
 from rlflow.schemas.project import ProjectConfig, import_project_plugins, load_project_config
+from rlflow.schemas.safe_yaml import read_config
+from rlflow.schemas.schema_errors import clean_loc, validation_diagnostics
 from rlflow.schemas.subject import Reporter, Subject
 from rlflow.schemas.templating import template_variables
-from rlflow.schemas.validation import clean_loc, validation_diagnostics
-from rlflow.schemas.yaml_loader import read_config
 
 _POOLS: dict[str, type[BaseModel]] = {"local": LocalPool, "cpu": CpuPool, "remote": RemotePool}
 

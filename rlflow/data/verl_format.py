@@ -1,12 +1,19 @@
-"""Read verl's RL data format (``data.format: verl``) as its preprocessing scripts write it, and check it.
+"""verl's RL data format (``data.format: verl``): read and check its rows, turn them into examples.
 
-Design notes: docs/design/verl_records.md.
+``read_verl_rows`` reads a split file as verl's preprocessing scripts write it and checks every row;
+``load_verl`` renders chat prompts through the tokenizer's chat template and fits them (``examples``).
+
+Design notes: docs/design/verl_format.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import jinja2
+
+from rlflow.data.examples import FIT_STAT_KEYS, Candidate, Example, fit_examples, report_fitting
 from rlflow.data.records import (
     Oversized,
     json_document,
@@ -25,6 +32,7 @@ NEEDS = "verl's format needs data_source, prompt, reward_model.ground_truth (abi
 NOT_IN_REWARD_INFO = ("prompt", "data_source")  # they travel as their own batch fields
 _MAX_REPORTED = 10
 _PLAIN_SCALARS = (str, int, float, bool, type(None))
+STAT_KEYS = ("loaded", *FIT_STAT_KEYS)
 
 
 def _read_json(path: Path) -> list:
@@ -152,3 +160,38 @@ def _not_plain(value: object) -> str | None:
         elif not isinstance(item, _PLAIN_SCALARS):
             return type(item).__name__
     return None
+
+
+def load_verl(data, split_file: Path, split: str, tokenizer, limit: int | None) -> tuple[list[Example], dict[str, int]]:
+    """The examples of ``split_file`` (``split`` names the spec field) and the counts of what was left out."""
+    stats = dict.fromkeys(STAT_KEYS, 0)
+    rows = read_verl_rows(split_file, split, data.truncation, stats)
+    first_chat = next((i for i, row in enumerate(rows) if isinstance(row["prompt"], list)), None)
+    if first_chat is not None and not getattr(tokenizer, "chat_template", None):
+        raise DataError(
+            f"{split_file}: row {first_chat} (and any like it) holds chat messages, but the tokenizer has no "
+            "chat_template to render them; set model.tokenizer to a tokenizer directory whose "
+            "tokenizer_config.json has a chat_template, or write the prompts as plain texts"
+        )
+    examples = fit_examples(_candidates(rows, tokenizer, split_file), tokenizer, data, split_file, stats, limit)
+    report_fitting(split_file, stats, data)
+    return examples, stats
+
+
+def _candidates(rows: list[dict], tokenizer, file: Path) -> Iterator[Candidate]:
+    for i, row in enumerate(rows):
+        prompt = row["prompt"]
+        templated = isinstance(prompt, list)
+        text = _render(tokenizer, prompt, file, i) if templated else prompt
+        yield Candidate(f"row {i}", text, row["data_source"], reward_info_of(row), templated)
+
+
+def _render(tokenizer, messages: list[dict], file: Path, index: int) -> str:
+    messages = [{key: value for key, value in m.items() if value is not None} for m in messages]
+    try:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except (jinja2.TemplateError, ValueError, TypeError) as exc:  # the template's own raise_exception included
+        raise DataError(
+            f"{file}: row {index}: the tokenizer's chat template cannot render the prompt ({exc}); "
+            "fix the row's messages (many templates want user and assistant turns to alternate)"
+        ) from None

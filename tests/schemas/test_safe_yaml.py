@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rlflow.schemas.yaml_loader import MAX_NODES, check_aliases, decode_text, parse_yaml, read_config
+from rlflow.schemas.safe_yaml import MAX_NODES, check_aliases, decode_text, parse_yaml, read_config
 
 
 def load(text: str):
