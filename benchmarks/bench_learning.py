@@ -9,7 +9,7 @@
     python -m benchmarks.bench_learning --quick               # a 2-step smoke of the same path, seed 1
     python -m benchmarks.bench_learning --seeds 2 --set trainer.total_steps=10
     python -m benchmarks.bench_learning --task ranking --algorithm dapo   # a GRPO-family recipe, seeds 1 2 3
-    python -m benchmarks.bench_learning --task ranking --side-by-side    # grpo, dr_grpo, dapo, gspo, rloo
+    python -m benchmarks.bench_learning --task ranking --side-by-side    # grpo, dr_grpo, dapo, gspo, rloo, ppo
 
 ``--algorithm NAME`` runs ``pipelines/ranking_<NAME>.yaml`` instead of the task's GRPO pipeline;
 ``--side-by-side`` runs the recipes one seed each at equal wall time (``benchmarks.side_by_side``);

@@ -268,13 +268,14 @@ def main(argv=None) -> None:
     arms = summarize(runs, skip)
     rat = ratios(arms)
     rows = summary_rows(arms)
-    headers = ["arm", "step s (median)", "CPU s/step", *[f"{t} s" for t in STAGE_TIMERS], "response len", "samples"]
+    timers = [t for t in STAGE_TIMERS if any(t in a["stage_s_median"] for a in arms.values())]  # the step's stages
+    headers = ["arm", "step s (median)", "CPU s/step", *[f"{t} s" for t in timers], "response len", "samples"]
     table = [
         [
             arm,
             a["step_s_median"],
             a["cpu_s_median"],
-            *[a["stage_s_median"].get(t) for t in STAGE_TIMERS],
+            *[a["stage_s_median"].get(t) for t in timers],
             a["response_length_mean"],
             a["samples"],
         ]

@@ -67,6 +67,11 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--task", "ranking"],
         ["--task", "ranking", "--quick"],
     ),
+    "learning_ranking_ppo": (
+        "benchmarks.bench_learning",
+        ["--task", "ranking", "--algorithm", "ppo"],
+        ["--task", "ranking", "--algorithm", "ppo", "--quick"],
+    ),
     "learning_async": (
         "benchmarks.bench_learning",
         ["--task", "bird_async"],
@@ -177,8 +182,11 @@ def validate_rows(report: dict) -> list[dict]:
     return rows
 
 
-def learning_command(task: str) -> str:
-    return "python -m benchmarks.bench_learning" + (f" --task {task}" if task != "bird" else "")
+def learning_command(task: str, pipeline: str = "") -> str:
+    """The command behind a learning row; a ranking recipe other than GRPO's by its ``--algorithm``."""
+    recipe = Path(pipeline).stem.removeprefix(f"{task}_") if pipeline.startswith(f"pipelines/{task}_") else "grpo"
+    algorithm = f" --algorithm {recipe}" if recipe != "grpo" else ""
+    return "python -m benchmarks.bench_learning" + (f" --task {task}" if task != "bird" else "") + algorithm
 
 
 def learning_rows(report: dict) -> list[dict]:
@@ -191,7 +199,7 @@ def learning_rows(report: dict) -> list[dict]:
     return [
         common.goal_row(
             "learning",
-            f"{task}: validation accuracy rise, every seed (`{learning_command(task)}`)",
+            f"{task}: validation accuracy rise, every seed (`{learning_command(task, report.get('pipeline', ''))}`)",
             None,
             f"+{100 * goal.get('min_delta', 0):.0f} points within {goal.get('max_minutes', 0):g} min"
             + (", num_turns/mean > 1 every step" if "min_num_turns" in goal else ""),
@@ -409,7 +417,7 @@ def learning_section(report: dict) -> list[str]:
         for r in runs
         if len(r.get("train_score_by_step") or []) >= 10
     ]
-    command = learning_command(report.get("task", "bird"))
+    command = learning_command(report.get("task", "bird"), report.get("pipeline", ""))
     return [
         f"## {title}",
         "",

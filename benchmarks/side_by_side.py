@@ -1,7 +1,7 @@
 """The GRPO family side by side on the ranking task: each recipe for the same wall time, one table, one picture.
 
 ``python -m benchmarks.bench_learning --task ranking --side-by-side`` runs every recipe named
-by ``--algorithm`` (default grpo, dr_grpo, dapo, gspo, rloo: ``pipelines/ranking_<name>.yaml``)
+by ``--algorithm`` (default grpo, dr_grpo, dapo, gspo, rloo, ppo: ``pipelines/ranking_<name>.yaml``)
 for ``--minutes`` of wall time each, one seed, one after the other, then writes:
 ``benchmarks/results/algorithms_ranking.json`` (the figures, the machine, the commit), the
 picture ``docs/algorithms_ranking.png`` (validation accuracy over wall minutes, one line per
@@ -32,7 +32,7 @@ from pathlib import Path
 from benchmarks import common
 
 ROOT, RESULTS = common.ROOT, common.RESULTS
-ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo")
+ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "ppo")
 DOC = ROOT / "docs" / "benchmarks.md"
 PICTURE = ROOT / "docs" / "algorithms_ranking.png"
 MARKERS = ("<!-- algorithms:start -->", "<!-- algorithms:end -->")

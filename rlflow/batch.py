@@ -1,17 +1,7 @@
 """``Batch``: the one data structure that flows between stages (rlflow's DataProto).
 
-A batch holds per-row tensors (first dimension = rows), per-row Python lists (``uid``,
-texts, reward info) and stage metrics. Widths are fixed per step so that shards
-concatenate without re-padding: prompts are left-padded to the step's prompt width,
-responses right-padded to ``data.max_response_length``.
-
-Rows are samples: before ``generate`` one row per prompt, after it ``n`` rows per prompt
-(interleaved, as verl's ``repeat(interleave=True)``), grouped by ``uid``.
-
-The arrays are torch tensors, except on the way to and from a stage kind that declares
-``uses_torch = False`` (the rewards): the executor hands it numpy arrays (``to_numpy``) and
-turns what it returns back into tensors (``to_torch``). This module does not import torch, so
-a worker that only runs such kinds never loads it (a reward worker stays a small process).
+Per-row tensors, per-row Python lists and stage metrics, at widths fixed per step. This module does not import
+torch. Design notes: docs/design/batch.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """The one reader of users' files: regular files only, and never more bytes than a cap.
 
-Every file the CLI reads on a user's behalf (pipelines and their bases, rlflow.yaml, verl configs
-and what Hydra composes for them, data files, reward and tool files, checkpoints handed to
-``export``) is opened here. A device (``/dev/zero``), a FIFO, a socket or a folder is refused
-before it is opened, by ``stat``, so nothing blocks on a pipe nobody writes; the file is then
-opened without blocking and checked again with ``fstat`` (it may have been swapped in between).
-The cap is enforced on the bytes actually read, since a file's reported size can be 0 or wrong
-(``/proc`` files). Refusals are ``UnsafeFile``, an ``OSError`` whose ``strerror`` says what the
-file is, so callers word them like any other file that cannot be read. Files of any size that are
-read line by line (a run's ``metrics.jsonl`` and ``trace.jsonl``) go through ``read_lines``, which
-holds one capped line at a time. ``write_output`` and ``why_unwritable`` are the other direction:
-an output written whole or not at all, and the words for one that cannot be written.
+Refusals are ``UnsafeFile`` (an ``OSError``); ``read_lines`` reads line by line, and ``write_output`` writes
+whole or not at all. Design notes: docs/design/io.md.
 """
 
 from __future__ import annotations

@@ -56,17 +56,19 @@ def num_turns(batch: Batch) -> np.ndarray:
 
 
 def compute_data_metrics(batch: Batch) -> dict[str, Any]:
-    """verl's ``compute_data_metrics(use_critic=False)`` for the step's batch ({} without its fields)."""
+    """verl's ``compute_data_metrics`` for the step's batch ({} without its fields); with the critic's
+    ``critic/values/*`` and ``critic/vf_explained_var`` when the batch has ``values``."""
     from verl.trainer.ppo.metric_utils import compute_data_metrics as verl_data_metrics
 
     if len(batch) == 0 or any(name not in batch for name in ("prompt_mask", *PER_TOKEN)):
         return {}
-    view = verl_view(batch)
+    use_critic = "values" in batch
+    view = verl_view(batch, PER_TOKEN + ("values",) * use_critic)
     if "rollout_rs_mask" in batch:
         # verl's advantage step writes the rejection mask over response_mask, so its
         # critic/advantages|returns/* are over the kept tokens (the lengths stay the responses')
         view.batch["response_mask"] = batch["rollout_rs_mask"][:, : view.batch["responses"].shape[-1]]
-    metrics = verl_data_metrics(view, use_critic=False)
+    metrics = verl_data_metrics(view, use_critic=use_critic)
     # verl's V1 trainer logs the step's turns twice: compute_data_metrics' and its own training/num_turns/*
     metrics.update({f"training/{key}": value for key, value in metrics.items() if key.startswith("num_turns/")})
     # num_turns/* come out as numpy integers; the step's metrics are JSON

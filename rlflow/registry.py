@@ -1,10 +1,7 @@
 """A small named registry shared by stage kinds and remote backends.
 
-Rules (the same as verl's RemoteBackend registry): registering the same object twice
-under one name is a no-op; another object under a taken name is an error; an unknown
-name is answered with the list of known names and how to load plugins. Third parties
-fill a registry through an entry-point group (loaded lazily, once) or by importing a
-module named in rlflow.yaml ``plugins``.
+Plugins fill it through an entry-point group or a module named in rlflow.yaml ``plugins``.
+Design notes: docs/design/registries.md.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import rlflow
 from rlflow.stages import STAGE_KINDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +40,21 @@ def lint(root: Path) -> subprocess.CompletedProcess:
 def test_the_layers_hold():
     result = lint(REPO)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+NOT_LAYERED = {"assets"}  # the starter project's files and their paths: data, imported by any layer
+
+
+def test_every_package_is_placed_in_the_layers_and_named_in_the_package_docstring():
+    """A new package (``rlflow.sandbox``, say) is stated in the layers contract and in rlflow/__init__.py's list."""
+    contract = re.search(r"^layers = \[(.*?)^\]", (REPO / "pyproject.toml").read_text(), re.M | re.S)
+    layers = re.findall(r'"([^"]+)"', contract.group(1))
+    layered = {name.strip().removeprefix("rlflow.") for layer in layers for name in layer.split("|")}
+    packages = {path.parent.name for path in (REPO / "rlflow").glob("*/__init__.py")} - NOT_LAYERED
+    assert packages <= layered, f"not in the layers contract: {sorted(packages - layered)}"
+    unnamed = sorted(name for name in packages if f"``{name}``" not in rlflow.__doc__)
+    assert not unnamed, f"not in rlflow/__init__.py's list of layers: {unnamed}"
+    assert layers.index("rlflow.reward") < layers.index("rlflow.sandbox") < layers.index("rlflow.schemas")
 
 
 @pytest.mark.parametrize(

@@ -1,25 +1,7 @@
 """The starter project shipped inside the package: what ``rlflow init`` copies, what the repository runs.
 
-The folder is laid out as a project: ``rlflow.yaml``, ``pipelines/`` (the default pipelines),
-``data/bird_sample/`` (a small BIRD-format text-to-SQL sample, made by
-``scripts/make_bird_sample.py``), ``data/ranking/`` (the ranking task in verl's format,
-made by ``scripts/make_ranking.py``), ``examples/ranking/`` (that task's reward function)
-and ``models/tiny-sql-warm/``, ``models/tiny-sql-agent/``, ``models/tiny-rank-warm/`` (the warm starts, made by
-``scripts/make_warm_start.py``). Design decisions:
-
-- One copy. The repository's own ``rlflow.yaml`` points its vars here, and ``pipelines`` here
-  is a link to the repository's ``pipelines/`` (``examples/ranking`` to the repository's
-  ``examples/ranking/``; a wheel holds the files themselves), so a clone
-  and an installed wheel run the same files, and a pipeline opened from the repository finds the
-  repository's project file, not this one.
-- Shipped as package data (plain files next to this module), read through ``__file__``: the
-  model and the databases must be real files on disk anyway (Hugging Face and SQLite open
-  paths), and wheels install unzipped.
-- This module holds paths only; copying them into a new project is ``rlflow.cli.init``'s job.
-- Names usable from any project (``BUILTIN``): ``builtin:tiny-sql-warm``, ``builtin:tiny-sql-agent``
-  and ``builtin:tiny-rank-warm`` (models), ``builtin:bird_sample`` and ``builtin:ranking`` (data
-  roots; ``builtin:bird_sample/train.json`` names a file in one). ``builtin:tiny-qwen2`` is a
-  model built in code (``rlflow.backends.local.models``), not a folder here.
+Paths only (``rlflow.yaml``, ``pipelines/``, the sample data, the warm-start models), read through ``__file__``,
+and the ``builtin:`` names any project may use (``BUILTIN``). Design notes: docs/design/assets.md.
 """
 
 from __future__ import annotations

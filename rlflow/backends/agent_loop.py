@@ -1,17 +1,8 @@
 """The multi-turn agent loop over a rollout's batched decode: verl's ``ToolAgentLoop``, one batched call per turn.
 
-Each turn every live row decodes together (``decode``: the engine's batched sampler over the
-rows' prompt + transcript so far); a row's turn ends at EOS or at its budget. Then, as verl:
-the trajectory ends when the response budget (``max_response_length``, every turn counted) is
-spent, at ``max_assistant_turns`` or ``max_user_turns``, or on an answer without tool calls;
-otherwise its hermes calls (the first ``max_parallel_calls``) run, all rows' calls of the turn in
-one message to the tool process, and their answers are appended as ``tool`` messages, rendered
-by the tokenizer's chat template (the text the conversation gains, tokenized), unless they would
-spend the budget, which ends the trajectory. A call verl's parser drops is dropped here too, so a
-turn of such calls only is an answer, unless ``invalid_tool_calls: error_observation`` answers
-them with their errors. Both are counted (``tool/over_budget_ratio``, ``tool/dropped_calls``) and
-warned of once. Model tokens get ``response_mask`` 1 and their sampled log-probs; tool tokens get
-0 for both. ``num_turns`` is verl's: user + assistant turns + 1.
+Each turn every live row decodes together; a trajectory ends as verl's does (the budget, the turn limits, an
+answer without tool calls), otherwise its hermes calls run in the tool process and their answers join it.
+Design notes: docs/design/agent_loop.md.
 """
 
 from __future__ import annotations

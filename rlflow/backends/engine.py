@@ -1,12 +1,8 @@
 """The one small interface stages call: ``Engine``.
 
-A local pool's worker holds a local engine (torch/transformers, optionally DeepSpeed or
-vLLM); a remote resource's forwarder holds a client that relays the same calls to an
-out-of-process backend. Stages never know which.
-
-Every call takes and returns plain data: ``Batch`` objects and JSON-able dicts, so that
-the remote wire needs no pickle. Batches follow rlflow.batch: prompts left-padded,
-responses right-padded to ``max_response_length``.
+A local pool's worker holds a local engine, a remote resource's forwarder a client that relays the same calls;
+stages never know which. Calls take and return plain data (``Batch`` objects, JSON-able dicts).
+Design notes: docs/design/engine.md.
 """
 
 from __future__ import annotations
@@ -57,6 +53,16 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def set_global_steps(self, global_steps: int) -> None:
         """Tell the rollout which policy version it now serves."""
+
+    def compute_values(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        """The critic: ``values`` [B, R] of the response tokens (0 outside the mask). Only an engine that holds
+        the critic implements it."""
+        raise BackendError(f"{type(self).__name__} cannot compute values: it holds no critic")
+
+    def update_critic(self, batch: Batch, params: dict[str, Any]) -> dict[str, float]:
+        """The critic's update on ``returns``; verl-named ``critic/*`` metrics. Only an engine that holds the
+        critic implements it."""
+        raise BackendError(f"{type(self).__name__} cannot update a critic: it holds none")
 
     def export_weights(self) -> dict[str, Any]:
         """The actor's weights as CPU tensors by name (tied weights once), for a rollout on another pool.

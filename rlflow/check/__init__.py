@@ -1,12 +1,7 @@
 """The validator: every rule a pipeline must follow, checked at once, one layer above schemas, stages and plan.
 
-``load_pipeline`` is what ``rlflow validate``, ``graph`` and ``run`` call: the schemas layer
-reads, renders, parses and positions the file (``rlflow.schemas.pipeline_file.parse_pipeline``), then
-the rules here that need the stage registry, the plan and the backend registries run over what
-parsed (``rules``, ``fit``, ``engines``), and, unless told not to, the check that the data and
-model paths exist (``paths``). Every problem of both layers is raised together in
-one ``ConfigError``; warnings (a valid setting that does not do what it seems to) ride on the
-``LoadedPipeline`` of a valid file.
+``load_pipeline`` (``rlflow validate``, ``graph`` and ``run``) parses the file and runs every rule; all problems
+are raised together in one ``ConfigError``. Design notes: docs/design/check.md.
 """
 
 from __future__ import annotations

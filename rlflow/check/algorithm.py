@@ -1,12 +1,7 @@
 """Rules for ``algorithm``: the estimator and loss run in rlflow's step, their knobs, DAPO's dynamic sampling.
 
-The schema already knows every name verl registers (``rlflow.schemas.algorithms``: a misspelt
-name gets its did-you-mean there). These rules refuse, in one line each, the registered names
-whose step needs a part rlflow does not run (a critic, REMAX's greedy baseline rollout, the
-actor's sum of squared probabilities, the rollout's own log-probs), and the settings verl would
-refuse only once training started (``dro`` without ``dro_beta``, ``gdpo`` without its reward keys, dynamic sampling without a
-metric). A knob the chosen estimator never reads is a warning, as verl would silently ignore it;
-so are the rollout-correction settings bypass mode leaves unused.
+A registered name whose step needs a part rlflow does not run is refused in one line; a knob nothing reads is
+a warning. Design notes: docs/design/check.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Which engines a pipeline asks of its local pools, read off its stages by role.
 
-A backend knows no stage kinds, so the runtime's worker and the validator both come here:
-the first ``update`` stage's ``engine`` and ``zero_stage``, the first ``log_prob`` stage's
-``engine`` and the first ``rollout`` stage's ``engine`` make an ``EngineChoice``, whose
-``problem`` is the one rule about combining them. A kind whose config has no ``engine``
-runs on the default (torch).
+The runtime's worker and the validator both come here for an ``EngineChoice``. Design notes: docs/design/check.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,36 @@
 """Do the pipeline's resources fit the cluster described under ``inventory:`` in rlflow.yaml?
 
-Design decisions:
-- GPU pools are placed one at a time, in the order they are declared: a pool needs
-  ``gpus_per_node`` free GPUs on each of ``nnodes`` distinct nodes (Ray places one bundle
-  per node, as verl's resource pools do). Nodes are chosen best-fit (the fullest node that
-  still fits) so large nodes stay free for large pools. A shortfall names the pool, what it
-  wants and what each node has: "pool actor_pool wants 8 GPUs on 1 node; node0 has 4".
-- A local pool is a GPU pool when its device is ``gpu``, or ``auto`` and the inventory has
-  GPUs; otherwise its workers are CPU processes.
-- A pool pinned to nodes (``label_selector:``, custom ``resources:``) is placed only on the
-  inventory nodes whose ``labels`` match and whose ``resources`` hold it (``rlflow.check.packing``,
-  the rule the run-time cluster check uses too).
-- CPUs are checked in aggregate (every worker, forwarder and CPU-pool actor together),
-  and each worker must fit on the largest node.
+GPU pools are placed one at a time, best fit; CPUs are checked in aggregate; a GPU pool's models fit its GPUs'
+memory when the nodes give ``gpu_memory_gb`` (``memory.py``). Design notes: docs/design/fit.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
+from rlflow.check.memory import check_memory
 from rlflow.check.packing import Ask, Room, Shortfall, place
+from rlflow.errors import ConfigError
+from rlflow.plan.compile import compile_plan
 from rlflow.schemas.labels import describe_selector
 from rlflow.schemas.pipeline import data_parallel_size
 from rlflow.schemas.subject import Reporter, Subject
 
 
-def check_inventory(subject: Subject, inventory, report: Reporter) -> None:
+def check_inventory(
+    subject: Subject, inventory, report: Reporter, resolve: Callable[[str], Path] | None = None
+) -> None:
+    """Every pool against ``inventory``; ``resolve`` (a pipeline path to a file, ``ProjectConfig.resolve``) lets
+    the memory rule read the model folders (without it, no memory rule)."""
     has_gpus = any(node.gpus for node in inventory.nodes)
     rooms = [Room(node.name, {"GPU": float(node.gpus), **node.resources}, node.labels) for node in inventory.nodes]
     totals = {node.name: node.gpus for node in inventory.nodes}
+    gpu_pools = []
     for name, res in subject.resources.items():
         if res.type == "local" and (res.device == "gpu" or (res.device == "auto" and has_gpus)):
             _place_gpu_pool(name, res, rooms, totals, report)
+            gpu_pools.append(name)
         elif res.type == "local" and res.nnodes > len(inventory.nodes):
             report(
                 ("resources", name, "nnodes"),
@@ -39,6 +40,19 @@ def check_inventory(subject: Subject, inventory, report: Reporter) -> None:
         elif res.resources or res.label_selector:
             _place_pinned_pool(name, res, rooms, report)
     _check_cpus(subject, inventory, report)
+    if resolve is not None and gpu_pools and any(n.gpu_memory_gb is not None for n in inventory.nodes):
+        _check_memory(subject, inventory, resolve, gpu_pools, report)
+
+
+def _check_memory(subject: Subject, inventory, resolve: Callable[[str], Path], pools: list[str], report) -> None:
+    """The memory rule (``memory.py``) on a pipeline that parsed whole and compiles (else others report why)."""
+    if subject.spec is None:
+        return
+    try:
+        plan = compile_plan(subject.spec)
+    except ConfigError:
+        return
+    check_memory(subject.spec, plan, inventory, resolve, pools, report)
 
 
 def _place_gpu_pool(name, res, rooms: list[Room], totals: dict[str, int], report: Reporter) -> None:

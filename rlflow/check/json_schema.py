@@ -1,17 +1,6 @@
 """The JSON Schema of pipeline files (``rlflow schema``), generated from the pydantic models.
 
-Design decisions:
-- The base is ``Pipeline.model_json_schema(by_alias=True)``, so the schema cannot drift from
-  the models.
-- Each registered stage kind adds an ``if uses == <kind> then with: <its config schema>``
-  rule to the stage definition, so editors complete and check ``with:`` keys per kind, and
-  ``uses`` suggests the registered kinds (as examples: plugin kinds stay allowed).
-- Values in a pipeline may be Jinja2 expressions (``"{{ n }}"``), which a schema cannot
-  see through; such fields may show a warning in an editor but validate fine with rlflow.
-- ``base:`` (a file built on another, inherit.py) is a top-level key here although no model has
-  it: a file with a base requires nothing (the base has the rest) and may patch ``stages`` by
-  name with a mapping. What a merge with the base makes valid (a null that removes a resource,
-  a partial resource) an editor cannot see.
+Each registered stage kind adds the schema of its ``with:``. Design notes: docs/design/check.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """The rule that a pipeline's data files, databases folder and model directory exist.
 
-``rlflow validate`` (and ``run`` and ``graph``, through ``load_pipeline``) would otherwise say ok
-for a pipeline whose files are missing, and the run would find out only after starting Ray.
-
-Design decisions:
-- Existence only: what is in the files (records, a usable tokenizer) is the loader's business;
-  a ``stat`` per path keeps the check cheap and free of torch and transformers.
-- Relative paths resolve against the project root (``ProjectConfig.resolve``), as the data
-  loader and the tokenizer resolve them, so validate and run agree from any directory.
-- Checked: ``data.train``, ``data.val`` (files), ``data.databases`` for the ``bird`` format
-  (a folder; without it the loader searches next to each split file), ``model.path`` unless
-  it is a model made in code (``builtin:tiny-qwen2``) and ``model.tokenizer`` (folders); a
-  packaged ``builtin:`` name (``rlflow.assets``) is checked as the folder it names.
-- Optional (``check_paths=False``, ``rlflow validate --no-check-paths``), for validating on a
-  machine that does not hold the data, e.g. before handing the pipeline to a cluster.
+Existence only (a ``stat`` per path, relative to the project root); ``--no-check-paths`` skips it.
+Design notes: docs/design/check.md.
 """
 
 from __future__ import annotations

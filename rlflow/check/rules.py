@@ -1,28 +1,7 @@
 """Semantic rules: what a pipeline must follow beyond its schema, all collected at once.
 
-Each rule looks at a ``Subject`` (the parts of the pipeline that parsed) and reports through
-a ``Reporter``, which positions every problem in the file. Rules are written so that a part
-that failed to parse silences the rules that depend on it instead of causing false alarms,
-which lets one run report schema errors and rule errors together.
-
-Rules: stages name declared resources and registered kinds; each ``with:`` fits its kind's
-config model; a kind runs only on resource types it allows; stage names are unique; a GRPO
-step has a stage of every required role (any kind of the role counts: a plugin reward is a
-reward; a ``log_prob`` stage may go under ``rollout_correction.bypass_mode``); a ``reference``
-stage is present exactly when the algorithm needs a reference policy; a rollout correction has
-a rollout that keeps its log-probs; batch sizes divide the way verl needs; new weights can
-reach the rollout; the engines chosen work together; an async trainer mode can overlap the rollout with the update
-(``colocate_async`` is refused, ``separate_async`` needs the rollout on a resource of its own, and
-under ``max_off_policy_threshold: 1`` is a warning that says what it costs);
-remote backends are registered, take the forwarders given and their ``config:`` fits the
-backend's ``config_model``; a ``clip_ratio`` that verl's loss would ignore (both bounds set) is
-a warning, and so is a ``multi_turn`` key verl's agent loop ignores (``multi_turn.py``);
-resources fit the inventory (``fit.py``); the data flow orders (``rlflow.plan``); the data
-section sets only what its format reads (``data.databases`` and ``data.prompt_template`` are for
-the text-to-SQL formats); when asked, the data files, databases and model directory exist
-(``paths.py``).
-Stages are found by role, never by kind name; the rules that the runtime applies too
-(engines, forwarders) are the same functions.
+Each rule looks at a ``Subject`` and reports through a ``Reporter``; a part that failed to parse silences the
+rules that depend on it. Stages are found by role, never by kind name. Design notes: docs/design/check.md.
 """
 
 from __future__ import annotations
@@ -35,6 +14,8 @@ from rlflow.backends.local.factory import missing_extra
 from rlflow.backends.remote.registry import REMOTE_BACKENDS, forwarder_problem
 from rlflow.check import paths
 from rlflow.check.algorithm import check_algorithm
+from rlflow.check.critic import check_critic
+from rlflow.check.critic import fields_reported as critic_fields_reported
 from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
 from rlflow.check.multi_turn import check_multi_turn
@@ -65,15 +46,17 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
     check_rollout_log_probs(subject, report)
     check_multi_turn(subject, report)
     check_algorithm(subject, report)
+    check_critic(subject, report)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
     check_trainer_mode(subject, report)
     check_training_engines(subject, report)
     check_remote_backends(subject, report)
     if project is not None and project.inventory is not None:
-        check_inventory(subject, project.inventory, report)
+        check_inventory(subject, project.inventory, report, project.resolve)
     if subject.spec is not None:
         check_dataflow(subject.spec, report)
+        check_unused_resources(subject.spec, report)
         check_data_fields(subject.spec, report)
         check_token_budgets(subject.spec, report)
         if check_paths:
@@ -462,9 +445,24 @@ def _check_backend_config(name: str, config: dict, model, report: Reporter) -> N
         )
 
 
+def check_unused_resources(spec: Pipeline, report: Reporter) -> None:
+    """A declared resource no stage runs on is not started: a warning, since it is often a stage moved away."""
+    used = {stage.on for stage in spec.stages}
+    for name in spec.resources:
+        if name not in used:
+            report.warn(
+                ("resources", name),
+                f"resource {name} runs no stage, so it is not started",
+                f"remove it, or bind a stage to it with on: {name}",
+                at="key",
+            )
+
+
 def check_dataflow(spec: Pipeline, report: Reporter) -> None:
+    reported = [f"reads '{name}' but no stage produces it" for name in critic_fields_reported(spec)]
     for dotted, message in dataflow_problems(spec):
-        report(parse_path(dotted), message)
+        if not any(text in message for text in reported):  # check_critic said so, with its fix
+            report(parse_path(dotted), message)
 
 
 TEXT2SQL_ONLY = {

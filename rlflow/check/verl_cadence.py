@@ -1,15 +1,7 @@
 """verl's cadence conditions evaluated: at which steps of a run a save or validation condition holds.
 
-verl writes when a stage runs as a plain ``if``, e.g. ``self.config.trainer.save_freq > 0 and
-(is_last_step or self.global_steps % self.config.trainer.save_freq == 0)``. Comparing that text
-with rlflow's rule would miss an equivalent rewrite and be fooled by a changed one, so the
-condition is evaluated instead, over a run of given length and given ``save_freq`` /
-``test_freq``, and the steps it picks are compared (``rlflow.check.verl_order``).
-
-Only boolean logic, comparisons and integer arithmetic over four names are evaluated
-(``save_freq``, ``test_freq``, ``global_steps``, ``is_last_step``, each as a name or as the last
-part of an attribute chain such as ``self.config.trainer.save_freq``); anything else makes the
-condition ``Unreadable``, which the check reports rather than guesses. Nothing is ``eval``-ed.
+Only boolean logic, comparisons and integer arithmetic over four names; anything else is ``Unreadable``.
+Nothing is ``eval``-ed. Design notes: docs/design/verl_order.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,8 @@
 """Does a compiled plan run as the installed verl's ``PPOTrainerSync`` does? One line per difference.
 
-``compare_with_verl(spec, plan)`` reads verl's start-up and step from its source
-(``rlflow.check.verl_source``; ``$RLFLOW_VERL_SOURCE`` points it at another source tree, which
-the tests use for edited copies of verl) and compares them with the plan compiled for ``spec``.
-A ``separate_async`` plan is compared with ``PPOTrainerSeparateAsync`` instead: the same step
-order (verl's V1 ``_step_once``, which both trainers share) and its start-up, with the weights
-pushed to the standalone rollout; its hybrid GPU switching (``switch_*`` timers) is left out,
-since rlflow keeps each resource to its stages. That the rollout runs ahead is the mode itself,
-not an order to compare (docs/verl_order.md); the lane's ``parameter_sync_step`` cycles a step are
-compared with the plan's mini-batches (``rlflow.check.verl_update_cycles``). The comparisons:
-
-- what verl does, matched to rlflow stages through one table (``STEP_STAGES``, ``STARTUP_STAGES``):
-  a timed stage by its timer, an untimed one (``_balance_batch``) by its call. Plan entries stand
-  for a row by role (so plugin kinds count) or by kind name. Rows without a kind are what rlflow
-  runs no stage for (verl's critic, its rollout dumps): verl must not run them for this pipeline.
-- order: every two rows the plan holds run in verl's order;
-- conditions: the ``if`` tests verl puts a stage under are exactly those rlflow mirrors
-  (``KNOWN_CONDITIONS`` says what each means for a pipeline); a new, dropped or unknown one is a
-  difference, and so is a loop around a stage that rlflow does not repeat;
-- presence: under the pipeline's own settings verl runs the stage exactly when the plan has it
-  (a row's ``applies`` narrows this where rlflow leaves out what would change nothing: balancing
-  one data-parallel rank, validating without ``data.val``);
-- the ``step`` timer: a stage inside it in verl is inside rlflow's (everything before the
-  validation stage, as the step loop times it), and outside when verl's is;
-- cadence: verl's save/test conditions are evaluated over a few settings and steps and must
-  pick the same steps as rlflow's rule (``rlflow.stages.base.due``: every N steps and the last);
-- a timer in verl's step that the table does not know is a new verl stage rlflow lacks; a plan
-  stage timed under a name verl does not use is reported too.
-
-Pure: it imports neither verl nor torch; reading verl's trainer takes a few tens of milliseconds.
+``compare_with_verl(spec, plan)`` compares verl's start-up and step (``rlflow.check.verl_source``) with the plan:
+order, conditions, presence, the step timer, cadence. Pure: it imports neither verl nor torch.
+Design notes: docs/design/verl_order.md.
 """
 
 from __future__ import annotations
@@ -111,7 +85,9 @@ KNOWN_CONDITIONS: dict[str, Known] = {
         "self.use_reference_policy": Known(
             "algorithm.use_kl_loss or algorithm.use_kl_in_reward", lambda spec, plan: spec.algorithm.uses_reference
         ),
-        "self.use_critic": Known("a critic, which GRPO never has", _never),
+        "self.use_critic": Known(
+            "a critic (algorithm.adv_estimator gae, or critic.enable)", lambda spec, plan: spec.uses_critic
+        ),
         "self.reward_loop_manager.reward_loop_worker_handles is None": Known(
             "a reward scored apart from generation, as rlflow's reward stage always is", _always
         ),
@@ -159,9 +135,9 @@ STEP_STAGES = (
     VerlStage(None, "_balance_batch", "balance_batch", applies=_balances),
     VerlStage("old_log_prob", "_compute_old_log_prob", "old_log_prob", "log_prob", applies=_recomputes_old_log_probs),
     VerlStage("ref", "_compute_ref_log_prob", "ref_log_prob", "reference", ("self.use_reference_policy",)),
-    VerlStage("values", "_compute_values", None, conditions=("self.use_critic",), note="critic only"),
+    VerlStage("values", "_compute_values", "compute_values", "values", ("self.use_critic",)),
     VerlStage("adv", "_compute_advantage", "grpo_advantage", "advantage"),
-    VerlStage("update_critic", "_update_critic", None, conditions=("self.use_critic",), note="critic only"),
+    VerlStage("update_critic", "_update_critic", "update_critic", "critic_update", ("self.use_critic",)),
     VerlStage(
         "update_actor",
         "_update_actor",

@@ -1,31 +1,7 @@
 """verl's V1 trainers as their source has them: every timer and trainer call of start-up and of one step.
 
-rlflow promises to run a step in the order of verl's ``PPOTrainerSync`` (and, for a
-``separate_async`` pipeline, the trainer side of ``PPOTrainerSeparateAsync``). This module reads
-that order from the verl that is installed, so that ``rlflow.check.verl_order`` can compare it
-with a compiled plan. Design decisions:
-
-- verl is never imported (``rlflow validate`` must not import torch, Ray or verl, and verl's V1
-  trainer cannot even be imported without its transfer-queue service). The package is located
-  with ``importlib.util.find_spec("verl")``, which finds a top-level package without running it,
-  and its trainer modules are parsed with ``ast``.
-- ``RLFLOW_VERL_SOURCE`` names a folder holding a ``verl/`` package source to read instead of
-  the installed one. It exists for the tests, which point it at edited copies of verl's trainer
-  (a swapped call, a dropped condition) and check that each edit is caught.
-- The walk follows the trainer's life as verl's entry point drives it: ``init()``, then
-  ``fit()``. Start-up is ``init`` plus ``fit`` up to its training loop; the step is the body
-  of that loop (its first ``while``). Statements are visited in execution order; a call of one
-  of the trainer's own methods, resolved on the class hierarchy nearest class first (so the
-  sync trainer's ``on_step_end`` hook, which times ``update_weights``, is found), is walked
-  into where it is called, and so is ``super().m()`` inside ``m`` (the next definition up: the
-  separate-async trainer's ``_setup`` loads the checkpoint there), except the methods named as
-  ``leaves`` (the calls that do a stage's work: what happens inside them is the stage's
-  business, not the step's order).
-- Each timer (``with marked_timer("<name>", ...)`` or ``_timer``) and each ``self.<...>(...)``
-  call becomes a ``Site`` that remembers its context: the timers around it, the ``if`` tests it
-  sits under (``not (...)`` in an ``else``, and after an ``if`` that leaves the block with
-  ``return``/``continue``/``break``/``raise``), and the loops around it. Exception
-  handlers are not walked: they are not the step's order.
+verl is never imported: its trainer modules are found with ``importlib.util.find_spec`` and parsed with ``ast``
+(``RLFLOW_VERL_SOURCE`` points at another source tree). Design notes: docs/design/verl_order.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The typer app behind ``rlflow``, assembled from one module per command.
 
-Each command module exposes ``register(app)`` and keeps heavy imports (torch, ray) inside
-its command functions, so ``rlflow --help`` starts fast. Conventions every command shares:
-``-h`` as well as ``--help``, ``rlflow --version`` (``-V``), and shell completion
-(``rlflow --install-completion``, typer's).
+Each command module exposes ``register(app)`` and keeps heavy imports inside its command functions.
+Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """``rlflow backend``: run the reference backend's server by hand, list the registered backends.
 
-``rlflow backend serve CONFIG`` starts the reference server in the foreground, prints its
-handle (one JSON line on stdout: host, port, token, pid, protocol version) and serves until
-Ctrl-C. A run joins it with ``config: {handle: {...}}`` or ``config: {handle_file: PATH}`` on
-its remote resource; a joined server belongs to whoever started it, so the run leaves it up.
-
-CONFIG is either
-- a pipeline file (validated as ``rlflow validate`` does; ``--set`` works) plus ``--resource``
-  naming its ``type: remote, backend: reference`` resource (optional when there is only one);
-  that resource's ``config`` supplies host, port, device and the rest, and its ``handle_file``
-  (when set) is where the handle is written, so the run finds it without copying anything; or
-- a JSON main_config, exactly what a run hands a backend:
-  ``{"pipeline": {...}, "resource": NAME, "backend_config": {...}, "project_root": PATH,
-  "run_dir": PATH or null}``. A served server belongs to no run: built from a pipeline file,
-  its main_config has ``run_dir: null`` and it logs to stderr.
-
-Heavy imports (torch, the engine) happen inside the command.
+``rlflow backend serve CONFIG`` serves in the foreground and prints its handle; CONFIG is a pipeline file (with
+``--resource``) or a JSON main_config. Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

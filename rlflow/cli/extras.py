@@ -1,13 +1,6 @@
 """Which optional extra a command needs, checked before the command imports it.
 
-The core install (pydantic, jinja2, pyyaml, typer, rich) validates, draws and explains pipelines
-and writes starter projects; training, serving a backend and plotting need ``rlflow[train]``.
-Design decisions:
-
-- Checked up front with ``importlib.util.find_spec``, which finds a package without importing
-  it, so a missing extra is one line naming the pip install (exit 2), never an ImportError
-  traceback from deep inside the runtime.
-- Only top-level module names are listed: what the ``train`` extra of pyproject.toml installs.
+A missing extra is one line naming the pip install (exit 2). Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """``rlflow graph``: the step as a picture, or a finished run as a timeline.
 
-    rlflow graph PIPELINE [--set k=v]... [--drop STAGE]... [--format text|mermaid|dot|json] [-o FILE]
-    rlflow graph PIPELINE --render [-o step.svg]           # draws with Graphviz's dot
-    rlflow graph --timeline RUN_DIR [--format text]        # where the time went, per stage and resource
-    rlflow graph --timeline RUN_DIR --render -o run.svg    # a Gantt chart (matplotlib)
-    rlflow graph --timeline RUN_DIR --render --steps 0-3   # start-up, init and steps 1-3 only
-
-A thin shell: the pipeline goes through the same loader as ``rlflow validate`` (every error at
-once), then ``compile_plan`` and a renderer. Nothing heavy is imported (no torch, ray or
-matplotlib unless a timeline is drawn), so the command starts as fast as ``validate``. When
-``dot`` is missing, ``--render`` still writes the .dot file next to the requested output,
-says how to install Graphviz, and exits 1 (the picture asked for was not made).
+A thin shell over the loader, ``compile_plan`` and a renderer; nothing heavy is imported.
+Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

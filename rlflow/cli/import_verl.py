@@ -1,12 +1,6 @@
-"""``rlflow import-verl CONFIG [OVERRIDES...] [-o FILE]``: a verl GRPO config as an rlflow pipeline.
+"""``rlflow import-verl CONFIG [OVERRIDES...] [-o FILE]``: a verl GRPO or PPO config as an rlflow pipeline.
 
-    rlflow import-verl ppo_trainer algorithm.adv_estimator=grpo data.train_files=... -o gsm8k.yaml
-
-CONFIG is a verl config file (``ppo_trainer.yaml`` style, Hydra ``defaults:`` included) or the
-name of one verl ships; the overrides are passed exactly as verl's example scripts pass them.
-The pipeline goes to stdout (or ``-o FILE``); what did not carry over, and what changed meaning,
-goes to stderr and to comments at the top of the pipeline. A thin shell over
-``rlflow.importers``; Hydra is imported only when the command runs.
+A thin shell over ``rlflow.importers``. Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations
@@ -31,7 +25,7 @@ def import_verl(
     ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the pipeline here instead of stdout."),
 ) -> None:
-    """Convert a verl GRPO config (and its Hydra overrides) into an rlflow pipeline."""
+    """Convert a verl GRPO or PPO config (and its Hydra overrides) into an rlflow pipeline."""
     require_train("import-verl", VERL_MODULES)
     from rlflow.importers.verl_config import read_verl_config
     from rlflow.importers.verl_pipeline import convert

@@ -1,17 +1,6 @@
 """``rlflow init [DIR]``: write a starter project, so ``rlflow run`` works outside a clone of rlflow.
 
-    rlflow init demo            # demo/rlflow.yaml, pipelines/, data/{bird_sample,ranking}/, models/, examples/ranking/
-    cd demo && rlflow run pipelines/bird_grpo.yaml
-
-Design decisions:
-- The project is a copy of the starter shipped in the package (``rlflow.assets``): its
-  rlflow.yaml, the default pipelines, the BIRD-format and ranking samples, the two warm starts and
-  the ranking reward (``STARTER_FILES``). A copy
-  (not vars pointing into site-packages) keeps the project whole when rlflow is upgraded or
-  its environment moves, and puts the data and the model where users edit or replace them.
-- All or nothing: every file that would be overwritten is named before anything is written,
-  and the command refuses (exit 2) unless ``--force``. Other files in DIR are left alone.
-- Light: only the standard library and typer, so it works on the core install.
+A copy of ``rlflow.assets``, all or nothing (``--force`` overwrites). Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The ``rlflow`` command's entry point.
 
-A plain ``rlflow validate FILE...`` (the check people run before every launch and in
-pre-commit hooks) goes straight to ``rlflow.cli.validate_report`` without importing the CLI
-framework; everything else, ``--help`` included, goes to the typer app in ``rlflow.cli.app``.
-Known errors (``RlflowError``) become one-line messages and their exit code;
-``RLFLOW_DEBUG=1`` shows the traceback instead.
+A plain ``rlflow validate FILE...`` skips the CLI framework; everything else goes to the typer app.
+Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """``rlflow plot RUN_DIR -o curve.png``: what a user looks at first, read from a run's ``metrics.jsonl``.
 
-One panel each, over training steps: the training reward, the validation metric per data
-source (verl's ``val-core/<source>/<var>/mean@N``), the response length, the KL loss, the
-entropy, the turns of multi-turn rollouts and the error rates, tool errors included (on their own
-axis, never on the accuracy's). ``--metrics`` picks
-panels by name or any metric by its full name; a panel with no data is left out.
-
-Choices:
-- Training series get light smoothing (a bias-corrected EMA, as TensorBoard draws it) with the
-  raw values faint behind; validation runs every ``test_freq`` steps, so its few points are
-  drawn as they are, with markers and the first and last values written on the chart.
-- ``reward/acc`` is left out when it equals ``critic/score/mean`` at every step (a 0/1 reward).
-- Legends sit above their panel, outside the data; a panel of one series names it in its title.
-- The title is the pipeline's name (from ``pipeline.resolved.yaml``) and the run id.
-- A last line that does not end in a newline is skipped: the run may still be writing it.
-  matplotlib is imported inside the command (on a bare ``Figure``), keeping ``rlflow --help`` fast.
-- Bounded whatever the file: it is read a line at a time (a line at most 1 MiB), a series longer than
-  ``2 * MAX_POINTS`` is averaged down as it is read, at most ``MAX_SERIES`` names are kept, and a bad
-  line (not UTF-8, not JSON, nested too deeply) is one error naming it.
-- The picture is drawn in memory and written whole (``rlflow.io.write_output``): the suffix picks the
-  format (none: PNG, under the name given), and a full disk or ``/dev/full`` is one line, not "wrote".
+One panel per metric over training steps, bounded whatever the file. Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations
@@ -74,6 +55,15 @@ PANELS = (
     Panel("length", "response length", "tokens", keys=("response_length/mean",)),
     Panel("kl", "KL to the reference", "kl_loss", keys=("actor/kl_loss",)),
     Panel("entropy", "entropy", "nats", keys=("actor/entropy",)),
+    # PPO's critic (adv_estimator gae): its loss, and how much of the returns' variance its values explain
+    Panel("value_loss", "critic value loss", "vf_loss", keys=("critic/vf_loss",), needs="critic/vf_loss"),
+    Panel(
+        "explained_var",
+        "explained variance of the returns",
+        "vf_explained_var",
+        keys=("critic/vf_explained_var",),
+        needs="critic/vf_loss",
+    ),
     # a single-turn run logs num_turns/* too (2, as verl): only a multi-turn rollout's turns are worth a panel
     Panel(
         "turns",
@@ -308,7 +298,8 @@ def register(app: typer.Typer) -> None:
             0.85, "--smooth", min=0.0, max=0.99, help="EMA weight for training series; 0: none."
         ),
     ) -> None:
-        """Draw a run's learning curves: reward, validation per data source, length, KL, entropy, errors."""
+        """Draw a run's learning curves: reward, validation per data source, length, KL, entropy, the critic's
+        value loss (PPO), errors."""
         require_train("plot", PLOT_MODULES)
         picture_format(output)  # a suffix matplotlib cannot write is refused before the file is read
         path = metrics_file(run_dir)

@@ -1,9 +1,6 @@
 """Hydra-style ``key=value`` arguments where a command takes pipeline files: one line that names ``--set``.
 
-verl is driven by Hydra overrides on the command line (``python -m verl.trainer.main_ppo
-trainer.total_epochs=2``); rlflow takes field overrides as ``--set``. Without this, ``rlflow
-validate F trainer.total_steps=2`` would answer "cannot read the pipeline" about a file named
-``trainer.total_steps=2``. Typer-free, so ``rlflow validate``'s fast path can use it.
+Typer-free, so ``rlflow validate``'s fast path can use it. Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

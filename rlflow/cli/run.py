@@ -1,10 +1,7 @@
-"""``rlflow run PIPELINE``: train. Loads and validates the pipeline (every error at once), then
-hands it to the runtime (rlflow.runtime.launch), which is imported only here, inside the
-command, so that other commands stay light. ``--sink NAME`` (repeatable) picks this run's
-metrics sinks instead of rlflow.yaml's ``logging.sinks``; ``--drop NAME`` removes a stage.
+"""``rlflow run PIPELINE``: train.
 
-The console (``rlflow.runtime.console``) says what the run is doing: ``-q`` keeps only errors,
-warnings and the final summary, ``-v`` adds per-stage timings and the runtime's own log.
+Loads and validates the pipeline, then hands it to the runtime (``rlflow.runtime.launch``), which is imported
+only inside the command. Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """``rlflow validate PIPELINE...``: every problem of every file at once, in a fraction of a second.
 
-Exit 0 when every file is valid, 2 when any is not. Problems print one per line as
-``file:line:col: path: problem (fix)`` on stderr; ``--json`` prints one JSON document on
-stdout instead. A valid file may carry warnings (a setting that verl, too, would ignore), printed
-as ``file:line:col: warning: path: message (fix)`` on stderr (``warnings`` in the JSON); they do
-not change the exit code. The work is ``rlflow.cli.validate_report``, which imports only the pure
-layers (pydantic, PyYAML, Jinja2) and never torch, Ray, verl or transformers (a test runs it
-in a subprocess and inspects sys.modules); a plain command line reaches it without typer.
-The data files are read as ``rlflow run`` reads them (``rlflow.data.load_problems``: records, row checks, the
-record cap; no tokenizer), so validate refuses what the run would; ``--no-check-paths`` skips that
-and the check that the data files, databases and model directory exist.
-``--verl`` compares each valid file's plan with the installed verl's ``PPOTrainerSync`` step
-(``PPOTrainerSeparateAsync``'s for a separate_async pipeline: its trainer lane) (order,
-conditions, cadence, the step timer); differences are warnings and leave the exit code alone.
-``--print`` prints each valid file fully resolved (templates rendered, ``base:`` merged,
-``--set`` and ``--drop`` applied, every default spelled out) as YAML on stdout: what a run
-would save as pipeline.resolved.yaml. ``--drop NAME`` removes a stage (as
-``--set stages.NAME=null`` does); the rules then check what is left.
+Exit 0 when every file is valid, 2 when any is not; the work is ``rlflow.cli.validate_report``.
+Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

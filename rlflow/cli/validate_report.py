@@ -1,10 +1,7 @@
 """What ``rlflow validate`` does, without the CLI framework: check files, print the report.
 
-Kept apart from the typer command so the entry point can run a plain ``rlflow validate``
-without importing typer at all (typer and its click layer cost more than the whole check);
-``rlflow.cli.validate`` wraps the same two functions for ``--help`` and the full CLI.
-``--verl`` also compiles each valid file's plan and compares it with the installed verl's step
-(``rlflow.check.verl_order``, imported only then): differences are warnings, never errors.
+Kept apart from the typer command, so a plain ``rlflow validate`` never imports typer.
+Design notes: docs/design/cli.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Load a split into tokenized prompts, whatever its format, and turn rows of it into a ``Batch``.
 
-``load_split(spec, split, root, tokenizer)`` resolves the split's file inside the data root
-(``paths``) and hands it to the loader of ``data.format``: ``text2sql_loader`` for ``bird``,
-``jsonl`` and ``parquet`` (text-to-SQL records and their databases), ``verl_format`` for ``verl``
-(verl's RL rows with chat or text prompts). Both tokenize and fit prompts the same way
-(``examples``); rows that cannot be trained on are left out and counted in ``.stats``, never
-silently.
-
-``PromptDataset.to_batch`` left-pads the chosen prompts to the longest of them, as verl does,
-and tags each row with a ``uid`` built from the step and the row, so reruns are reproducible.
-Each row's ``reward_info`` is a copy, so a stage that changes it changes only its batch.
+Rows that cannot be trained on are left out and counted in ``.stats``, never silently.
+Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

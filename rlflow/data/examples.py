@@ -1,17 +1,7 @@
 """Examples: prompts ready to train on, and how rendered prompts become them, whatever the data format.
 
-A loader (``text2sql_loader``, ``chat_loader``) yields ``Candidate``s: a rendered prompt and its
-row's fields, not yet tokenized. ``fit_examples`` tokenizes them in chunks and applies
-``data.max_prompt_length`` per ``data.truncation``: drop (counted in ``dropped_too_long``), keep the
-last tokens (counted in ``truncated``), or fail naming the file and the row.
-
-Design decisions:
-
-- Tokenizing in chunks keeps a fast tokenizer's batching without holding a whole split twice, and
-  lets ``max_*_samples`` stop the work early.
-- A prompt rendered by a chat template already holds the special tokens the template writes, so it
-  is tokenized without adding any (as verl does); a plain prompt gets the tokenizer's own (a no-op
-  for Qwen-style tokenizers, a BOS for others).
+``fit_examples`` tokenizes ``Candidate``s in chunks and applies ``data.max_prompt_length`` per ``data.truncation``.
+Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

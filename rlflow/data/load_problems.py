@@ -1,11 +1,7 @@
 """What loading a pipeline's data would refuse, found without a tokenizer: what ``rlflow validate`` reports.
 
-``data_problems(spec, root)`` reads each split file with the readers ``load_split`` uses (the same
-caps, ``data.truncation`` for records too large to hold, the same row checks), resolves each
-text-to-SQL record's database path and reads the prompt template, so a data file that would stop
-``rlflow run`` stops ``rlflow validate`` first, with the same message. What needs the tokenizer
-(prompt lengths in tokens, chat templates) is left to the run, and so is Parquet on a core install
-(no pyarrow without the training extra).
+``data_problems(spec, root)`` reads each split with the readers ``load_split`` uses.
+Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Where a pipeline's data lives, and the rule that keeps it inside one folder.
 
-Relative paths resolve against the project root (the folder holding ``rlflow.yaml``). Every
-data and database path must stay inside the *data root*: ``data.root`` when set, else the
-folder of the train file. The check is lexical (``..`` is collapsed, symlinks are not
-followed), so a data folder may be a symlink to a shared copy while ``train: ../../etc/x``
-or a ``db_id`` of ``../x`` is refused. A ``db_id`` must be a plain name (letters, digits,
-``_``, ``-``, ``.``; not starting with a dot) because it becomes two path components.
-
-Databases live at ``<databases>/<db_id>/<db_id>.sqlite``. Without ``data.databases`` the
-split file's folder is searched for ``databases/`` and then ``<stem>_databases/`` (real
-BIRD ships ``train/train_databases`` and ``dev/dev_databases``).
+Every data and database path stays inside the data root (checked lexically); databases live at
+``<databases>/<db_id>/<db_id>.sqlite``. Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

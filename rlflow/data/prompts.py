@@ -1,11 +1,7 @@
 """Prompt text for a text-to-SQL question: the database schema, the evidence, the question.
 
-The schema is the database's own CREATE TABLE statements, read from ``sqlite_master``
-through the same locked-down read-only connection the reward uses. The prompt comes from
-a Jinja2 template rendered in a sandboxed environment (a template is user input, and the
-sandbox keeps it from reaching Python internals) with ``StrictUndefined``, so a misspelt
-variable is an error rather than an empty string. Templates get ``schema``, ``question``,
-``evidence`` and ``db_id``.
+A sandboxed Jinja2 template with ``StrictUndefined`` gets ``schema``, ``question``, ``evidence`` and ``db_id``.
+Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

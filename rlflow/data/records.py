@@ -1,19 +1,7 @@
 """Read text-to-SQL records from BIRD JSON, JSON Lines or Parquet into plain dicts.
 
-All three formats carry the same fields: ``db_id``, ``question``, ``SQL`` (required),
-``evidence`` (optional, empty when absent or null), and optionally ``question_id`` (else the
-record's position) and ``data_source`` (else ``"bird"``). Extra keys, such as BIRD's
-``difficulty``, are accepted and ignored. Every malformed record is reported at once (up to
-a screenful), each naming the file, the record and the field. The JSON Lines and Parquet
-readers serve verl's format too (``verl_format``).
-
-Memory stays bounded whatever the file holds: files are opened by ``rlflow.io`` (regular files
-only); JSON Lines are read a line at a time and a record over ``MAX_RECORD_BYTES`` is skipped
-without being held (an ``Oversized`` in its place); Parquet is read a row group at a time: a
-group holding more than ``MAX_RECORD_BYTES`` per row is never decoded, and a row of a decoded group
-that is over the cap is an ``Oversized`` too (before any tokenizer sees it); a whole-file JSON
-document is capped at ``MAX_DOCUMENT_BYTES``. ``keep_fitting`` then applies ``data.truncation``
-to the oversized records: an error naming the file and row, or the row left out and counted.
+Every malformed record is reported at once; memory stays bounded whatever the file holds.
+Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

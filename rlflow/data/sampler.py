@@ -1,12 +1,7 @@
 """Which prompts each training step takes: epoch-wise seeded permutations, last partial batch dropped.
 
-The order of epoch ``e`` is a permutation drawn from ``random.Random(f"{seed}:{e}")`` (string
-seeds are hashed the same way on every platform and Python version), so any position can be
-recomputed from ``(seed, epoch, position, offset)`` alone: that is the whole checkpointed state,
-and a resumed run draws exactly the prompts the uninterrupted run would have drawn. A step takes
-a batch (``next_indices``); dynamic sampling's refills take any number of prompts (``take``), as
-verl's V1 trainer fetches them one at a time, so ``offset`` counts the prompts drawn past the
-last whole batch.
+``(seed, epoch, position, offset)`` is the whole checkpointed state, so a resumed run draws the same prompts.
+Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Read a data file as UTF-8 text, reporting a byte that is not UTF-8 as a ``DataError``.
 
-Data files (records, prompt templates) are UTF-8 by contract. A stray byte (a Latin-1 export,
-a truncated multi-byte character) is a user's data problem, so it gets the same one-line
-treatment as every other data error: the file, the line, the byte offset and the byte, and how
-to fix it; never a decoder traceback. Files are read through ``rlflow.io`` (regular files only,
-at most ``limit`` bytes).
+Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

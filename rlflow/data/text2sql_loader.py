@@ -1,18 +1,7 @@
 """Load a text-to-SQL split (``data.format: bird | jsonl | parquet``) into examples.
 
-Each question's prompt is rendered from the prompt template and its database's schema; records
-that cannot be trained on are left out and counted, never silently:
-
-- a question whose database file is missing: skipped (``skipped_missing_db``); each missing
-  database is named once in the log;
-- gold SQL that does not compile on its database (checked with EXPLAIN: no query runs at load,
-  so a large BIRD split loads in seconds): dropped (``dropped_bad_gold``) with one warning;
-- a prompt too long for ``data.max_prompt_length``: per ``data.truncation`` (``examples``).
-
-A row's ``reward_info`` is ``{"ground_truth": <gold SQL>, "extra_info": {"db_path": <absolute
-path of the sqlite file>, "db_id": ..., "question_id": ..., "tools_kwargs": ...}}``, where
-``tools_kwargs`` is verl's per-row tool setting naming the database for the shipped SQL tool
-(``{"run_sql": {"create_kwargs": {"db_path": ...}}}``, ``rlflow.tools.sql``).
+Prompts are rendered from the template and the database's schema; records that cannot be trained on are left
+out and counted, never silently. Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations

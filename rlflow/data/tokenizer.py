@@ -1,23 +1,7 @@
 """Tokenizer loading: what the driver needs to tokenize prompts, whatever backend runs the model.
 
-``model.tokenizer`` (else ``model.path``) is either ``builtin:<name>`` or a local Hugging Face
-directory. Design decisions:
-
-- Never a hub download: directories load with ``local_files_only=True``; a missing path or a
-  directory without a usable tokenizer is a ``BackendError`` naming the path and saying what to
-  point at instead.
-- The built-in models' tokenizer is the byte-level BPE shipped in ``assets/tiny_tokenizer``
-  (made by ``scripts/make_tiny_tokenizer.py``).
-- A tokenizer without a pad token gets ``pad = eos`` (logged once per path): prompts are
-  left-padded and masked, so the pad id's identity never reaches the model.
-- transformers is imported inside ``load_tokenizer``, so importing this module stays cheap; it
-  lives beside the data (not in a backend) because the driver tokenizes on remote runs too.
-- The driver only needs prompt ids, the pad id and (for chat prompts) the chat template:
-  ``load_prompt_tokenizer`` serves a plain tokenizers file whose config asks nothing more of
-  transformers (the built-in tokenizer and every model fine-tuned from it) with the tokenizers
-  library alone, ``PromptTokenizer`` (the same ids; transformers and torch are not imported for
-  it, which saves the driver about 1.5 s and 100 MB at start-up), and any other tokenizer with
-  ``load_tokenizer``. A chat template is rendered by transformers' own tokenizer, loaded then.
+``model.tokenizer`` (else ``model.path``) is ``builtin:<name>`` or a local Hugging Face directory; never a hub
+download. Design notes: docs/design/data.md.
 """
 
 from __future__ import annotations
@@ -32,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlflow.assets import BUILTIN_PREFIX, builtin_path
 from rlflow.errors import BackendError
+from rlflow.io import read_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.schemas.pipeline import ModelSpec
@@ -40,6 +25,8 @@ log = logging.getLogger("rlflow.data")
 
 BUILTIN_TOKENIZERS = {"tiny-qwen2": Path(__file__).parent / "assets" / "tiny_tokenizer"}
 # tokenizer_config.json classes that mean "tokenizer.json as it is" (the second is its transformers 5 name)
+CONFIG_BYTES = 16 << 20  # a tokenizer_config.json or chat template: far below this, a FIFO or device refused
+
 PLAIN_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 # tokenizer_config.json keys that change nothing about prompt ids (anything else: transformers loads it)
 PROMPT_NEUTRAL_KEYS = frozenset(
@@ -124,7 +111,7 @@ def _plain_tokenizers_file(directory: Path) -> bool:
     if not (directory / "tokenizer.json").is_file() or not config.is_file():
         return False
     try:
-        declared = json.loads(config.read_text()).get("tokenizer_class")
+        declared = json.loads(read_text(config, CONFIG_BYTES, "tokenizer config")).get("tokenizer_class")
     except (OSError, ValueError, AttributeError):
         return False
     return declared in PLAIN_TOKENIZER_CLASSES
@@ -175,7 +162,7 @@ class PromptTokenizer:
         if not _plain_tokenizers_file(directory):
             return None
         try:
-            config = json.loads((directory / "tokenizer_config.json").read_text())
+            config = json.loads(read_text(directory / "tokenizer_config.json", CONFIG_BYTES, "tokenizer config"))
         except (OSError, ValueError):
             return None
         if not isinstance(config, dict) or set(config) - PROMPT_NEUTRAL_KEYS:
@@ -219,4 +206,9 @@ def _chat_template(directory: Path, config: dict) -> str | None:
     if config.get("chat_template"):
         return config["chat_template"]
     file = directory / "chat_template.jinja"
-    return file.read_text() if file.is_file() else None
+    if not file.exists():
+        return None
+    try:
+        return read_text(file, CONFIG_BYTES, "chat template")
+    except (OSError, ValueError) as exc:  # a FIFO or device refused unopened, an oversized or non-UTF-8 file
+        raise BackendError(f"model.path: cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from exc

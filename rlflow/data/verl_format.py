@@ -2,7 +2,6 @@
 
 ``read_verl_rows`` reads a split file as verl's preprocessing scripts write it and checks every row;
 ``load_verl`` renders chat prompts through the tokenizer's chat template and fits them (``examples``).
-
 Design notes: docs/design/verl_format.md.
 """
 

@@ -1,12 +1,7 @@
 """The files Hydra composes for a verl config, read through rlflow's bounded reader.
 
-Hydra's own file source opens whatever a defaults list or a ``hydra.searchpath`` entry names and
-hands it to OmegaConf, which builds every alias expansion in memory (a ten-level alias bomb
-grows past 4 GB). While ``bounded_sources`` is active, Hydra's ``file://`` source is this
-subclass instead: each file is read by ``rlflow.io`` (regular files only, capped while read),
-its aliases are counted on the composed nodes first (``safe_yaml.check_aliases``), and only
-then does OmegaConf load the text. Every file read outside the folders the caller allows (the
-config's own folder, verl's shipped configs) is recorded, so the import can name it.
+While ``bounded_sources`` is active, Hydra's ``file://`` source reads through ``rlflow.io`` and counts aliases
+first. Design notes: docs/design/importers.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """Read a verl config as verl's trainer does: Hydra composes the file's ``defaults:`` and the overrides.
 
-``read_verl_config("ppo_trainer", ["algorithm.adv_estimator=grpo", ...])`` gives the resolved
-config verl would run with, and which keys the user set: the command-line overrides, and every
-value that differs from verl's own shipped ``ppo_trainer`` (so a config file that copies verl's
-and changes three values reports those three, not the thousand defaults around them).
-
-Design decisions:
-- Hydra's compose API and OmegaConf do the work (defaults lists, ``+key``/``~key``, quoted lists,
-  interpolations such as ``${oc.select:...}``), so a config reads exactly as verl reads it.
-- verl's config folder (located through the installed package, never imported: importing verl
-  costs seconds) is always on Hydra's search path, so a user file whose ``defaults:`` names
-  ``ppo_trainer`` composes from anywhere; the file's own ``hydra.searchpath`` entries are kept.
-- "Set" is decided on the unresolved configs, so a value that only follows an interpolation
-  (``rollout.prompt_length`` following ``data.max_prompt_length``) is not reported as set.
-- Every problem is a ``ConfigError`` naming the override or key: a malformed override, a key the
-  config does not have (with did-you-mean, and the ``+key=value`` that adds one), an interpolation
-  that does not resolve. Hydra's tracebacks never reach the user.
+``read_verl_config`` gives the resolved config and the keys the user set. Design notes: docs/design/importers.md.
 """
 
 from __future__ import annotations

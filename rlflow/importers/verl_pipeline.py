@@ -1,29 +1,7 @@
-"""Turn a composed verl GRPO config into an rlflow pipeline, and say what did not carry over.
+"""Turn a composed verl GRPO or PPO config into an rlflow pipeline, and say what did not carry over.
 
-``convert(VerlConfig)`` builds the pipeline of one GRPO step as verl's ``PPOTrainerSync`` runs
-it (generate, reward, old_log_prob, ref_log_prob when a KL term is on, advantage, update_actor,
-sync_weights; validation when verl would validate) on a ``local`` GPU pool sized by
-``trainer.n_gpus_per_node`` x ``trainer.nnodes`` and a ``cpu`` reward pool, and fills every knob
-through the table of ``rlflow.schemas.verl_names`` (the one the validator's errors use).
-
-Design decisions:
-- Every knob that has a counterpart is written out with verl's resolved value, defaults
-  included: verl's defaults differ from rlflow's (``rollout.n`` 1, ``ppo_mini_batch_size`` 256),
-  and the pipeline must run what verl would.
-- Several verl keys may feed one rlflow field (``optim.clip_grad`` and the older
-  ``actor.grad_clip``; a deprecated global batch size and its per-GPU successor): a key the user
-  set wins over one left at its default, and the table's order decides between equals.
-- A value rlflow cannot take (``adv_estimator: gae``, ``rollout.name: sglang``) is an error naming
-  the verl key; so is one that the pipeline schema or a stage's ``with:`` model refuses, traced
-  back to the verl key it came from. All of them are reported at once.
-- Keys the user set that have no counterpart are listed (key, value, why), never silently
-  dropped; so are conversions whose meaning shifts (a global batch size made per worker, a Hub
-  model id where rlflow needs a directory), and what verl does with a value that rlflow does the same
-  way but a user may not expect (a batch that is not a multiple of the mini-batch). A key is listed
-  once: one shown as converted is never also shown as not carried over. Untouched verl defaults
-  are not listed.
-- Without a custom reward function the reward is verl's own ``default_compute_score`` (it has
-  verl's reward signature), so rows score as verl would score them.
+``convert(VerlConfig)`` builds the pipeline of one step as verl's ``PPOTrainerSync`` runs it (with the critic's
+stages where verl trains one), every knob through ``rlflow.schemas.verl_names``. Design notes: docs/design/importers.md.
 """
 
 from __future__ import annotations
@@ -39,9 +17,9 @@ from pydantic import BaseModel, ValidationError
 from rlflow.errors import ConfigError, Diagnostic
 from rlflow.importers.pipeline_yaml import no_template, render_pipeline
 from rlflow.importers.verl_config import VerlConfig
-from rlflow.importers.verl_values import SKIP, Unsupported, convert_value, show
+from rlflow.importers.verl_values import SAME, SKIP, Unsupported, convert_value, show
 from rlflow.schemas.diagnostics import short_repr
-from rlflow.schemas.pipeline import NAME_PATTERN, Pipeline
+from rlflow.schemas.pipeline import NAME_PATTERN, CriticSpec, Pipeline
 from rlflow.schemas.schema_errors import clean_loc
 from rlflow.schemas.verl_names import BY_VERL, ROLLOUT, VERL_NAMES, VerlName, why_not
 from rlflow.stages import STAGE_KINDS
@@ -51,13 +29,31 @@ VERL_DEFAULT_REWARD = "verl.utils.reward_score:default_compute_score"
 ACTOR_POOL, REWARD_POOL, ROLLOUT_POOL = "actor_pool", "reward_pool", "rollout_pool"
 POOLS = {"local": ACTOR_POOL, "cpu": REWARD_POOL}  # pool type -> its name in the pipeline
 SINKS = {"console", "wandb", "tensorboard", "mlflow"}  # verl logger names rlflow.yaml logging.sinks takes
-# the step, in verl's order: (stage name, kind, resource)
+CRITIC_KINDS = ("compute_values", "update_critic")
+# rlflow's null for these critic places is the value of another place (as verl's defaults interpolate it)
+FOLLOWS = {
+    "critic.model.dtype": "model.dtype",
+    "critic.ppo_mini_batch_size": "trainer.ppo_mini_batch_size",
+    "critic.ppo_micro_batch_size_per_gpu": "trainer.ppo_micro_batch_size_per_gpu",
+    "critic.ppo_epochs": "trainer.ppo_epochs",
+    "critic.loss_agg_mode": "algorithm.loss_agg_mode",
+    "stages.compute_values.with.micro_batch_size": "critic.ppo_micro_batch_size_per_gpu",
+}
+# critic.model keys the critic takes from the policy's model: carried when they equal the actor's
+CRITIC_MODEL_AS_ACTOR = {
+    "critic.model.enable_gradient_checkpointing": "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "critic.model.use_remove_padding": "actor_rollout_ref.model.use_remove_padding",
+}
+# the step, in verl's order: (stage name, kind, resource); verl 0.9.1 puts the critic on the actor's pool
+# (its resource pool manager maps Role.Critic to global_pool, always)
 STEP = (
     ("generate", "generate", ACTOR_POOL),
     ("reward", "reward_function", REWARD_POOL),
     ("old_log_prob", "old_log_prob", ACTOR_POOL),
     ("ref_log_prob", "ref_log_prob", ACTOR_POOL),
+    ("values", "compute_values", ACTOR_POOL),
     ("advantage", "grpo_advantage", "driver"),
+    ("update_critic", "update_critic", ACTOR_POOL),
     ("update_actor", "update_actor", ACTOR_POOL),
     ("sync_weights", "sync_weights", ACTOR_POOL),
     ("validate", "validate", ACTOR_POOL),
@@ -109,10 +105,14 @@ class _Converter:
         self.fields: dict[str, Any] = {}  # dotted pipeline path -> value
         self.withs: dict[str, dict] = {}  # stage kind -> its `with:`
         self.pools: dict[str, dict] = {"local": {}, "cpu": {}}
+        self.uses_critic = verl_uses_critic(cfg)
 
     def run(self) -> Conversion:
+        self._critic_switch()
         for target, names in _targets().items():
-            self._fill(target, names)
+            if self.uses_critic or not _is_critic(names[0]):
+                self._fill(target, names)
+        self._critic_settings()
         self._mini_batches()
         self._multi_turn()
         stages = self._stages()
@@ -138,8 +138,9 @@ class _Converter:
                 return
             if value is SKIP:
                 continue
-            self._put(name, value)
             self.consumed.update(n.verl for n in names)
+            if value is not SAME and not (_is_critic(name) and _equal(value, self._effective(_place(name)))):
+                self._put(name, value)
             return
 
     def _put(self, name: VerlName, value: Any) -> None:
@@ -154,25 +155,90 @@ class _Converter:
             self.pools[owner][name.rlflow] = value
             self.out.origins[f"resources.{POOLS[owner]}.{name.rlflow}"] = name.verl
 
+    # ---- the critic ----------------------------------------------------------------------------
+    def _critic_switch(self) -> None:
+        """verl's ``need_critic``: ``critic.enable`` when set, else on for gae; gae without one is refused."""
+        estimator = self.cfg.get("algorithm.adv_estimator")
+        if not self.uses_critic:
+            self.consumed.add("critic.enable")  # false, or null with a critic-free estimator: rlflow's null too
+        if self.cfg.get("critic.enable") is False and estimator == "gae":
+            self._problem(
+                "critic.enable",
+                "adv_estimator gae needs a critic: its advantages are computed from the critic's values",
+                "remove critic.enable=False, or set a critic-free algorithm.adv_estimator (docs/algorithms.md)",
+            )
+        if self.uses_critic and self.cfg.get("trainer.v1.trainer_mode") == "separate_async":
+            self._problem(
+                "trainer.v1.trainer_mode",
+                "rlflow's separate_async does not train a critic yet: verl's reruns values, advantage and both "
+                "updates for each mini-batch (its parameter_sync_step cycles); rlflow's step computes the batch's "
+                "values once",
+                "set trainer.v1.trainer_mode=sync for PPO with a critic",
+            )
+
+    def _critic_settings(self) -> None:
+        """What rlflow's critic takes from the policy (its model's build, its tokenizer) is carried where the
+        user's value is the actor's, else listed; verl's token-budget micro-batches it inherits are noted."""
+        if not self.uses_critic:
+            return
+        for key, actor in CRITIC_MODEL_AS_ACTOR.items():
+            if key in self.cfg.set_keys and self.cfg.get(key) == self.cfg.get(actor):
+                self.consumed.add(key)
+        tokenizer = self.cfg.get("critic.model.tokenizer_path")
+        actor = self.cfg.get("actor_rollout_ref.model.tokenizer_path") or self.cfg.get("actor_rollout_ref.model.path")
+        if "critic.model.tokenizer_path" in self.cfg.set_keys and tokenizer in (None, actor):
+            self.consumed.add("critic.model.tokenizer_path")
+        if self.cfg.get("critic.use_dynamic_bsz") and "critic.use_dynamic_bsz" not in self.cfg.set_keys:
+            self.changed(
+                "critic.use_dynamic_bsz=True: verl's critic follows the actor's token-budget micro-batches; "
+                "rlflow's counts samples: critic.ppo_micro_batch_size_per_gpu, else trainer.ppo_micro_batch_size_per_gpu"
+            )
+
+    def _why_no_critic(self) -> str:
+        if self.cfg.get("critic.enable") is False:
+            return "critic.enable is false"
+        return f"algorithm.adv_estimator is {self.cfg.get('algorithm.adv_estimator')}, critic.enable unset"
+
+    def _effective(self, path: str) -> Any:
+        """What the pipeline holds at ``path`` so far: the converted value, else what rlflow's null or
+        default there gives."""
+        if path.startswith("stages."):
+            _, kind, _, key = path.split(".", 3)
+            if key in self.withs.get(kind, {}):
+                return self.withs[kind][key]
+        elif path in self.fields:
+            return self.fields[path]
+        if path in FOLLOWS:
+            return self._effective(FOLLOWS[path])
+        node: Any = CriticSpec() if path.startswith("critic.") else None
+        for part in path.split(".")[1:] if node is not None else ():
+            node = getattr(node, part)
+        return node
+
     def _mini_batches(self) -> None:
         """verl 0.9.1 pads a batch that is not a multiple of the mini-batch (its last mini-batch is
-        shorter, as rlflow runs it) and refuses a mini-batch larger than the batch."""
-        batch, mini = self.fields.get("trainer.train_batch_size"), self.fields.get("trainer.ppo_mini_batch_size")
-        if not isinstance(batch, int) or not isinstance(mini, int) or batch <= 0 or mini <= 0:
-            return  # a bad value is refused by the schema, naming its key
-        key = self.out.origins["trainer.ppo_mini_batch_size"]
-        if batch < mini:
-            self._problem(
-                key,
-                f"a mini-batch larger than data.train_batch_size {batch} (verl refuses it too)",
-                f"set {key} to at most {batch}",
-            )
-        elif batch % mini:
-            full, rest = divmod(batch, mini)
-            self.out.notes.append(
-                f"{key}={mini}: data.train_batch_size {batch} is not a multiple, so each update takes {full} "
-                f"mini-batches of {mini} prompts and a last one of {rest} (verl pads it with no-op samples)"
-            )
+        shorter, as rlflow runs it) and refuses a mini-batch larger than the batch (the critic's too)."""
+        batch = self.fields.get("trainer.train_batch_size")
+        for path, update in (
+            ("trainer.ppo_mini_batch_size", "update"),
+            ("critic.ppo_mini_batch_size", "critic update"),
+        ):
+            mini = self.fields.get(path)
+            if not isinstance(batch, int) or not isinstance(mini, int) or batch <= 0 or mini <= 0:
+                continue  # unset, or a bad value the schema refuses, naming its key
+            key = self.out.origins[path]
+            if batch < mini:
+                self._problem(
+                    key,
+                    f"a mini-batch larger than data.train_batch_size {batch} (verl refuses it too)",
+                    f"set {key} to at most {batch}",
+                )
+            elif batch % mini:
+                full, rest = divmod(batch, mini)
+                self.out.notes.append(
+                    f"{key}={mini}: data.train_batch_size {batch} is not a multiple, so each {update} takes {full} "
+                    f"mini-batches of {mini} prompts and a last one of {rest} (verl pads it with no-op samples)"
+                )
 
     def _multi_turn(self) -> None:
         """verl's ``rollout.multi_turn`` block, when enabled, as the generate stage's ``with.multi_turn`` (the
@@ -225,6 +291,8 @@ class _Converter:
         for name, kind, resource in STEP:
             if separate and kind == "generate":  # verl's separate_async: the rollout on GPUs of its own
                 resource = ROLLOUT_POOL
+            if kind in CRITIC_KINDS and not self.uses_critic:
+                continue  # the critic's keys the user set are listed, with why (_list_dropped)
             if (kind == "ref_log_prob" and not uses_kl) or (kind == "validate" and not validates):
                 unused = {n.verl for n in VERL_NAMES if n.owner == kind}  # listed once: as not carried over
                 self.consumed.difference_update(unused)
@@ -325,7 +393,9 @@ class _Converter:
             if key in self.consumed:
                 continue
             name = BY_VERL.get(key)
-            if name is not None and name.place in ("project", "command"):
+            if key.startswith("critic.") and not self.uses_critic:
+                why = f"no critic is trained ({self._why_no_critic()}), so verl ignores it too"
+            elif name is not None and name.place in ("project", "command"):
                 why = _elsewhere(name, value)
             elif name is not None:
                 why = f"{name.hint()}, which this pipeline does not use"
@@ -365,6 +435,26 @@ class _Converter:
             if path == rlflow_path or path.startswith(rlflow_path + "."):
                 return verl_key
         return None
+
+
+def verl_uses_critic(cfg: VerlConfig) -> bool:
+    """verl's ``need_critic``: ``critic.enable`` when set, else whether the estimator is gae."""
+    enable = cfg.get("critic.enable")
+    return bool(enable) if enable is not None else cfg.get("algorithm.adv_estimator") == "gae"
+
+
+def _is_critic(name: VerlName) -> bool:
+    return name.rlflow.startswith("critic.") if name.place == "field" else name.owner in CRITIC_KINDS
+
+
+def _place(name: VerlName) -> str:
+    """The pipeline path a field or stage knob lands on (stages by kind)."""
+    return name.rlflow if name.place == "field" else f"stages.{name.owner}.with.{name.rlflow}"
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Equal as YAML would write them (a tuple default and a list value alike)."""
+    return (list(a) if isinstance(a, tuple) else a) == (list(b) if isinstance(b, tuple) else b)
 
 
 def _targets() -> dict[tuple, list[VerlName]]:

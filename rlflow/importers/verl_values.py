@@ -1,10 +1,6 @@
 """verl values as rlflow values: one converter per verl key whose value needs more than copying.
 
-A converter takes the verl value and a ``Context`` (the composed config, and where to note a
-change of meaning or a dropped value) and returns the rlflow value, ``SKIP`` (this key gives no
-value, so the next verl key of the same rlflow field is tried: a ``null`` per-GPU size falls back
-to the deprecated global one), or raises ``Unsupported`` with what is wrong and how to fix it.
-Keys without a converter are copied, ``null`` meaning "no value".
+Design notes: docs/design/importers.md.
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ from rlflow.importers.verl_config import VerlConfig
 from rlflow.schemas.algorithms import NEEDS
 
 SKIP = object()  # "this key gives no value": the next key of the same rlflow field is tried
+SAME = object()  # "rlflow's default gives this value already": the key is converted, nothing is written
 
 
 class Unsupported(Exception):
@@ -95,14 +92,48 @@ def _all_samples(value: Any, conv: Context) -> Any:
     return SKIP if value is None or value < 0 else value
 
 
-def _model_path(value: Any, conv: Context) -> Any:
-    text = str(value)
+def _hub_id(key: str, field: str, text: str, conv: Context) -> None:
+    """Say so when ``text`` is a Hugging Face Hub id: rlflow loads local directories only."""
     if re.fullmatch(r"[\w.-]+/[\w.-]+", text) and not Path(text).exists():
         conv.changed(
-            f"actor_rollout_ref.model.path={text}: a Hugging Face Hub id; rlflow loads a local directory: "
-            f"download it (huggingface-cli download {text} --local-dir DIR) and set model.path to DIR"
+            f"{key}={text}: a Hugging Face Hub id; rlflow loads a local directory: "
+            f"download it (huggingface-cli download {text} --local-dir DIR) and set {field} to DIR"
+        )
+
+
+def _model_path(value: Any, conv: Context) -> Any:
+    text = str(value)
+    _hub_id("actor_rollout_ref.model.path", "model.path", text, conv)
+    return text
+
+
+def _critic_model_path(value: Any, conv: Context) -> Any:
+    """The critic's model when it is not the policy's (rlflow's null); verl's own default, left unset, is not
+    carried: the critic starts from the policy, as verl's examples set it."""
+    key, actor = "critic.model.path", conv.cfg.get("actor_rollout_ref.model.path")
+    if str(value) == str(actor):
+        return SAME
+    if not conv.cfg.is_set(key):
+        conv.changed(
+            f"{key}={value}: verl's default, not set; the critic starts from model.path (the policy's) "
+            "with a fresh value head"
+        )
+        return SAME
+    text = str(value)
+    _hub_id(key, key, text, conv)
+    if not conv.cfg.get("critic.model.tokenizer_path"):
+        conv.changed(
+            f"{key}={text}: the critic reads the policy's tokenizer (verl: its own), so its model needs the "
+            "policy's vocabulary"
         )
     return text
+
+
+def _critic_enable(value: Any, conv: Context) -> Any:
+    """``true`` is written only where verl's rule (on for gae) would not turn the critic on."""
+    if value is None:
+        return SKIP
+    return SAME if bool(value) == (conv.cfg.get("algorithm.adv_estimator") == "gae") else bool(value)
 
 
 def _lookup(table: dict[str, str], what: str, fix: str) -> Converter:
@@ -129,21 +160,26 @@ def _global_size(key: str, per_worker: str) -> Converter:
     return convert
 
 
-def _warmup_steps(value: Any, conv: Context) -> Any:
-    if value is not None and value >= 0:
-        return value
-    ratio = conv.cfg.get("actor_rollout_ref.actor.optim.lr_warmup_steps_ratio") or 0
-    if not ratio:
-        return 0
-    total = conv.cfg.get("trainer.total_training_steps")
-    if total:
-        steps = int(ratio * total)
-        conv.changed(f"actor_rollout_ref.actor.optim.lr_warmup_steps_ratio={ratio}: lr_warmup_steps {steps}")
-        return steps
-    raise Unsupported(
-        "rlflow's warm-up is a number of steps and verl's ratio needs trainer.total_training_steps",
-        "set actor_rollout_ref.actor.optim.lr_warmup_steps, or trainer.total_training_steps",
-    )
+def _warmup_steps(optim: str) -> Converter:
+    """``optim.lr_warmup_steps``; -1 defers to ``optim.lr_warmup_steps_ratio`` of the training steps."""
+
+    def convert(value: Any, conv: Context) -> Any:
+        if value is not None and value >= 0:
+            return value
+        ratio = conv.cfg.get(f"{optim}.lr_warmup_steps_ratio") or 0
+        if not ratio:
+            return 0
+        total = conv.cfg.get("trainer.total_training_steps")
+        if total:
+            steps = int(ratio * total)
+            conv.changed(f"{optim}.lr_warmup_steps_ratio={ratio}: lr_warmup_steps {steps}")
+            return steps
+        raise Unsupported(
+            "rlflow's warm-up is a number of steps and verl's ratio needs trainer.total_training_steps",
+            f"set {optim}.lr_warmup_steps, or trainer.total_training_steps",
+        )
+
+    return convert
 
 
 def _rollout(value: Any, conv: Context) -> Any:
@@ -172,8 +208,7 @@ def _needs(key: str) -> Converter:
     def convert(value: Any, conv: Context) -> Any:
         if value in NEEDS:
             message, fix = NEEDS[value]
-            default = " (gae is verl's default: set the estimator)" if value == "gae" else ""
-            raise Unsupported(f"{message}{default}", f"{fix}: {key}=...")
+            raise Unsupported(message, f"{fix}: {key}=...")
         return value
 
     return convert
@@ -219,6 +254,29 @@ def _warmup_batches(value: Any, conv: Context) -> Any:
     return int(float(value))
 
 
+DTYPES = {
+    "fp32": "float32",
+    "float32": "float32",
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+}
+OPTIMIZERS = {"adamw": "adamw", "adam": "adam", "sgd": "sgd"}
+SCHEDULERS = {"constant": "constant", "cosine": "cosine"}
+
+
+def _optim(optim: str) -> dict[str, Converter]:
+    """The converters of one optimizer section (the actor's, the critic's)."""
+    scheduler = _lookup(SCHEDULERS, "lr scheduler", f"set {optim}.lr_scheduler_type to constant or cosine")
+    return {
+        f"{optim}.optimizer": _lookup(OPTIMIZERS, "optimizer", f"set {optim}.optimizer to AdamW, Adam or SGD"),
+        f"{optim}.lr_warmup_steps": _warmup_steps(optim),
+        f"{optim}.lr_scheduler_type": scheduler,
+        f"{optim}.warmup_style": scheduler,
+    }
+
+
 CONVERTERS: dict[str, Converter] = {
     "data.train_files": _one_file("data.train_files"),
     "data.val_files": _one_file("data.val_files"),
@@ -227,38 +285,24 @@ CONVERTERS: dict[str, Converter] = {
     "data.train_max_samples": _all_samples,
     "data.val_max_samples": _all_samples,
     "actor_rollout_ref.model.path": _model_path,
-    "actor_rollout_ref.actor.fsdp_config.model_dtype": _lookup(
-        {
-            "fp32": "float32",
-            "float32": "float32",
-            "bf16": "bfloat16",
-            "bfloat16": "bfloat16",
-            "fp16": "float16",
-            "float16": "float16",
-        },
-        "model dtype",
-        "set actor_rollout_ref.actor.fsdp_config.model_dtype to fp32, bf16 or fp16",
-    ),
+    **{
+        key: _lookup(DTYPES, "model dtype", f"set {key} to fp32, bf16 or fp16")
+        for key in ("actor_rollout_ref.actor.fsdp_config.model_dtype", "critic.fsdp.model_dtype")
+    },
     **{
         key: _global_size(key, per_worker)
         for key, per_worker in (
             ("actor_rollout_ref.actor.ppo_micro_batch_size", "trainer.ppo_micro_batch_size_per_gpu"),
             ("actor_rollout_ref.rollout.log_prob_micro_batch_size", "trainer.log_prob_micro_batch_size_per_gpu"),
             ("actor_rollout_ref.ref.log_prob_micro_batch_size", "the ref_log_prob stage's micro_batch_size"),
+            ("critic.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu"),
+            ("critic.forward_micro_batch_size", "the compute_values stage's micro_batch_size"),
         )
     },
-    "actor_rollout_ref.actor.optim.optimizer": _lookup(
-        {"adamw": "adamw", "adam": "adam", "sgd": "sgd"},
-        "optimizer",
-        "set actor_rollout_ref.actor.optim.optimizer to AdamW, Adam or SGD",
-    ),
-    "actor_rollout_ref.actor.optim.lr_warmup_steps": _warmup_steps,
-    "actor_rollout_ref.actor.optim.lr_scheduler_type": _lookup(
-        {"constant": "constant", "cosine": "cosine"}, "lr scheduler", "set lr_scheduler_type to constant or cosine"
-    ),
-    "actor_rollout_ref.actor.optim.warmup_style": _lookup(
-        {"constant": "constant", "cosine": "cosine"}, "lr scheduler", "set lr_scheduler_type to constant or cosine"
-    ),
+    **_optim("actor_rollout_ref.actor.optim"),
+    **_optim("critic.optim"),
+    "critic.model.path": _critic_model_path,
+    "critic.enable": _critic_enable,
     "actor_rollout_ref.actor.clip_ratio_low": _nullable,
     "actor_rollout_ref.actor.clip_ratio_high": _nullable,
     "actor_rollout_ref.actor.strategy": _strategy,

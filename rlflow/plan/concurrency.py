@@ -1,24 +1,7 @@
 """What may run at once: the step's concurrent groups and, in an async mode, the overlap of two steps.
 
-Both are derived from the compiled step (its order, the fields each stage reads and writes, the
-resources), as small rules over one dependency relation:
-
-- within a step, stage B depends on stage A when B reads a field A wrote earlier in the step
-  (state fields included: the weight sync reads the weights the update wrote), and a stage that
-  changes the batch's rows (generate, a filter, the balancer) separates what comes before it
-  from what comes after. ``step_groups`` are the levels of that relation
-  (``graphlib.TopologicalSorter``): the stages of one group read nothing from each other;
-- across steps, stage B of step t+1 depends on stage A of step t through a loop edge (state
-  written late in step t, read early in step t+1), and the stages that run the actor's engine
-  read the weights the update of step t wrote. In ``separate_async`` the weight edge into the
-  rollout is relaxed: the rollout may sample with weights up to ``max_off_policy_threshold``
-  versions behind, so it no longer waits for the sync (the staleness edge);
-- a resource runs its stages one at a time (one actor per worker), so two stages on the same
-  resource never run at once, whatever their data, and a resource runs the steps in order: its
-  stages of step t+1 follow its stages of step t, except the rollout where its weight edge is
-  relaxed (it is sent ahead, and queues before the rest of step t there, such as validation).
-
-``sync`` (verl's ``PPOTrainerSync``) runs one step after the other: no overlap across steps.
+Both are derived from the compiled step, as small rules over one dependency relation.
+Design notes: docs/design/plan.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Order a step's stages from the fields they read and write, and find what cannot be ordered.
 
-The order is computed, never listed: a stage runs after the producers of every field it reads
-(``graphlib.TopologicalSorter`` says which stages are ready), and among the stages ready at one
-moment verl's order decides (``VERL_ORDER`` by each kind's timer, through a heap). A stage whose
-kind has no verl timer takes the key of the last of its producers plus one, so it runs right
-after them (a filter reading ``scores`` lands right after the reward).
-
-State fields (``actor_weights``, ``rollout_weights``) are loop-carried: they do not order
-stages within a step (generate reads the weights the previous step synced), but a producer
-later in the step than its consumer yields a ``loop`` edge. Source fields come from the data
-loader and need no producer.
-
-Problems are (path, message) pairs naming the stages and fields at fault: a field nobody
-produces, a field with two producers, a cycle.
+A stage runs after the producers of every field it reads; verl's order decides among stages ready together.
+Design notes: docs/design/plan.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Draw DOT source to SVG or PNG with Graphviz's ``dot`` binary.
 
-The binary rather than a Python binding: ``dot`` is one system package away on every
-platform, needs no compiler, and a subprocess with a timeout cannot hang or crash the CLI.
-When it is missing the caller gets ``GraphvizMissing`` with the install command, and can
-still hand the user the .dot file.
+Without it, ``GraphvizMissing`` carries the install command. Design notes: docs/design/plan_render.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """The Plan: what one pipeline runs, in which order, where, and which data flows between stages.
 
-A Plan is the contract between the compiler (rlflow.plan.compile) and everything that consumes
-it: the runtime (binds ``resources`` to Ray placement groups and runs ``init`` once, then
-``step`` every training step) and the renderers (text, Mermaid, DOT, JSON).
-
-Design decisions:
-- Frozen dataclasses with tuples and read-only dicts (``FrozenDict``): a plan cannot drift
-  once compiled, and it is pure data (no torch, no ray), so ``rlflow graph`` stays as light
-  as ``validate``. Plans pickle, so they can travel to Ray actors.
-- Stage names are the pipeline's names. The same stage may appear in both phases (the weight
-  sync runs once at init and every step); ``cadence`` tells the runtime when each entry runs.
-- Each entry carries its kind's ``role``; the runtime finds stages by role, never by kind name.
-  The resume entry (``RESUME``, role ``resume``) is not a stage kind but the runtime's own
-  phase, listed in the plan so that the init phase reads as verl's does (load, sync, validate).
-- Data-loader fields come from a pseudo-stage named ``DATA_SOURCE`` in ``edges``.
-- What may run at once (``groups`` within a step, ``overlap`` across two steps in an async
-  trainer mode) is derived by rlflow.plan.concurrency; ``staleness`` holds the bound the
-  relaxed weight edge (sync_weights back to the next generate) runs under.
-- ``refill`` names the step's first stages (rollout through the last reward) when DAPO's
-  dynamic sampling is on: the runtime repeats them on new prompts until the batch is full
-  (``rlflow.runtime.dynamic_sampling``), and the renderers draw that loop.
-- A local pool with ``device: auto`` stays ``auto`` here; the runtime resolves the device and
-  calls ``Placement.with_device`` to get the bundles it will reserve. Placement choices
-  (bundles, PACK / SPREAD) are explained in rlflow.plan.placement.
+The contract between the compiler and what consumes it (the runtime, the renderers): frozen, pure data.
+Design notes: docs/design/plan.md.
 """
 
 from __future__ import annotations
@@ -31,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from rlflow.schemas.model_roles import checkpointed, models_of
 from rlflow.stages.base import Cadence
 
 EntryCadence = Literal[Cadence, "init", "resume"]
@@ -211,6 +191,17 @@ class Plan:
     def engine_roles(self, resource: str) -> frozenset[str]:
         """The engine roles the workers of ``resource`` need: the union over the stages bound to it."""
         return frozenset().union(*(s.engine_roles for s in (*self.init, *self.step) if s.resource == resource))
+
+    def models(self, resource: str) -> tuple[str, ...]:
+        """The declared models the workers of ``resource`` load (``model``, ``critic``): several when colocated."""
+        return models_of(self.engine_roles(resource))
+
+    def on_every_checkpointed_pool(self, stage: PlanStage) -> tuple[PlanStage, ...]:
+        """``stage`` (a checkpoint save or the resume), then the same on every other pool holding a model whose
+        state a checkpoint keeps (a critic on a pool of its own): each writes or reads its own part."""
+        others = [r for r in self.resources if r != stage.resource and checkpointed(self.engine_roles(r))]
+        return (stage, *(replace(stage, resource=r, resource_type=self.resources[r].type, engine_roles=frozenset())
+                         for r in others))  # fmt: skip
 
     def loop_edges(self) -> tuple[Edge, ...]:
         return tuple(e for e in self.edges if e.loop)

@@ -1,19 +1,6 @@
 """Resource specs -> Placements: the bundles and strategy the runtime asks Ray for.
 
-Choices:
-- A local pool gets one bundle per worker (``gpus_per_node * nnodes`` workers), each
-  ``{CPU: cpus_per_worker}`` plus ``GPU: 1`` on a GPU device, under ``PACK`` on one node
-  (colocated workers talk over NVLink / shared memory). Over several nodes it gets one
-  node-sized bundle per node under ``STRICT_SPREAD``, each holding that node's workers:
-  STRICT_SPREAD is what guarantees one group per node, and node-sized bundles let it hold
-  ``gpus_per_node > 1`` workers per node. ``bundle_of`` maps each worker to its bundle.
-- ``device: auto`` stays ``auto`` (CPU-only bundles); the runtime resolves it with
-  ``Placement.with_device`` once it knows what the cluster has.
-- A cpu pool is ``workers`` CPU actors; a remote resource is ``forwarders`` CPU-only
-  forwarder actors (zero GPUs: the remote backend owns its own); the driver is the driver
-  process and reserves nothing.
-- A pool pinned to nodes (``resources:``, ``label_selector:``) carries its custom resources in
-  every bundle (times the workers the bundle holds); its selector applies to every bundle.
+Design notes: docs/design/plan.md.
 """
 
 from __future__ import annotations
@@ -25,12 +12,15 @@ from rlflow.schemas.pipeline import DRIVER, CpuPool, LocalPool, Pipeline, Remote
 
 
 def build_placements(spec: Pipeline, entries: Iterable[PlanStage]) -> Mapping[str, Placement]:
-    """One Placement per declared resource (in declaration order), plus the driver when a stage uses it."""
+    """One Placement per declared resource a stage runs on (in declaration order; one no stage uses is not
+    started), plus the driver when a stage uses it."""
     colocated: dict[str, dict[str, None]] = {}  # resource -> stage names, ordered, once each
     for entry in entries:
         colocated.setdefault(entry.resource, {})[entry.name] = None
     placements = {
-        name: _placement(name, resource, tuple(colocated.get(name, ()))) for name, resource in spec.resources.items()
+        name: _placement(name, resource, tuple(colocated[name]))
+        for name, resource in spec.resources.items()
+        if name in colocated
     }
     if DRIVER in colocated:
         placements[DRIVER] = Placement(

@@ -1,26 +1,12 @@
 """A Plan as Graphviz DOT: what ``rlflow graph --render`` draws.
 
-Layout choices:
-- one cluster (a box) per resource around its stages, labelled with what it reserves; the
-  driver is a cluster of its own;
-- a remote resource holds its forwarder node, and the backend it relays to is drawn outside
-  every cluster (it owns its own GPUs, outside rlflow's pools), forwarder -> backend;
-- data edges are labelled with their fields; the loop edge (sync_weights back to the next
-  step's generate) is dashed and does not constrain the layout (``constraint=false``), so the
-  step still reads left to right;
-- the init phase is a dashed cluster of its own, chained and leading to the first stage;
-- in an async trainer mode the rollout's and the trainer's clusters are labelled as lanes, and
-  the weight edge is the staleness edge: bold, orange, labelled with its bound.
-- DAPO's refill loop (``Plan.refill``) is a dashed edge from its last stage back to its first,
-  labelled, and, like the loop edge, does not constrain the layout.
-Every id and label is quoted and escaped, since stage and resource names may hold dots or
-dashes.
+Design notes: docs/design/plan_render.md.
 """
 
 from __future__ import annotations
 
 from rlflow.plan.model import DATA_SOURCE, Placement, Plan, PlanStage
-from rlflow.plan.render_text import lane_name, placement_summary, staleness_text
+from rlflow.plan.render_text import checkpoint_text, lane_name, models_text, placement_summary, staleness_text
 
 STAGE_STYLE = 'shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica"'
 CLUSTER_FILL = {"local": "#e8f0fe", "cpu": "#e6f4ea", "remote": "#fef7e0", "driver": "#f1f3f4"}
@@ -39,9 +25,10 @@ def _stage_label(number: str, stage: PlanStage) -> str:
 
 def _cluster(plan: Plan, name: str, placement: Placement, numbers: dict[str, int]) -> list[str]:
     lane = f"{lane}: " if (lane := lane_name(plan, name)) else ""
+    label = [lane + name, placement_summary(placement), models_text(plan, name), checkpoint_text(plan, name)]
     lines = [
         f"  subgraph {quote('cluster_' + name)} {{",
-        f"    label={quote(lane + name + chr(10) + placement_summary(placement))};",
+        f"    label={quote(chr(10).join(filter(None, label)))};",
         f'    style="rounded,filled"; fillcolor="{CLUSTER_FILL[placement.type]}";',
     ]
     if placement.type == "remote":

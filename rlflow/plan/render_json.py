@@ -1,14 +1,7 @@
 """A Plan as JSON, for scripts and dashboards.
 
-Shape: ``{"pipeline", "init": [...], "stages": [...], "resources": {...}, "edges": [...]}``, with
-``refill`` (DAPO's dynamic-sampling loop: the stages repeated until the batch is full) when there is one.
-``stages`` is an ordered list (the step order), each entry carrying at least ``name``, ``kind``,
-``resource``, ``reads``, ``writes``, ``cadence`` and ``verl_timer``; the rest of each PlanStage
-and Placement rides along so that nothing the plan knows is lost. Keys keep the dataclass
-field names, so the JSON and the Python API read alike. An async plan adds ``trainer_mode``,
-``lanes``, ``groups`` (what may run at once within a step), ``overlap`` (stage of step t+1 ->
-the stages of step t it may run beside) and ``staleness`` (the bound); a sync plan's JSON is
-as it always was.
+Keys keep the dataclass field names, so the JSON and the Python API read alike.
+Design notes: docs/design/plan_render.md.
 """
 
 from __future__ import annotations
@@ -19,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlflow.plan.model import Plan
+from rlflow.plan.render_text import pool_models
 
 
 def _plain(value: Any) -> Any:
@@ -39,7 +33,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "pipeline": plan.pipeline_name,
         "init": _plain(plan.init),
         "stages": _plain(plan.step),
-        "resources": _plain(plan.resources),
+        "resources": {
+            name: {**_plain(p), "models": list(pool_models(plan, name))} for name, p in plan.resources.items()
+        },
         "edges": _plain(plan.edges),
     }
     if plan.refill:

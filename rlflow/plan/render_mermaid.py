@@ -1,12 +1,6 @@
 """A Plan as a Mermaid flowchart (pastes into Markdown on GitHub, GitLab and most wikis).
 
-One subgraph per resource around its stages, the data loader as a database node, data edges
-labelled with their fields, the loop edge (sync_weights back to the next generate) and DAPO's
-refill loop (its last stage back to its first) dashed, and the init phase as a chain of its own.
-In an async trainer mode the rollout's and the trainer's resources are named as lanes and the
-weight edge is the staleness edge, labelled with its bound. Node ids are prefixed and sanitised (``s_``,
-``i_``, ``r_``) because stage names may contain dots and dashes and may collide with Mermaid
-keywords such as ``end``; labels are quoted.
+Design notes: docs/design/plan_render.md.
 """
 
 from __future__ import annotations
@@ -14,7 +8,7 @@ from __future__ import annotations
 import re
 
 from rlflow.plan.model import DATA_SOURCE, Plan
-from rlflow.plan.render_text import lane_name, placement_summary, staleness_text
+from rlflow.plan.render_text import lane_name, models_text, placement_summary, staleness_text
 
 
 def _id(prefix: str, name: str) -> str:
@@ -39,7 +33,8 @@ def render_mermaid(plan: Plan) -> str:
     numbers = {s.name: n for n, s in enumerate(plan.step, 1)}
     for name, placement in plan.resources.items():
         lane = f"{lane}: " if (lane := lane_name(plan, name)) else ""
-        lines.append(f"  subgraph {_id('r_', name)}[{_label(f'{lane}{name}: {placement_summary(placement)}')}]")
+        title = "<br/>".join(filter(None, [f"{lane}{name}: {placement_summary(placement)}", models_text(plan, name)]))
+        lines.append(f"  subgraph {_id('r_', name)}[{_label(title)}]")
         lines += [f"    {_stage_node('s_', str(numbers[s.name]), s)}" for s in plan.step if s.resource == name]
         lines.append("  end")
     init_ids = [_id("i_", s.name) for s in plan.init]

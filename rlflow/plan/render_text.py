@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rlflow.plan.model import Placement, Plan, PlanStage
+from rlflow.schemas.model_roles import MODEL_ROLES, checkpointed
 
 CADENCE_TEXT = {
     "every_step": "every step",
@@ -51,6 +52,32 @@ def placement_summary(p: Placement) -> str:
             f"{p.type}{device}, {_plural(p.workers, 'worker')} on {p.nnodes} nodes x node bundle {bundle}, {p.strategy}"
         )
     return f"{p.type}{device}, {_plural(p.workers, 'worker')} x {bundle}, {p.strategy}"
+
+
+def pool_models(plan: Plan, resource: str) -> tuple[str, ...]:
+    """The declared models the workers of a local pool load (``model``, ``critic``); none for other resources
+    (a remote backend loads its own)."""
+    return plan.models(resource) if plan.resources[resource].type == "local" else ()
+
+
+def models_text(plan: Plan, resource: str) -> str:
+    """``models: model, critic`` for a local pool; empty otherwise."""
+    models = pool_models(plan, resource)
+    return f"models: {', '.join(models)}" if models else ""
+
+
+def checkpoint_text(plan: Plan, resource: str) -> str:
+    """What a pool holding a checkpointed model but not the checkpoint stage adds to each checkpoint (a critic on
+    a pool of its own writes and reads the checkpoint's ``critic/``); empty otherwise."""
+    here = []
+    for stage in (*plan.step, *plan.init):
+        others = plan.on_every_checkpointed_pool(stage)[1:] if stage.role in ("checkpoint", "resume") else ()
+        if any(e.resource == resource for e in others) and stage.name not in here:
+            here.append(stage.name)
+    if not here:
+        return ""
+    parts = sorted(f"{MODEL_ROLES[r].checkpoint_part}/" for r in checkpointed(plan.engine_roles(resource)))
+    return f"checkpoint: {' and '.join(here)} run here too, for the checkpoint's {', '.join(parts)}"
 
 
 def _flow(stage: PlanStage) -> str:
@@ -134,9 +161,11 @@ def render_text(plan: Plan) -> str:
     width = max((len(name) for name in plan.resources), default=0)
     for name, placement in plan.resources.items():
         lines.append(f"  {name.ljust(width)}  {placement_summary(placement)}")
+        indent = f"  {' ' * width}    "
+        lines += [indent + text for text in (models_text(plan, name), checkpoint_text(plan, name)) if text]
         if placement.stages:
             shared = "colocated: " if len(placement.stages) > 1 and placement.type != "driver" else ""
-            lines.append(f"  {' ' * width}    {shared}{', '.join(placement.stages)}")
+            lines.append(f"{indent}{shared}{', '.join(placement.stages)}")
         else:
-            lines.append(f"  {' ' * width}    (no stages)")
+            lines.append(f"{indent}(no stages)")
     return "\n".join(lines) + "\n"

@@ -1,14 +1,6 @@
 """Where a run spent its time: a Gantt chart and a per-stage summary from RUN_DIR/trace.jsonl.
 
-``trace.jsonl`` holds one JSON object per stage execution on one worker: ``step``, ``stage``,
-``resource``, ``pid``, ``start``, ``end`` (wall-clock seconds). Step 0 is the init phase
-(the first weight sync, validation before training). ``startup.jsonl`` (``phase``, ``start``,
-``end``) holds what came before it: loading data, starting Ray, starting the pools.
-
-Both are read a line at a time (``rlflow.io.read_json_lines``) and at most ``MAX_SPANS`` spans are held
-(``--steps`` chooses which, as they are read). The chart is drawn by ``rlflow.plan.timeline_chart``,
-in bounded memory too.
-
+Read a line at a time, at most ``MAX_SPANS`` spans held; the chart is ``rlflow.plan.timeline_chart``'s.
 Design notes: docs/design/timeline.md.
 """
 

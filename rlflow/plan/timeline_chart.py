@@ -1,9 +1,6 @@
 """The timeline as a Gantt chart (SVG or PNG): a start-up lane, one lane per worker, bars coloured by stage.
 
-Bounded whatever the run: bars are drawn as one collection per lane, colour and hatch; past
-``MAX_BARS`` spans each lane's spans that would share a few pixels are merged (``coalesce``),
-keeping each stage's time; past ``MAX_LANES`` workers, one lane per resource. The picture is drawn
-in memory and written whole (``rlflow.io.write_output``). Design notes: docs/design/timeline.md.
+Bounded whatever the run, drawn in memory and written whole. Design notes: docs/design/timeline.md.
 """
 
 from __future__ import annotations

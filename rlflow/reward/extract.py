@@ -1,15 +1,8 @@
 """Find the SQL in a model's response.
 
-Modes (``text2sql_reward``'s ``extract``):
-- ``fenced``: the last complete fenced block tagged ``sql`` or ``sqlite`` (or untagged); fences pair
-  up in order, so a ```python block before the answer is skipped, not misread;
-- ``answer_tag``: the last ``<answer>...</answer>``; a fenced block inside it wins over its bare text;
-- ``bare``: the whole response, when it opens with a query keyword (SELECT, WITH, VALUES);
-- ``auto``: the first of fenced, answer_tag, bare that finds something.
-
-The last match is taken because models often quote or draft before their final answer. Bare text
-must look like a query, otherwise every response would count as "an answer was given". A
-missing answer is ``None``; the caller scores it 0.
+Modes (``text2sql_reward``'s ``extract``): ``fenced`` (the last SQL fenced block), ``answer_tag`` (the last
+``<answer>...</answer>``), ``bare`` (a response that opens with a query keyword) and ``auto`` (the first that
+finds something). A missing answer is ``None``. Design notes: docs/design/reward.md.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from rlflow.reward.function_child import MAX_EXTRAS
-from rlflow.reward.function_runner import Outcome, RewardFunctionError
+from rlflow.reward.function_calls import RewardFunctionError
+from rlflow.sandbox.protocol import MAX_EXTRAS, Outcome
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,7 @@
 """Reward function references: parse ``module:callable`` or ``path/to/file.py:callable``, load and check them.
 
-A reward function has verl's custom-reward signature and is called by keyword:
-``fn(data_source=..., solution_str=..., ground_truth=..., extra_info=...) -> float | dict``.
-
-Design decisions:
-- A reference names a module (``package.module:callable``, imported from ``sys.path`` like a
-  plugin) or a file (``rewards/my_reward.py:callable``, verl's ``custom_reward_function.path``
-  habit); a file path is relative to the project root. The part after the last ``:`` is the
-  attribute, possibly dotted (``module:Class.method``).
-- A file is loaded under a module name derived from its resolved path and kept in
-  ``sys.modules``, so loading it twice in one process runs it once (as ``import`` does).
-- ``load_function`` raises ``FunctionLoadError`` with what is wrong and how to fix it; the
-  validator (``check`` of the stage kind) and the runner's child process use the same loader,
-  so what validates is what runs.
+The validator and the runner's child process share ``load_function``, so what validates is what runs.
+Design notes: docs/design/reward.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """A math reward with verl's custom-reward signature: the final answer of a response against the ground truth.
 
-``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` returns
-``{"score", "acc", "format_ok"}``: ``score`` and ``acc`` are 1.0 when the answer matches,
-``format_ok`` is 1.0 when an answer was found at all. Use it as
-``uses: reward_function, with: {function: "rlflow.reward.math_answer:compute_score"}``.
-
-Design decisions:
-- The answer is the number after the last ``####`` (GSM8K's format), else the content of the
-  last ``\\boxed{...}`` (braces balanced, so ``\\boxed{\\frac{1}{2}}`` is whole); an unbalanced
-  last ``\\boxed{`` (a cut-off response) is no answer. Only the last one is scanned, so the
-  cost stays linear in the response's length whatever it holds.
-- Answers and ground truths are normalised the same way (no spaces, no ``$``, no trailing
-  ``.``, no thousands separators), then compared as numbers when both parse (decimals,
-  ``-3``, ``3/4``, within a relative 1e-6), else as strings. A string ground truth that is
-  itself a worked solution (``... #### 72``) is reduced to its final answer first.
+The answer is the number after the last ``####``, else the last ``\\boxed{...}``, compared as a number when it
+parses; ``compute_score`` returns ``{"score", "acc", "format_ok"}``. Design notes: docs/design/reward.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """DAPO's overlong reward shaping: a response that runs into the last ``len`` tokens of the budget loses reward.
 
-As verl's DAPO reward manager (``verl/workers/reward_manager/dapo.py``) computes it per row:
-with ``expected = max_resp_len - len``, a response of ``L`` tokens (verl's attention-mask length:
-a multi-turn transcript's tool answers count) gets
-``min(-(L - expected) / len * penalty_factor, 0)`` added to its score, in float32 as verl's
-tensors hold it: 0 up to ``expected`` tokens, falling linearly to ``-penalty_factor`` at the
-full budget. ``max_resp_len`` is the pipeline's ``data.max_response_length`` (verl's recipes
-pass the same number as ``reward_kwargs.max_resp_len``). With ``log`` the rows' penalties and
-whether each was penalised go to ``reward_extra`` as ``overlong_reward`` and ``overlong``.
-Numpy only: a reward worker never imports torch.
+As verl's DAPO reward manager computes it per row. Numpy only: a reward worker never imports torch.
+Design notes: docs/design/reward.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """A text-to-SQL reward with verl's custom-reward signature: execution accuracy on the question's database.
 
-``compute_score(data_source, solution_str, ground_truth, extra_info)``: ``ground_truth`` is the
-gold SQL, ``extra_info["db_path"]`` the SQLite database (BIRD rows carry both). The SQL is
-extracted from the response (``rlflow.reward.extract``, mode ``auto``), run read-only under
-``rlflow.reward.sql_exec``'s limits next to the gold SQL, and the result sets compared as BIRD
-does. Returns ``{"score", "acc", "format_ok"}``: 1.0/1.0 when the sets match, ``format_ok``
-1.0 when SQL was found. Use it as
-``uses: reward_function, with: {function: "rlflow.reward.sql_answer:compute_score"}``.
-
-Design decisions:
-- It scores like the ``text2sql_reward`` stage with its default scores: SQL that was refused
-  (a write, ATTACH, a second statement), ran out of time or memory, or returned too much scores
-  0 like a wrong answer; a database that cannot be opened raises, so the runner counts and logs
-  it as an error instead of passing it off as a wrong answer.
-- Per process, connections are kept per database and gold results per (database, gold SQL),
-  the latter in a bounded least-recently-used cache; the runner's child process keeps both
-  across steps.
-- Limits: ``SQL_TIMEOUT_S`` per query (a call runs at most the gold query and the answer, so
-  keep the stage's ``timeout_s`` above twice it), ``MAX_ROWS`` and ``MAX_RESULT_MB`` per result.
+It scores like the ``text2sql_reward`` stage with its default scores and returns ``{"score", "acc",
+"format_ok"}``. Design notes: docs/design/reward.md.
 """
 
 from __future__ import annotations

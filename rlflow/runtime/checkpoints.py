@@ -1,13 +1,7 @@
 """Atomic checkpoints and exact resume.
 
-A checkpoint is written into ``checkpoints/.tmp-step_<N>/`` (every worker writes its rank's
-part, the driver writes ``trainer_state.json``), every file is fsynced, then the directory
-is renamed to ``step_<N>`` and the parent fsynced. A directory named ``step_<N>`` is therefore
-always complete: a crash mid-checkpoint leaves only a ``.tmp-`` directory, which is ignored
-and swept. The last ``keep`` checkpoints are kept.
-
-Resume refuses a changed pipeline (differences named) unless forced: only the knobs that
-say how long or how often to train may change.
+A checkpoint is written under ``.tmp-step_<N>/`` and renamed to ``step_<N>`` once whole; resume refuses a
+changed pipeline unless forced. Design notes: docs/design/checkpoints.md.
 """
 
 from __future__ import annotations

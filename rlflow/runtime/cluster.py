@@ -1,23 +1,7 @@
 """Starting or joining Ray; whether its nodes have room for every pool is ``rlflow.runtime.fit``'s check.
 
-With no ``ray.address`` in rlflow.yaml an embedded local Ray is started (no dashboard, usage
-stats off, quiet, and without the Python daemons that serve nothing in such a run: the
-autoscaler monitor, the log monitor and the dashboard's server), always: ``address="local"``
-makes Ray ignore ``RAY_ADDRESS`` and any ``ray start`` head on the machine, so what runs is
-what rlflow.yaml says. Its logical CPU count is raised to what the pipeline asks for when the
-laptop has fewer cores: CPU bundles are then shared, which is what a laptop user wants; GPUs
-are never invented. Such a run is warned about, naming each pool's reservation: every worker
-runs as many torch threads as it reserves CPUs, so threads then share cores, and a step slows
-down many times over when anything else runs.
-The embedded cluster keeps Ray's default, token authentication; Ray's notice that it turned it
-on (a warning at every start) is left out of the run's narration.
-
-With an address, the existing cluster is joined (its real resources are then checked). Ray reads
-its token-authentication settings (``RAY_AUTH_MODE=token`` and the token from
-``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``) from the environment;
-rlflow passes them through untouched. A cluster that cannot be reached (probed with a plain
-TCP connection first, within ``ray.connect_timeout_s``, because Ray itself may wait minutes)
-or that refuses this driver is one line naming the address and what to check (docs/cluster.md).
+Without ``ray.address`` an embedded local Ray starts; with one, the cluster is probed and joined.
+Design notes: docs/design/pools.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
-"""What ``rlflow run`` says while it works: a header (run directory, sinks, the pipeline's key facts),
-one line per start-up phase with its duration, a compact line per step with an ETA, and a summary.
+"""What ``rlflow run`` says while it works: a header, a line per start-up phase, a line per step, a summary.
 
-Design decisions:
-- Three levels: quiet (errors, warnings and the final summary), normal, verbose (each phase
-  announced as it begins, more metrics and per-stage timings each step).
-- On a terminal: colours, a spinner naming the phase under way and a progress bar (rich) below
-  the step lines. Anywhere else (a CI log, a pipe, a test's subprocess): plain lines, one per
-  event, no colour, no carriage-return redraws, never wrapped.
-- Step lines show a short chosen set of metrics under short names (``reward``, ``len``, ``kl``);
-  the sinks (metrics.jsonl, TensorBoard, ...) keep verl's full names. ``reward/acc`` is left out
-  when it reads the same as ``critic/score/mean`` (a 0/1 reward makes them one number), and only
-  the ``mean@N`` validation metrics are shown, as ``val <source>/<var>``.
-- The ETA comes from measured step times: wall clock between step ends (validation and
-  checkpoints included), the mean of the last ``ETA_WINDOW`` steps.
-- A phase can be recorded (``on_phase``): the launcher writes start-up phases to the run
-  directory so that a timeline draws them as their own lane.
-- Phases may overlap (the pools start side by side while the driver loads the data): a phase
-  waited on after it began says so (``since``, its wall-clock start) and may say when it really
-  ended (``Phase.end``, e.g. a worker's own clock), so each line and record holds the phase's own
-  start and end, not the moments the driver looked.
+Quiet, normal or verbose; rich on a terminal, plain lines anywhere else. Design notes: docs/design/console.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """``export_run``: a run's checkpoint as a Hugging Face model directory (``rlflow export``).
 
-    runs/<pipeline>/<run id>/checkpoints/step_<N>/rank_0/model  --load in model.dtype, save-->  DIR/
-        config.json (dtype), model.safetensors, generation_config.json, tokenizer files
-
-Design decisions:
-- Which checkpoint: ``--step N``, else the latest complete one (``checkpoints.complete_checkpoints``:
-  a ``step_<N>`` directory holding ``trainer_state.json``, written last, before the atomic
-  rename). A step that a run left half-written (``.tmp-step_<N>``) is refused as incomplete; a
-  step that is not there lists those that are.
-- The dtype is the pipeline's ``model.dtype``, read from the checkpoint's own
-  ``pipeline.resolved.yaml`` (the pipeline that wrote it; the run's when it has none).
-- Every local engine writes the same model directory: the torch engine its own module, the
-  DeepSpeed engine the dense copy it refreshes before saving (ZeRO-3 gathered), the reference
-  remote backend too (it runs the local engine, on this machine or with the same path on its
-  own). Another remote backend keeps its checkpoint in a format of its own, or on its machine:
-  the error then names the resource and backend that wrote it and says to export with that
-  backend's tools.
-- Nothing is overwritten: DIR must not exist or be empty. The export is written beside DIR and
-  renamed into place, so an interrupted export leaves no half-written model behind.
+The policy (or ``--model critic``) of the latest complete checkpoint (or ``--step N``) in its block's dtype,
+written beside DIR and renamed into place. Design notes: docs/design/checkpoints.md.
 """
 
 from __future__ import annotations
@@ -33,10 +17,12 @@ from rlflow.errors import ExportError, TargetExists
 from rlflow.io import read_bytes, why_unwritable
 from rlflow.runtime import checkpoints
 from rlflow.runtime.run_dir import CHECKPOINTS, RESOLVED
+from rlflow.schemas.model_roles import MODEL_ROLES
 from rlflow.schemas.safe_yaml import parse_yaml, read_config
 
 DAMAGED = "the checkpoint is damaged: export another step (--step N) or copy it again"
 STATE_BYTES = 1 << 20
+MODELS = {"policy": "actor", "critic": "critic"}  # what ``--model`` exports: the model role whose part it is
 
 
 @dataclass(frozen=True)
@@ -49,37 +35,67 @@ class Exported:
     step: int
     dtype: str
     note: str | None = None
+    model: str = "policy"
 
 
-def export_run(run_dir: Path, out: Path, step: int | None = None) -> Exported:
-    """Write the checkpoint of ``step`` (default: the latest complete one) of ``run_dir`` to ``out``."""
+def export_run(run_dir: Path, out: Path, step: int | None = None, model: str = "policy") -> Exported:
+    """Write ``model`` (``MODELS``: the policy, or the critic) of the checkpoint of ``step`` (default: the
+    latest complete one) of ``run_dir`` to ``out``."""
     from rlflow.backends.local.checkpoint import WEIGHTS, export_pretrained, model_dir
 
+    if model not in MODELS:
+        raise ExportError(f"--model {model!r}: not a model a run trains; use one of {', '.join(MODELS)}")
+    role = MODELS[model]
     ckpt = find_checkpoint(run_dir, step)
     global_step = _global_step(ckpt)
     spec = _pipeline(run_dir, ckpt)
-    if not (model_dir(ckpt) / WEIGHTS).is_file():
-        raise ExportError(_no_model(ckpt, spec))
-    _check_weights(model_dir(ckpt) / WEIGHTS)
+    if role == "critic" and not spec.uses_critic:
+        raise ExportError(_no_critic(run_dir, spec))
+    part = ckpt / MODEL_ROLES[role].checkpoint_part
+    dtype = _dtype(spec, role)
+    if not (model_dir(part) / WEIGHTS).is_file():
+        raise ExportError(_no_model(ckpt, part, spec, role))
+    _check_weights(model_dir(part) / WEIGHTS)
     _check_target(out)
     tmp = out.with_name(f".{out.name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        note = export_pretrained(ckpt, tmp, spec.model.dtype)
+        note = export_pretrained(part, tmp, dtype, role)
         if out.exists():
             out.rmdir()  # checked empty above
         tmp.rename(out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ExportError(_damaged_or_unwritable(model_dir(ckpt), out, exc)) from None
+        raise ExportError(_damaged_or_unwritable(model_dir(part), out, exc)) from None
     except ValueError as exc:  # transformers' word for a config or tokenizer file it cannot use
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ExportError(f"{model_dir(ckpt)}: cannot load the model ({_first_line(exc)}); {DAMAGED}") from None
+        raise ExportError(f"{model_dir(part)}: cannot load the model ({_first_line(exc)}); {DAMAGED}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return Exported(out, ckpt, global_step, spec.model.dtype, note)
+    return Exported(out, ckpt, global_step, dtype, note, model)
+
+
+def _dtype(spec, role: str) -> str:
+    """The dtype the model of ``role`` trained in: the block that declares it (``critic.model.dtype``, else
+    the policy's ``model.dtype``)."""
+    if MODEL_ROLES[role].block == "critic":
+        return spec.critic.model.dtype or spec.model.dtype
+    return spec.model.dtype
+
+
+def _no_critic(run_dir: Path, spec) -> str:
+    why = (
+        "critic.enable is false"
+        if spec.critic.enable is False
+        else f"algorithm.adv_estimator is {spec.algorithm.adv_estimator}, not gae"
+    )
+    return (
+        f"{run_dir}: this run trained no critic ({why}), so its checkpoints hold none; export its policy "
+        "(--model policy, the default), or train one: algorithm.adv_estimator: gae with the compute_values "
+        "and update_critic stages"
+    )
 
 
 def find_checkpoint(run_dir: Path, step: int | None) -> Path:
@@ -128,14 +144,18 @@ def _pipeline(run_dir: Path, ckpt: Path):
     raise ExportError(f"{run_dir}: no {RESOLVED} (in the run or its checkpoint), so the model's dtype is unknown")
 
 
-def _no_model(ckpt: Path, spec) -> str:
-    """Why ``ckpt`` holds no model directory, named after the resource whose engine wrote it."""
+def _no_model(ckpt: Path, part: Path, spec, role: str) -> str:
+    """Why checkpoint ``ckpt`` holds no model directory in ``part`` (the folder of ``role``'s model), named
+    after the resource whose engine wrote it."""
     from rlflow.backends.local.checkpoint import model_dir
     from rlflow.plan.compile import compile_plan
 
-    writer = compile_plan(spec).first_with_role("checkpoint")
+    plan = compile_plan(spec)
+    writer = plan.first_with_role("checkpoint")
+    if MODEL_ROLES[role].checkpoint_part:  # a model of its own: the stages holding it wrote its part
+        writer = next((s for s in plan.step if role in s.engine_roles), writer)
     resource = spec.resources.get(writer.resource) if writer is not None else None
-    missing = model_dir(ckpt).relative_to(ckpt)
+    missing = model_dir(part).relative_to(ckpt)
     if resource is not None and resource.type == "remote":
         return (
             f"{ckpt}: holds no Hugging Face model ({missing}/): it was written by resource {writer.resource!r}, "

@@ -1,12 +1,6 @@
 """``InProcessExecutor``: every resource as one ``StageWorker`` in this process, no Ray.
 
-The same stage code and the same dispatch, merge and trace rules as under Ray
-(``rlflow.runtime.executor``), with each resource reduced to a single worker (rank 0 of 1) and a
-thread of its own, so that stages submitted to different resources overlap as under Ray:
-a local pool's worker builds its fused engine on the pool's device, a CPU pool's worker holds
-no engine, a remote resource starts its backend and connects one forwarder to it. It is what
-tests of the step loop and ``benchmarks/bench_step.py`` run on: the measured time is the
-stages' own, without Ray's scheduling and serialisation.
+The executor's rules, each resource a single worker on a thread of its own. Design notes: docs/design/executor.md.
 """
 
 from __future__ import annotations
@@ -15,6 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from rlflow.batch import Batch
+from rlflow.errors import StageError
 from rlflow.plan.model import Placement, Plan, PlanStage
 from rlflow.runtime.executor import Executor, TraceFn, TransferHandle
 from rlflow.runtime.worker import StageCall, StageWorker, WorkerResult
@@ -80,7 +75,7 @@ class InProcessExecutor(Executor):
         return self._lane(stage.resource).submit(worker.run_stage, call, shards[0] if shards else None)
 
     def _collect(self, stage: PlanStage, pending: Future) -> list[WorkerResult]:
-        return [pending.result()]
+        return [_result(pending, stage.name, stage.resource)]
 
     def load_checkpoint(self, stage: PlanStage, path: str) -> None:
         self.trace([self.record(0, stage.name, stage.resource, self.workers_of[stage.resource].load_checkpoint(path))])
@@ -113,3 +108,14 @@ class InProcessExecutor(Executor):
             destroy_backend(backend)
         self.workers_of.clear()
         self.backends.clear()
+
+
+def _result(pending: Future, stage: str, resource: str) -> WorkerResult:
+    """A worker call's result; a failure inside it as ``RayExecutor`` reports one: a ``StageError`` naming the
+    stage, the resource and the worker, carrying the cause."""
+    try:
+        return pending.result()
+    except Exception as exc:
+        raise StageError(
+            f"stage {stage!r} failed on resource {resource!r}, worker 0 (in this process): {type(exc).__name__}: {exc}"
+        ) from exc

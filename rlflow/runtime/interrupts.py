@@ -1,16 +1,6 @@
 """Ctrl-C (and SIGTERM) that is never lost: either stops the run at the latest at the next stage boundary.
 
-Python delivers SIGINT as a KeyboardInterrupt in the main thread between two bytecodes. When
-that moment falls inside a destructor (Ray's ObjectRef.__del__ runs all the time in a driver)
-or a weakref callback, the interpreter prints "Exception ignored in ..." and carries on, and the
-run finishes as if nothing had been asked. ``guard()`` records the request as well as raising
-it, and the step loop calls ``raise_if_requested()`` between stages, so a swallowed Ctrl-C
-still stops the run one stage later.
-
-SIGTERM (a scheduler ending a job, ``kill``) is handled the same way, raised as ``Terminated``
-(a KeyboardInterrupt, so the same clean-up runs: pools stopped, remote backends destroyed).
-``ray.init`` installs Ray's own SIGTERM handler, which prints a stack dump and ends the process
-with no clean-up; ``restore_after_ray`` puts the guard's handler back.
+Design notes: docs/design/supervise.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Handing freed heap memory back to the system: ``trim_heap`` (glibc's ``malloc_trim(0)``).
 
-Loading a model (reading the checkpoint, building the modules, copying the reference) frees much
-of what it allocated, but glibc's allocator keeps freed memory in its arenas, so a worker's
-resident size stays at its start-up peak for the whole run. ``malloc_trim(0)`` returns the free
-pages at the top of each arena and the free whole pages inside them. Elsewhere (macOS, musl)
-there is no such call and ``trim_heap`` does nothing.
+Elsewhere (macOS, musl) ``trim_heap`` does nothing. Design notes: docs/design/limits.md.
 """
 
 from __future__ import annotations

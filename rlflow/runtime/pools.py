@@ -1,25 +1,7 @@
 """Resources -> Ray: placement groups, fused pool workers, CPU workers and forwarders.
 
-- ``local``: the plan's placement group (one bundle per device under PACK on one node, or one
-  node-sized bundle per node under STRICT_SPREAD); one ``StageWorker`` per device
-  holding every role bound to the pool; workers of a pool with several devices form a
-  torch.distributed data-parallel group (rank 0's address).
-- ``cpu``: ``workers`` CPU-only actors, one bundle each.
-- ``remote``: the driver creates the backend once (it starts its own process and owns its
-  GPUs), then ``forwarders`` zero-GPU actors, one bundle each, reconnect to it by handle.
-
-Every pool reserves its bundles as a placement group first (``rlflow.runtime.reserve``): placed
-within ``ray.placement_timeout_s``, saying what it waits for meanwhile, or refused naming the
-pool and the shortfall; a pinned pool's custom resources ride in its bundles and on its workers.
-Workers that do not answer their set-up within ``SETUP_TIMEOUT_S`` end the run with one line
-naming the pool and the workers: the run never waits forever for resources.
-
-The pools start side by side: every local and CPU pool's workers are created first (Ray
-starts their processes in parallel, reusing the Python workers it started ahead of time, which
-is why no actor gets a runtime_env), the driver does its own work meanwhile (importing torch),
-then each pool is waited for and the local pools load their models together. Each pool's start
-is a console phase (its workers up) and a local pool's model load another, each with its own
-start and end (they overlap), so a run says what it waited for and how long each took.
+Every pool reserves its bundles first (``rlflow.runtime.reserve``) and the pools start side by side; a run never
+waits forever for resources. Design notes: docs/design/pools.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """``RayExecutor``: plan stages on started Ray pools, every call under a watchdog.
 
-The dispatch and merge rules are the executor's (``rlflow.runtime.executor``); this module
-sends the calls to Ray actors and waits for them. Every call is bounded by the stage's
-watchdog: a hung worker ends the run with a ``StageTimeout`` naming the stage, the resource
-and the worker (the hung actor is killed: Ray refuses to force-cancel actor tasks); a dead one
-with a ``WorkerDied`` the launcher may restart from; a failure inside the stage with a
-``StageError`` carrying the cause.
+Design notes: docs/design/executor.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Reserving a pool's placement group: bounded in time, and saying what it waits for.
 
-Every pool (a local pool, a CPU pool, a remote resource's forwarders) reserves its bundles as one
-placement group before its workers are created, so no worker ever waits for resources unseen.
-The group is placed within ``timeout_s`` (``ray.placement_timeout_s``) or removed, and the run
-refused naming the pool and what the nodes lack. While it waits, a warning every few seconds
-says what it waits for and what the nodes have free (a node that joins late, resources another
-job releases); a pool the nodes could no longer hold even with nothing else on them (a node was
-lost since the fit check) is refused at once.
+Design notes: docs/design/pools.md.
 """
 
 from __future__ import annotations

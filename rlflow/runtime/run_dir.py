@@ -1,16 +1,7 @@
 """The run directory: the contract between a run and everything that reads it.
 
-``<runs_dir>/<pipeline name>/<run id>/`` holds ``pipeline.resolved.yaml``, ``metrics.jsonl``
-(one object per step), ``trace.jsonl`` (one object per stage execution), ``startup.jsonl``
-(one object per start-up phase: loading data, starting Ray, starting each pool), ``workers.json``
-(where each resource's workers run), ``checkpoints/step_<N>/``, ``backends/`` (remote backends'
-logs, which they write themselves: ``main_config["run_dir"]``), ``rewards/`` (what reward
-functions print, capped, see ``rlflow.reward.function_runner``), ``tools/`` (what the tool process
-prints and a line per failed tool call, capped, see ``rlflow.tools.report``), ``transcripts.jsonl`` (a few
-multi-turn rollouts per step, whole: what verl's ``rollout_data_dir`` dump holds) and ``run.lock``
-(held by the live run, see ``run_lock``). A run that fails before its first checkpoint removes the directory. Lines are appended and flushed one at a time so a crash loses at
-most the line being written; a resumed run truncates metrics past its checkpoint so no step
-appears twice.
+``<runs_dir>/<pipeline name>/<run id>/``: the resolved pipeline, metrics, traces, checkpoints, logs and the lock.
+Design notes: docs/design/run_dir.md.
 """
 
 from __future__ import annotations

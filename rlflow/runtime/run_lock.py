@@ -1,21 +1,7 @@
 """One run per run directory: an exclusive lock held for the run's life.
 
-The lock is ``fcntl.flock`` on ``<run dir>/run.lock``, taken before the run writes anything and
-without waiting: a second run (or a ``--resume``) of a directory in use fails at once, naming
-the holder's pid and host, which the holder writes into the file once it has the lock. The
-operating system drops the lock when the holder's process ends however it ends (``kill -9``
-included), so a stale file never blocks a later run; the file itself is left in place (removing
-it would let a late opener lock an unlinked file while a newcomer locks a fresh one). ``flock``
-is per open file: it excludes processes on one machine and on file systems that implement it
-across machines (local disks, most NFS v4 mounts); a run directory on a file system without
-working locks is not protected.
-
-``claim_run_dir`` also remembers which directories it had to create, in memory and in the lock
-file, so a run that fails before its first checkpoint can remove them again (``discard``) rather
-than leave a half-made ``runs/<name>/<id>/`` behind. A run whose process died without a word (a
-native abort, the kernel's OOM killer, ``kill -9``) cannot clean up after itself: its lock file
-still names it although nobody holds the lock, and ``sweep_abandoned`` (called by the next run
-of that pipeline) removes such a directory unless it holds a checkpoint.
+``fcntl.flock`` on ``<run dir>/run.lock``; ``claim_run_dir`` and ``sweep_abandoned`` clean up after failed runs.
+Design notes: docs/design/run_dir.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
-"""Where step metrics go besides the console (``rlflow.runtime.console``): metrics.jsonl (always,
-through the run directory), and TensorBoard, W&B or MLflow when named in rlflow.yaml
-``logging.sinks`` (or ``rlflow run --sink``) and installed, each under its full verl metric names.
-A sink has ``log(step, metrics)``, ``close()`` and a ``name`` for the run's header.
+"""Where step metrics go besides the console: metrics.jsonl (always), and TensorBoard, W&B or MLflow.
 
-Design decisions:
-- A sink that cannot start (not installed, a bad setting, a server that refuses) is one warning
-  line naming it and why; the run goes on with the others. One that fails later is dropped
-  the same way, at that step (``StepLoop.log_metrics``). Metrics are never lost with it:
-  metrics.jsonl holds every step.
-- W&B logs online when you are logged in (``wandb login`` or ``WANDB_API_KEY``), offline under
-  the run directory otherwise (``wandb sync`` uploads it later); ``logging.wandb.mode``, then
-  ``WANDB_MODE``, choose explicitly. Whether you are logged in is asked of
-  ``wandb.login(prompt=False, verify=False)``: it looks for a key in the environment, the
-  settings and .netrc, never prompts and verifies nothing, so without a key no server is
-  asked (with one, wandb's "logged in" banner asks who you are, as the online run would).
-- W&B and MLflow take project/experiment, entity, run name and tags from rlflow.yaml; the run
-  name defaults to ``<pipeline name>-<run id>``, the run directory's name.
-- A resumed run (``rlflow run --resume``) goes on in the same W&B run: its id comes from the
-  run directory (``wandb_run_id``), with ``resume="allow"``. W&B keeps steps increasing, so the
-  steps logged after the checkpoint by the run that died are not logged again (metrics.jsonl,
-  truncated at the checkpoint on resume, has them as retrained).
-- MLflow logs to ``MLFLOW_TRACKING_URI`` (or ``logging.mlflow.tracking_uri``), else to a file
-  store under the run directory, so nothing leaves the machine unless you set it up.
+A sink has ``log(step, metrics)``, ``close()`` and a ``name``; one that fails is dropped with a warning.
+Design notes: docs/design/console.md.
 """
 
 from __future__ import annotations

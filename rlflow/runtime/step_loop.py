@@ -129,7 +129,8 @@ class StepLoop:
         state = checkpoints.read_state(path)
         step = int(state["global_step"])
         self.data.sampler.load_state_dict(state["sampler"])
-        self.executor.load_checkpoint(stage, str(path))
+        for each in self.plan.on_every_checkpointed_pool(stage):
+            self.executor.load_checkpoint(each, str(path))
         self.mode.load_state(state, path)
         return step
 
@@ -276,7 +277,8 @@ class StepLoop:
         self.abort_checkpoint()  # a step has one checkpoint; an earlier one left pending is not the run's
         tmp = checkpoints.begin(self.run_dir.checkpoints, step)
         with self._checkpoint_faults(stage, step, tmp):
-            self.executor.run_stage(stage, Batch(), step, checkpoint_dir=str(tmp))
+            for each in self.plan.on_every_checkpointed_pool(stage):
+                self.executor.run_stage(each, Batch(), step, checkpoint_dir=str(tmp))
             (tmp / "pipeline.resolved.yaml").write_text(self.resolved_yaml)
             state = {"global_step": step, "sampler": self.data.sampler.state_dict(), "pipeline": self.spec.name}
             state.update(self.mode.save_state(step, tmp))

@@ -1,20 +1,6 @@
 """A small parent that outlives the driver: whatever kills the run, its directory is left whole or not at all.
 
-``rlflow run`` forks once its run directory is locked (``run_pipeline(supervise=True)``); the child
-is the driver and carries on, the parent only waits. A Python ``finally`` never runs when the
-driver dies natively (``os.abort()`` in an extension, the kernel's OOM killer, ``kill -9``), so the
-parent does that clean-up: it still holds the run directory's lock (the lock belongs to the open
-file both share), calls ``on_death`` with the signal, and exits with the shell's status for it
-(128 + the signal). A driver that ends by itself cleaned up on its way out; the parent exits with
-its status and does nothing else.
-
-- The driver has its own process group, which becomes the terminal's foreground group when the
-  parent's was: a terminal's Ctrl-C and reads from the terminal reach the driver (and what it
-  started) as they did without a parent, and the parent forwards SIGINT, SIGTERM and SIGHUP sent
-  to its own pid; either way the driver gets each signal once, so its clean-up is never cut short
-  by a second copy of the same Ctrl-C.
-- The driver gets SIGKILL when the parent dies (``PR_SET_PDEATHSIG``): killing the process a user
-  or scheduler started ends the run as it did before there was a parent.
+Design notes: docs/design/supervise.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """``StageWorker``: the one worker class behind every resource, under Ray or in-process.
 
-A ``local`` pool's worker holds the fused local engine (rollout, actor, reference, as verl does), a ``cpu``
-pool's holds none, a ``remote`` resource's is a forwarder. In: a ``StageCall`` and a ``Batch``; out: a
-``WorkerResult`` (the output, its timing for ``trace.jsonl``, the warnings logged during the stage, which the
-driver logs when the worker is another process). Design notes: docs/design/worker.md.
+A ``local`` pool's worker holds the fused local engine, a ``cpu`` pool's holds none, a ``remote`` resource's is
+a forwarder. Design notes: docs/design/worker.md.
 """
 
 from __future__ import annotations

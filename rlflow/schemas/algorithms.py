@@ -1,16 +1,7 @@
 """The GRPO family by verl's names: every advantage estimator and policy loss verl 0.9.1 registers.
 
-verl registers estimators with ``core_algos.register_adv_est`` and policy losses with
-``register_policy_loss``; a pipeline names them as verl's config does (``algorithm.adv_estimator``,
-``actor.policy_loss.loss_mode``). The names are kept here as ``Literal`` types so that the schema
-(and ``rlflow schema``'s JSON Schema) knows them and a misspelt name gets a did-you-mean at its
-line, without importing verl at validate time; ``tests/schemas/test_algorithms.py`` checks the
-lists against verl's registries, so a verl upgrade that adds or drops a name fails that test.
-
-Some registered names need more than the step rlflow runs; ``NEEDS`` says what, and
-``rlflow validate`` refuses them with that sentence (``bypass_mode`` only where
-``algorithm.rollout_correction.bypass_mode`` is off: ``rlflow.check.algorithm``). Pure: no torch,
-Ray or verl.
+Kept as ``Literal`` types, so a misspelt name gets a did-you-mean without importing verl; ``NEEDS`` says what a
+name needs beyond rlflow's step. Pure. Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations
@@ -52,10 +43,6 @@ LOSS_MODES: tuple[str, ...] = get_args(LossMode)
 
 # Registered names whose step needs a part rlflow does not run: what is missing, and what to use instead.
 NEEDS: dict[str, tuple[str, str]] = {
-    "gae": (
-        "gae needs a critic (a value model and its update); rlflow trains critic-free estimators only",
-        "use grpo, rloo or reinforce_plus_plus_baseline",
-    ),
     "remax": (
         "remax needs a greedy baseline rollout scored by the reward (verl's reward_baselines) in every step, "
         "which rlflow's step does not run",

@@ -1,18 +1,6 @@
 """Diagnostics: one problem in a file the user wrote, positioned at a line and column.
 
-Every error that validation finds becomes a ``Diagnostic`` (defined with ``ConfigError`` in
-``rlflow.errors``, the one type every layer reports configuration problems with); ``ConfigError``
-carries all of them at once. The text form is ``file:line:col: dotted.path: problem (fix)``, which editors
-and terminals turn into clickable links.
-
-Design decisions:
-- A path is a tuple of keys (str) and list indices (int); it prints as ``stages[2].on``.
-  ``parse_path`` reads both that form and the ``stages.2.on`` form that ``--set`` and other
-  layers use, so anybody can hand us a dotted path.
-- Every diagnostic carries a file and a line (1-based). When no exact spot exists (a missing
-  key, a whole-pipeline rule), the nearest enclosing mapping is used.
-- ``fix`` is a short hint ("did you mean 'x'?", "set on: actor_pool"); it prints in
-  parentheses after the problem.
+The text form is ``file:line:col: dotted.path: problem (fix)``. Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """Pipelines that build on other pipelines: ``base: other.yaml`` and the merge of a file over its base.
 
-    file --render, parse--> mapping --has base?--> base file, same steps (its own base first) -->
-    the file's mapping merged over the base's --> one mapping, with where each value was written
-
-Merge rules (JSON Merge Patch, RFC 7386, plus stage patches by name):
-- ``base:`` is a path relative to the folder of the file that names it; a base may have a base.
-  The base is rendered with the same template variables, then parsed; only the merged result is
-  validated, so a base may be a fragment.
-- Mappings merge key by key; a list or a scalar replaces the base's value whole; a key set to
-  null removes the base's key (the field falls back to its default, a resource disappears).
-- ``stages:`` as a list replaces the base's stages. As a mapping it patches them by name:
-  ``stages: {generate: {on: arctic}}`` merges ``{on: arctic}`` into the base's ``generate`` stage
-  (by the rules above) and keeps the order; ``stages: {reward: null}`` removes a stage. A name
-  the base lacks is an error: to add a stage, write the whole list.
-
-Design notes: docs/design/inherit.md.
+JSON Merge Patch (RFC 7386), plus ``stages:`` patched by name. Design notes: docs/design/inherit.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """``--set`` on the command line: template variables and dotted-path overrides.
 
-``--set name=value`` (no dot) sets a template variable; ``--set dotted.path=value`` replaces
-one field of the rendered pipeline (``trainer.seed=3``, ``stages.0.with.temperature=0.7``).
-A stage is addressed by index or by name (``stages.generate.with.temperature=0.7``), and
-``--set stages.<name>=null`` or ``--drop <name>`` removes it, as ``stages: {<name>: null}``
-does in a file built on a base (the loader applies those to the merged document first).
-
-Design decisions:
-- Values are read as YAML with the same safe loader as files (``3`` is an int, ``true`` a
-  bool, ``null`` None, ``[1, 2]`` a list; anything that is not valid YAML stays a string).
-- A path is checked against the schema before it is applied, so a typo is reported with
-  did-you-mean even for a key the file does not contain yet; keys under a stage's ``with``
-  are checked against that stage kind's config model, which the caller looks up
-  (``config_model_of``: this layer knows no stage kinds). A list index must exist.
-- Problems are positioned in the pipeline file, at the deepest part of the path it holds.
-- verl's habits get rlflow's answer: a verl key (``--set actor_rollout_ref.actor.optim.lr=1e-5``)
-  is told rlflow's name and the ``--set`` to write (``rlflow.schemas.verl_names``), and Hydra's
-  ``+``/``++``/``~`` prefixes are told that ``--set`` needs none.
-- A value that is applied but then fails validation or a check is still reported at its place
-  in the file, and named as the ``--set`` it came from (``mark_set_origins``), so nobody
-  searches the file for a value that is not in it.
+``--set name=value`` sets a template variable, ``--set dotted.path=value`` one field (``--drop`` removes a
+stage); a path is checked against the schema before it is applied. Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The pipeline file format: strict, frozen pydantic models.
 
-One ``Pipeline`` is one GRPO step declared as stages bound to resources. Knobs that verl
-has keep verl's names and defaults (see ``algorithm`` and ``trainer``), so a verl user
-reads a pipeline without a manual. Every model forbids unknown keys (a typo is an error,
-never silently ignored) and is frozen (a validated spec cannot drift at run time).
-
-This module is pure: it must not import torch, ray, verl or transformers, so that
-``rlflow validate`` starts in a fraction of a second.
+One ``Pipeline`` is one GRPO step declared as stages bound to resources. Pure: no torch, ray, verl or
+transformers. Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations
@@ -238,8 +233,9 @@ class AlgorithmSpec(StrictModel):
         description="Off-policy correction from the rollout's log-probs (verl: algorithm.rollout_correction).",
     )
     gamma: float = Field(
-        1.0, ge=0, le=1, description="Discount of reinforce_plus_plus's returns (verl: algorithm.gamma)."
+        1.0, ge=0, le=1, description="Discount of gae's and reinforce_plus_plus's returns (verl: algorithm.gamma)."
     )
+    lam: float = Field(1.0, ge=0, le=1, description="gae: the lambda of its advantages (verl: algorithm.lam).")
     gdpo_reward_keys: list[str] | None = Field(
         None, description="gdpo: the reward function's keys normalised one by one (verl: algorithm.gdpo_reward_keys)."
     )
@@ -270,6 +266,43 @@ class OptimSpec(StrictModel):
     lr_warmup_steps: int = Field(0, ge=0)
     lr_scheduler: Literal["constant", "cosine"] = "constant"
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
+
+
+class CriticModelSpec(StrictModel):
+    """The critic's model (verl: critic.model.*)."""
+
+    path: str | None = Field(
+        None,
+        description="Where the critic starts (verl: critic.model.path); null: model.path with a fresh value head, "
+        "as verl initialises it.",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(None, description="null: model.dtype.")
+
+
+class CriticOptimSpec(OptimSpec):
+    """Critic optimizer (verl: critic.optim.*)."""
+
+    lr: float = Field(1e-5, gt=0)
+
+
+class CriticSpec(StrictModel):
+    """The critic: a value model trained beside the policy for ``adv_estimator: gae`` (verl: critic.*)."""
+
+    enable: bool | None = Field(
+        None, description="Train a critic; null: when adv_estimator is gae, as verl decides (verl: critic.enable)."
+    )
+    model: CriticModelSpec = CriticModelSpec()
+    optim: CriticOptimSpec = CriticOptimSpec()
+    ppo_mini_batch_size: int | None = Field(
+        None, gt=0, description="Prompts per critic optimizer step (x n inside); null: trainer.ppo_mini_batch_size."
+    )
+    ppo_micro_batch_size_per_gpu: int | None = Field(
+        None, gt=0, description="Samples per critic micro-batch; null: trainer.ppo_micro_batch_size_per_gpu."
+    )
+    ppo_epochs: int | None = Field(None, ge=1, description="Passes over each batch; null: trainer.ppo_epochs.")
+    cliprange_value: float = Field(0.5, gt=0, description="Clip of the new values around the old ones.")
+    loss_agg_mode: LossAggMode | None = Field(None, description="null: algorithm.loss_agg_mode.")
+    grad_clip: float = Field(1.0, gt=0)
 
 
 class TrainerSpec(StrictModel):
@@ -435,8 +468,14 @@ class Pipeline(StrictModel):
     data: DataSpec
     algorithm: AlgorithmSpec = AlgorithmSpec()
     trainer: TrainerSpec = TrainerSpec()
+    critic: CriticSpec = CriticSpec()
     resources: dict[str, Resource] = Field(default_factory=dict)
     stages: list[StageSpec]
 
     def stage(self, name: str) -> StageSpec | None:
         return next((s for s in self.stages if s.name == name), None)
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether the step trains a critic: ``critic.enable``, or when unset, ``adv_estimator: gae`` (verl's rule)."""
+        return self.critic.enable if self.critic.enable is not None else self.algorithm.adv_estimator == "gae"

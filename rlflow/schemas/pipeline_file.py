@@ -1,20 +1,7 @@
 """Parse a pipeline file: read, render, parse, override, validate its schema; keep every problem.
 
-    text --render (Jinja2 sandbox)--> YAML --parse (positions kept)--> dict --merge over its base, if it
-    names one (inherit.py)--> dict --apply --set paths-->
-    dict --pydantic--> Pipeline   (plus a Subject for the semantic rules of ``rlflow.check``)
-
-Design decisions:
-- Nothing stops at the first problem. Schema errors and rule errors are reported together:
-  when the whole pipeline does not parse, the sections that do parse are still checked
-  (``_partial_subject``), and rules that depend on a broken section stay silent.
-- Template variables come from rlflow.yaml ``vars``, then ``--set name=value``. A ``--set``
-  name that no template (the file's or a base's) uses and that names a top-level field overrides that
-  field; any other unused name is an error (a misspelt variable would otherwise be ignored).
-- Plugins listed in rlflow.yaml are imported first, so their stage kinds and backends are
-  known to the checks.
-- This layer stops at the schema: the rules that need the stage registry, the plan or the
-  backends run one layer up (``rlflow.check.load_pipeline``), over the ``Subject`` built here.
+Nothing stops at the first problem: when the whole pipeline does not parse, the sections that do are still
+checked (``_partial_subject``). Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """The project config, ``rlflow.yaml``: template vars, plugins, Ray, run directory, sinks, inventory.
 
-It is found by walking up from the working directory, as git finds ``.git``; without one,
-every setting has its default and the working directory is the project root. Relative
-paths (in pipelines too) resolve against the root, so a run behaves the same from any
-sub-folder of the project.
-
-Design decisions:
-- Strict and frozen like the pipeline models; errors are reported like pipeline errors
-  (``rlflow.yaml:3:1: ray.adress: unknown key 'adress' (did you mean 'address'?)``).
-- rlflow.yaml is plain YAML (not a template): it is where template values come from.
-- Loading is pure: plugins are listed here but imported by whoever needs them
-  (``import_project_plugins``), so a project file can be read without side effects.
+Found by walking up from the working directory; relative paths resolve against its folder.
+Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations
@@ -93,6 +84,9 @@ class InventoryNode(_Strict):
     name: str
     gpus: int = Field(0, ge=0)
     cpus: int = Field(ge=1)
+    gpu_memory_gb: float | None = Field(
+        None, gt=0, description="The memory of each of its GPUs, in GB (GiB); null: unknown, no memory check."
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="The node's Ray labels.")
     resources: dict[str, float] = Field(default_factory=dict, description="The node's custom Ray resources.")
 

@@ -1,28 +1,6 @@
 """Safe YAML loading that remembers where every key and value was written.
 
-PyYAML composes the text into nodes (which carry line and column marks); we construct the
-Python values ourselves, so nothing but plain data can come out of a file and every value's
-position is kept for error messages.
-
-Design decisions:
-- Only plain data: mappings, sequences, strings, numbers, booleans, null. Any other tag
-  (``!!python/...``, ``!!binary``, ``!custom``) is an error, and nothing is ever constructed
-  from it (the composer builds inert nodes; we refuse them before any constructor runs).
-- YAML 1.2 core-schema scalars: only ``true``/``false`` are booleans, so ``on:`` (a stage
-  key) and ``no`` stay strings; ``1e-6`` is a float; dates stay strings. Mapping keys are
-  always their text.
-- Duplicate keys are errors (never last-wins). ``<<`` merge keys work as in YAML 1.1.
-- Aliases are expanded while constructing, under a cap on expanded nodes and on depth, so
-  an alias bomb or a self-referencing anchor is refused instead of eating memory; a document
-  past the cap that aliases did not blow up is told it is too large, not called a bomb. Brackets
-  nested hundreds deep are refused before PyYAML sees them (its scanner slows down with
-  the square of the depth).
-- Positions are reported in the file the user wrote: a ``line_map`` turns lines of the
-  rendered text back into lines of the template.
-- Files are read through ``rlflow.io`` (regular files only, the byte cap enforced while reading);
-  ``check_aliases`` is the same alias and depth bound for YAML that another library constructs
-  (Hydra's OmegaConf for verl configs): it counts the expanded document on the composed nodes,
-  never building it.
+Plain data only, aliases and depth under a cap, duplicate keys refused. Design notes: docs/design/safe_yaml.md.
 """
 
 from __future__ import annotations

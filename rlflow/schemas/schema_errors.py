@@ -1,20 +1,7 @@
 """Turn pydantic ``ValidationError``s into positioned diagnostics, with did-you-mean.
 
-pydantic reports a location (``loc``) and an error type; we map the location onto the YAML
-positions (the key for an unknown key, the value for a wrong value, the enclosing mapping
-for a missing key) and rewrite the message in the file's terms: "unknown key 'sedd' (did
-you mean 'seed'?)", "expected an integer, got string 'abc'".
-
-Design decisions:
-- ``walk`` follows a path through the model's type annotations (models, dicts, lists,
-  unions, discriminated unions narrowed by the data's ``type``). It answers "which keys are
-  allowed here?" for did-you-mean, and checks ``--set`` paths before they are applied.
-- pydantic inserts union tags into ``loc`` (``resources.a.local.gpus_per_node``); a step of
-  ``loc`` that is not a key of the data at that point (and is not the last step) is such a
-  tag and is dropped.
-- An unknown key that is verl's (``data.train_files``, a pasted ``actor_rollout_ref:`` section)
-  is answered with rlflow's name for it (``rlflow.schemas.verl_names``) instead of a did-you-mean,
-  one diagnostic per verl key, each at its own line.
+Locations map onto YAML positions (pydantic's union tags dropped) and messages are rewritten in the file's
+terms. Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations

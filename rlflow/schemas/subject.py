@@ -1,11 +1,7 @@
 """What the rules look at and how they report: the parts of a pipeline that parsed, positioned.
 
-``Subject`` holds every section of a pipeline that parsed (all of it, or what survived a schema
-error), so that rules that depend on a broken section stay silent instead of raising false
-alarms; ``Reporter`` turns (path, message, fix) into a ``Diagnostic`` positioned in the file:
-a problem (the pipeline is invalid), or with ``warn`` a warning (valid, but a setting does not
-do what it seems to, e.g. a knob verl ignores in that combination).
-The loader builds both; the validator (``rlflow.check``) runs its rules over them.
+``Subject`` (the sections that parsed) and ``Reporter`` (problems and warnings as ``Diagnostic``s).
+Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """Render a pipeline file as a Jinja2 template, safely, before it is parsed as YAML.
 
-Variables come from ``vars:`` in rlflow.yaml, then ``--set name=value``. Templates may only
-substitute values: they run in Jinja2's ``SandboxedEnvironment`` with ``StrictUndefined``.
-
-Design decisions:
-- Every failure is a diagnostic at the template line, never an exception: an undefined
-  variable (with did-you-mean over the known ones), a syntax error, a sandbox refusal
-  (``{{ ''.__class__.__mro__ }}`` is refused before anything is evaluated), or any other
-  error raised while rendering (``{{ 1/0 }}``).
-- Resource bombs are refused too: ``**`` with a huge exponent, ``*`` that would build a
-  huge string or list, output beyond ``MAX_OUTPUT`` characters, and ``range`` loops beyond
-  ``MAX_LOOP`` items per render (nested loops included).
-- A template whose only constructs are ``{{ name }}`` is rendered by plain substitution
-  (``str(value)``, exactly what Jinja2 produces for it), so the common case never imports
-  Jinja2; everything else goes through the sandbox.
-- ``line_mapper`` maps lines of the rendered text back to lines of the template, so YAML and
-  schema errors point into the file the user wrote. When rendering keeps the line count, the
-  map is the identity; otherwise unchanged lines are matched with difflib and lines inside a
-  changed block map to the template line that produced them.
+Templates run in Jinja2's ``SandboxedEnvironment`` with ``StrictUndefined``; every failure is a diagnostic.
+Design notes: docs/design/templating.md.
 """
 
 from __future__ import annotations

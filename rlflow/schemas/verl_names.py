@@ -1,22 +1,6 @@
 """verl's config keys and where each lives in rlflow: one table for ``rlflow import-verl`` and for errors.
 
-A verl user writes verl's names out of habit: ``actor_rollout_ref.actor.optim.lr`` in a pipeline
-file, ``--set data.train_files=...``, ``trainer.ppo_micro_batch_size``. The validator answers such
-an unknown key with the rlflow field it maps to ("verl's actor_rollout_ref.actor.optim.lr is
-rlflow's trainer.optim.lr"), and ``rlflow import-verl`` converts a verl config with the same
-table, so the two can never disagree. docs/verl.md shows the table (a test keeps them equal).
-
-Design decisions:
-- A ``VerlName`` says where rlflow keeps a verl knob: a pipeline field (``trainer.optim.lr``),
-  a key of a stage's ``with:`` (``temperature`` of the ``generate`` stage), a key of a pool
-  (``gpus_per_node`` of the ``local`` pool), a key of rlflow.yaml, or a command-line option.
-  Several verl keys may land on one rlflow field (verl's deprecated names); the table lists the
-  current name first, which is also the order ``import-verl`` prefers.
-- verl's deprecated global batch sizes (``ppo_micro_batch_size``, ``log_prob_micro_batch_size``)
-  are marked ``global_size``: verl divides them by the data-parallel size, rlflow's are per worker.
-- ``WITHOUT_COUNTERPART`` says, by key prefix, why a verl knob has no rlflow counterpart and what
-  to do instead; anything else verl has and rlflow does not gets a generic line.
-- Pure data and string handling: no torch, Ray, verl or omegaconf (the schemas layer imports it).
+Design notes: docs/design/schemas.md.
 """
 
 from __future__ import annotations
@@ -30,6 +14,7 @@ Place = Literal["field", "stage", "pool", "project", "command"]
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 OPTIM = "actor_rollout_ref.actor.optim"
+CRITIC = "critic"
 
 
 @dataclass(frozen=True)
@@ -172,10 +157,10 @@ VERL_NAMES: tuple[VerlName, ...] = (
         "actor_rollout_ref.ref.log_prob_micro_batch_size", "micro_batch_size", "stage", "ref_log_prob", global_size=True
     ),
     # algorithm
-    VerlName("algorithm.adv_estimator", "algorithm.adv_estimator", note="the critic-free ones (docs/algorithms.md)"),
+    VerlName("algorithm.adv_estimator", "algorithm.adv_estimator", note="gae trains a critic (docs/algorithms.md)"),
     *_same(
         "algorithm",
-        "norm_adv_by_std_in_grpo use_kl_in_reward kl_penalty gamma gdpo_reward_keys gdpo_reward_weights",
+        "norm_adv_by_std_in_grpo use_kl_in_reward kl_penalty gamma lam gdpo_reward_keys gdpo_reward_weights",
         "algorithm",
     ),
     *_same(
@@ -213,6 +198,27 @@ VERL_NAMES: tuple[VerlName, ...] = (
         for section in ("reward.reward_kwargs.overlong_buffer_cfg", "reward_model.overlong_buffer")
         for key in ("enable", "len", "penalty_factor", "log")
     ],
+    # the critic (adv_estimator gae, or critic.enable): written where it differs from what rlflow's null gives
+    VerlName(f"{CRITIC}.enable", "critic.enable", note="null: on for gae, as verl decides"),
+    VerlName(
+        f"{CRITIC}.model.path", "critic.model.path", note="null: model.path, the policy's, with a fresh value head"
+    ),
+    VerlName(f"{CRITIC}.fsdp.model_dtype", "critic.model.dtype", note="null: model.dtype"),
+    VerlName(f"{CRITIC}.optim.optimizer", "critic.optim.name", note="AdamW, Adam, SGD are adamw, adam, sgd"),
+    *_same(f"{CRITIC}.optim", "lr weight_decay betas", "critic.optim"),
+    VerlName(f"{CRITIC}.optim.lr_warmup_steps", "critic.optim.lr_warmup_steps", note="-1 with no warm-up ratio is 0"),
+    VerlName(f"{CRITIC}.optim.lr_scheduler_type", "critic.optim.lr_scheduler", note="constant or cosine"),
+    VerlName(f"{CRITIC}.optim.warmup_style", "critic.optim.lr_scheduler", note="verl's deprecated lr_scheduler_type"),
+    VerlName(f"{CRITIC}.optim.min_lr_ratio", "critic.optim.min_lr_ratio"),
+    VerlName(f"{CRITIC}.optim.clip_grad", "critic.grad_clip"),
+    VerlName(f"{CRITIC}.ppo_mini_batch_size", "critic.ppo_mini_batch_size", note="null: trainer.ppo_mini_batch_size"),
+    VerlName(f"{CRITIC}.ppo_micro_batch_size_per_gpu", "critic.ppo_micro_batch_size_per_gpu"),
+    VerlName(f"{CRITIC}.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu", global_size=True),
+    VerlName(f"{CRITIC}.ppo_epochs", "critic.ppo_epochs", note="null: trainer.ppo_epochs"),
+    VerlName(f"{CRITIC}.cliprange_value", "critic.cliprange_value"),
+    VerlName(f"{CRITIC}.loss_agg_mode", "critic.loss_agg_mode", note="null: algorithm.loss_agg_mode"),
+    VerlName(f"{CRITIC}.forward_micro_batch_size_per_gpu", "micro_batch_size", "stage", "compute_values"),
+    VerlName(f"{CRITIC}.forward_micro_batch_size", "micro_batch_size", "stage", "compute_values", global_size=True),
     VerlName("reward.num_workers", "workers", "pool", "cpu"),
     VerlName("reward_model.num_workers", "workers", "pool", "cpu"),
     # trainer
@@ -271,7 +277,46 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
     (f"{ROLLOUT}.dtype", "the rollout runs in model.dtype"),
     (f"{ROLLOUT}.mode", "rlflow's rollout is synchronous, inside the step"),
     ("actor_rollout_ref.hybrid_engine", "stages bound to one pool share its workers (colocated)"),
-    ("critic.", "GRPO has no critic"),
+    (
+        f"{CRITIC}.strategy",
+        "the critic runs on rlflow's torch engine beside the actor, a whole replica per worker",
+    ),
+    (f"{CRITIC}.fsdp.", "the critic is a whole replica per worker, as rlflow's torch engine keeps the actor"),
+    (
+        f"{CRITIC}.model.fsdp_config.",
+        "the critic is a whole replica per worker, as rlflow's torch engine keeps the actor (verl 0.9.1: critic.fsdp)",
+    ),
+    (f"{CRITIC}.megatron.", "the critic runs on rlflow's torch engine beside the actor, a whole replica per worker"),
+    (f"{CRITIC}.ulysses_sequence_parallel_size", "rlflow has no sequence parallelism"),
+    (
+        f"{CRITIC}.grad_clip",
+        "verl 0.9.1 does not read it: its critic clips at critic.optim.clip_grad (rlflow's critic.grad_clip)",
+    ),
+    (f"{CRITIC}.use_dynamic_bsz", "the critic's micro-batches count samples (critic.ppo_micro_batch_size_per_gpu)"),
+    (
+        f"{CRITIC}.ppo_max_token_len_per_gpu",
+        "the critic's micro-batches count samples (critic.ppo_micro_batch_size_per_gpu)",
+    ),
+    (
+        f"{CRITIC}.forward_max_token_len_per_gpu",
+        "the critic's micro-batches count samples (with.micro_batch_size of the compute_values stage)",
+    ),
+    (f"{CRITIC}.shuffle", "the critic takes its mini-batches in order, as verl's default shuffle: false"),
+    (f"{CRITIC}.data_loader_seed", "the critic takes its mini-batches in order; trainer.seed seeds the rest"),
+    (f"{CRITIC}.checkpoint.", "a checkpoint always holds the critic's model and optimizer (its critic/ folder)"),
+    (f"{CRITIC}.profiler.", "`rlflow graph --timeline RUN_DIR` shows where each step's time went"),
+    (f"{CRITIC}.model.tokenizer_path", "the critic reads the policy's tokenizer (model.tokenizer)"),
+    (
+        f"{CRITIC}.model.enable_gradient_checkpointing",
+        "the critic is built as the policy is: model.gradient_checkpointing",
+    ),
+    (f"{CRITIC}.model.use_remove_padding", "the critic is built as the policy is: model.use_remove_padding"),
+    (f"{CRITIC}.model.lora", "rlflow fine-tunes all weights (no LoRA)"),
+    (f"{CRITIC}.model.", "the critic is the model at critic.model.path, built as the policy is (model.*)"),
+    (
+        "trainer.max_critic_ckpt_to_keep",
+        "a checkpoint holds the critic beside the policy: trainer.keep_checkpoints counts both",
+    ),
     ("reward_model.", "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)"),
     (
         "reward.reward_model.",

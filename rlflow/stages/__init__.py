@@ -5,6 +5,7 @@ Only metadata is imported here (pure Python and pydantic); each kind imports tor
 
 from rlflow.stages import (  # noqa: F401  (imported to register)
     balance_batch,
+    compute_values,
     generate,
     group_filter,
     grpo_advantage,
@@ -15,6 +16,7 @@ from rlflow.stages import (  # noqa: F401  (imported to register)
     sync_weights,
     text2sql_reward,
     update_actor,
+    update_critic,
     validation_metrics,
 )
 from rlflow.stages.base import STATE_FIELDS, Role, StageConfig, StageContext, StageKind

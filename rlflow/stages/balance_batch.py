@@ -1,26 +1,7 @@
 """Stage ``balance_batch``: reorder the step's batch so each data-parallel worker of the actor gets as many tokens.
 
-verl step 3: ``_balance_batch`` of verl's trainer, after generation and the reward, before
-``old_log_prob`` (verl times no stage for it). Design decisions:
-- verl's own functions: each row's workload is ``calculate_workload`` of its token count
-  (prompt plus response tokens, verl's ``seq_len``), ``get_seqlen_balanced_partitions(...,
-  k_partitions=dp, equal_size=True)`` splits the rows into one partition per worker, and
-  ``log_seqlen_unbalance`` gives the ``global_seqlen/{min,max,minmax_diff,balanced_min,
-  balanced_max,mean}`` metrics (token sums per worker before and after).
-- Rows, not groups, as verl balances (it keeps groups together only for its PrefixGrouper):
-  the advantage groups rows by ``uid``, not by position, so scattering a group is harmless.
-- The partitions are laid end to end in worker order, each keeping its rows in batch order (as
-  verl's sync trainer does), because the executor hands worker ``r`` the ``r``-th contiguous
-  shard. ``dp`` is the data-parallel size of the pool the ``update`` stage trains on.
-- A batch whose rows do not divide by ``dp`` (a filter dropped groups) is padded with
-  placeholder rows of no tokens for the partitioning, as verl pads its batch, and the
-  placeholders are dropped again. They sort below every real row, so verl's partitioner (which
-  deals each run of ``dp`` rows, in order of size, to ``dp`` different partitions) puts each in
-  a different partition: the partitions then have the sizes of the executor's contiguous shards
-  (differing by one), and are matched to them.
-- The compiler adds this stage when ``trainer.balance_batch`` is on and that pool has more than
-  one worker; declared by hand, it follows the same rule. Without it the trainer logs the
-  ``global_seqlen/*`` of the unbalanced shards (``rlflow.metrics``), so they come every step.
+verl step 3 (``_balance_batch``), with verl's own partition functions and ``global_seqlen/*`` metrics.
+Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """What a stage kind is: its role, config model, the batch fields it reads and writes, and ``run``.
 
-A stage kind is a class. Its metadata is pure Python, so that validation and plan compilation
-never import torch:
-
-- ``role``: what the kind is to a GRPO step (``rollout``, ``reward``, ``balance``, ``log_prob``,
-  ``reference``, ``advantage``, ``filter``, ``update``, ``checkpoint``, ``weight_sync``,
-  ``validation``, or ``transform``, the default: a stage that adds fields and needs nothing more
-  of the runtime). The planner, the validator and the step loop find stages by role, never by
-  kind name, so a plugin kind with the role ``reward`` is a reward stage like the built-in one.
-- ``engine_roles``: the engine roles a worker needs to run the kind (``rollout``, ``actor``,
-  ``ref``); a pool builds its engine with the union of its stages' roles, as verl fuses them.
-- ``reads_fields`` / ``writes_fields`` (or ``reads``/``writes`` when they depend on the
-  algorithm), the verl timer name, the resource types it may run on, how its batch is
-  dispatched and its cadence.
-
+A stage kind is a class whose metadata is pure Python, so validation and plan compilation never import torch.
+The planner, the validator and the step loop find stages by ``role``, never by kind name.
 Design notes: docs/design/stage_kinds.md.
 """
 
@@ -32,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rlflow.schemas.pipeline import Pipeline, StageSpec
 
 # Loop-carried state fields: produced in one step, consumed in the next (or at init).
-STATE_FIELDS = frozenset({"actor_weights", "rollout_weights"})
+STATE_FIELDS = frozenset({"actor_weights", "rollout_weights", "critic_weights"})
 # The sampling settings a rollout kind declares (``StageKind.sampling``) and validation replaces.
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "do_sample", "n")
 # Fields the data loader puts in every step's batch before the first stage.
@@ -44,7 +32,9 @@ Role = Literal[
     "balance",
     "log_prob",
     "reference",
+    "values",
     "advantage",
+    "critic_update",
     "filter",
     "update",
     "checkpoint",
@@ -74,7 +64,9 @@ VERL_ORDER = (
     "reward",
     "old_log_prob",
     "ref",
+    "values",
     "adv",
+    "update_critic",
     "update_actor",
     "save_checkpoint",
     "update_weights",

@@ -1,22 +1,7 @@
 """The batch fields stages exchange: their expected shape and dtype, and the check of a stage's output.
 
-Stages own the field names, so the catalogue of what each known field looks like lives here,
-written once: the runtime checks every batch a stage returns against the fields its plan entry
-``writes`` before the batch reaches the next stage (``rlflow.runtime.executor``), so a backend
-that breaks its contract (a column short, floats for token ids) fails the run at the stage
-that did it, not three stages later or never.
-
-Design decisions:
-- Shape and dtype only: the check reads ``shape`` and ``dtype``, never the values, and copies
-  nothing, so it costs microseconds per stage.
-- Dims are symbolic: ``rows`` (the rows sent to the stage, unless it changes rows),
-  ``response`` (``data.max_response_length``: per-token fields are right-padded to it) and
-  ``any`` (the prompt width varies per step). Dtypes are classes (``integer``, ``floating``) or
-  ``list`` for per-row Python values, so a backend may pick int32 or bfloat16.
-- A field not in the catalogue (a plugin's own) is checked for presence only. Fields that are
-  not batch data are skipped: the loop-carried state (``STATE_FIELDS``), the checkpoint (written
-  to disk) and the validation metrics (returned as metrics).
-- Pure at import (no torch), like the rest of the stage metadata.
+The runtime checks every batch a stage returns against the fields it ``writes``.
+Design notes: docs/design/stage_kinds.md.
 """
 
 from __future__ import annotations
@@ -76,6 +61,8 @@ FIELDS: dict[str, FieldSpec] = {
     "old_log_probs": _TOKENS_FLOAT,
     "entropys": _TOKENS_FLOAT,
     "ref_log_prob": _TOKENS_FLOAT,
+    # critic
+    "values": _TOKENS_FLOAT,
     # advantage
     "token_level_rewards": _TOKENS_FLOAT,
     "advantages": _TOKENS_FLOAT,

@@ -1,18 +1,6 @@
 """Stage ``generate``: expand each prompt into ``algorithm.n`` samples and sample responses.
 
-verl step 1 ([gen]). Design decisions:
-- Rows are repeated (interleaved, as verl's ``repeat(interleave=True)``) here on the worker,
-  so a prompt's group never straddles two workers and the driver ships each prompt once.
-- Only the fields the stage reads (prompts and their mask) go to the engine, so a remote
-  engine gets a small message; the stage returns the whole expanded batch with the engine's
-  ``responses``, ``response_mask`` and ``response_text`` added, and ``rollout_log_probs`` when
-  the engine keeps them (the torch engine does). That field is declared (and so checked) only when
-  ``algorithm.rollout_correction`` reads it; otherwise only the step's rollout-vs-actor metrics do.
-- ``multi_turn`` is verl's ``rollout.multi_turn`` block (``rlflow.tools.config``); enabled, the
-  engine runs the agent loop (``rlflow.backends.agent_loop``) and the stage also writes
-  ``num_turns`` and ``tool_call_counts``. Tool paths resolve against the project root.
-- The sampling seed is derived from (trainer.seed, step, rank): a rerun samples the same
-  tokens, different ranks and steps sample different ones.
+verl step 1 ([gen]). Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """Stage ``group_filter``: drop prompt groups whose rewards do not vary (DAPO's dynamic sampling).
 
-A group whose samples all score alike has zero GRPO advantage and only dilutes the update.
-The filter reads ``scores`` and ``uid`` (so the compiler places it right after the reward,
-before the log-prob stages; it is also the worked example of a stage kind placed by what it
-reads and writes) and keeps groups whose score standard deviation exceeds ``min_std``, but
-never fewer than ``keep_at_least`` groups (it then takes back the most varied of the dropped
-ones), so a step always has something to train on.
-
-Conventions follow verl's group filter: the population standard deviation (``np.std``,
-ddof=0), and a group of one sample is always kept (there is nothing to compare it with).
-Per-group statistics are computed in one pass with ``index_add_`` over group ids rather than
-a Python loop over rows; the kept row indices leave the tensor world once (``tolist``).
+It keeps groups whose score standard deviation exceeds ``min_std``, never fewer than ``keep_at_least``.
+Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

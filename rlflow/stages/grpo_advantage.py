@@ -1,17 +1,6 @@
 """Stage ``grpo_advantage``: token-level rewards and the advantages of ``algorithm.adv_estimator``.
 
-verl step 7 ([adv]). Design decisions:
-- The math is verl's own: ``core_algos.kl_penalty`` for the in-reward KL (applied as verl's
-  ``apply_kl_penalty`` does, with a fixed coefficient), then the estimator verl registers under
-  ``adv_estimator`` (``core_algos.get_adv_estimator_fn``), called with the arguments verl's
-  ``compute_advantage`` gives it (``grpo`` its own way, every other one ``config`` and ``index``;
-  ``gdpo`` also the reward function's per-key values); nothing is re-derived here.
-- It runs on the driver over the whole batch, because a group must be complete to be
-  normalised (groups never straddle workers, but filters may have reshaped the batch).
-- With verl's decoupled rollout correction (``algorithm.rollout_correction``) it also computes
-  the importance weights and the rejection mask, between the KL penalty and the advantages, as
-  verl's V1 trainer does; the advantages are then taken over the rejection mask
-  (``rlflow.stages.rollout_correction``).
+verl step 7 ([adv]), with verl's own math, on the driver over the whole batch. Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations
@@ -64,7 +53,8 @@ class GrpoAdvantage(StageKind):
         old = rollout_correction.old_log_probs_field(pipeline)
         extra = (old, "ref_log_prob") if pipeline.algorithm.use_kl_in_reward else ()
         corrected = tuple(f for f in rollout_correction.advantage_reads(pipeline) if f not in extra)
-        return cls.reads_fields + extra + corrected
+        values = ("values",) if pipeline.algorithm.adv_estimator == "gae" else ()
+        return cls.reads_fields + extra + corrected + values
 
     @classmethod
     def writes(cls, pipeline, stage):
@@ -90,7 +80,15 @@ class GrpoAdvantage(StageKind):
             metrics.update(corr_metrics)
         mask = corrected.get(rollout_correction.RS_MASK, batch["response_mask"])
         index = np.array(batch["uid"], dtype=object)
-        if algorithm.adv_estimator == "grpo":
+        if algorithm.adv_estimator == "gae":  # verl's compute_advantage calls it apart, with gamma and lam
+            advantages, returns = core_algos.compute_gae_advantage_return(
+                token_level_rewards=rewards,
+                values=batch["values"].float(),
+                response_mask=mask,
+                gamma=algorithm.gamma,
+                lam=algorithm.lam,
+            )
+        elif algorithm.adv_estimator == "grpo":
             advantages, returns = core_algos.compute_grpo_outcome_advantage(
                 token_level_rewards=rewards,
                 response_mask=mask,

@@ -1,10 +1,6 @@
 """Stage ``old_log_prob``: log-probs (and entropy) of the responses under the current actor.
 
-verl step 4 ([old_log_prob]). Design decisions:
-- Log-probs are taken at the rollout's temperature (the plan's, ``logprob_temperature``), as verl does.
-- ``actor/entropy`` is verl's: the entropy aggregated with ``loss_agg_mode`` over the rows this
-  worker saw; the runtime averages shard metrics, which equals the whole batch's value when
-  shards hold equal token counts and is close to it otherwise.
+verl step 4 ([old_log_prob]). Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The stage-kind registry: built-in kinds plus plugins from the ``rlflow.stages`` entry-point group.
 
-Besides names, the registry answers by role: ``kinds_with_role`` lists every registered kind
-of a role (a plugin reward counts as a reward), ``builtin_kind`` names the built-in kind
-the compiler adds for a role the pipeline leaves implicit (checkpoint, validation, balance) and the
-validator suggests when a required role is missing, and ``actor_data_parallel_size`` finds the
-workers the ``update`` stage trains on.
+It also answers by role (``kinds_with_role``, ``builtin_kind``). Design notes: docs/design/registries.md.
 """
 
 from __future__ import annotations
@@ -13,6 +9,7 @@ from typing import get_args
 
 from rlflow.errors import RegistryError
 from rlflow.registry import Registry
+from rlflow.schemas.model_roles import MODEL_ROLES
 from rlflow.schemas.pipeline import Pipeline, data_parallel_size
 from rlflow.stages.base import Role, StageKind
 
@@ -31,6 +28,12 @@ def register_stage(cls: type[StageKind]) -> type[StageKind]:
         raise RegistryError(
             f"stage kind {getattr(cls, 'name', cls)!r}: role {getattr(cls, 'role', None)!r} is not one of "
             f"{', '.join(get_args(Role))} (set the class attribute `role`)"
+        )
+    unknown = sorted(set(getattr(cls, "engine_roles", ())) - set(MODEL_ROLES))
+    if unknown:
+        raise RegistryError(
+            f"stage kind {getattr(cls, 'name', cls)!r}: engine_roles {unknown} are not model roles; "
+            f"known: {', '.join(MODEL_ROLES)}"
         )
     STAGE_KINDS.register(cls.name, cls)
     return cls

@@ -1,25 +1,7 @@
 """Stage ``reward_function``: score rows with Python reward functions of verl's custom-reward signature.
 
-``with: {function: "package.module:compute_score"}`` (or ``path/to/file.py:compute_score``,
-relative to the project root), or a weighted list ``functions: [{function, weight, name}]``.
-Each function is called as ``fn(data_source=..., solution_str=..., ground_truth=...,
-extra_info=...)`` per row, with ``ground_truth`` and ``extra_info`` from the row's
-``reward_info``, and returns a float or a dict with ``score`` and extra numbers.
-
-Design decisions:
-- The functions run in a child process per worker (``rlflow.reward.function_runner``), started
-  at the stage's first step and kept in ``ctx.state``: a function that hangs is killed at
-  ``timeout_s`` and one that crashes or leaks takes only its child down. A call that raises,
-  returns something that is not a finite score, or times out is that row's 0 for that
-  function; the metrics count them, and a function that fails on every row fails the step
-  (``rlflow.reward.function_scores``). The functions' stdout and stderr go to
-  ``<run dir>/rewards/<stage>.rank<N>.log``, capped at 1 MiB.
-- ``check_in_project`` loads every function at ``rlflow validate`` time, with the loader the
-  child uses, so a wrong reference is an error at its line in the pipeline file, not at step 1.
-- The score sits on the last valid response token (``rlflow.stages.token_scores``).
-- ``overlong_buffer`` is DAPO's overlong reward shaping, added to each row's score as verl's
-  DAPO reward manager adds it (``rlflow.reward.overlong``), so dynamic sampling, the advantage
-  and ``critic/score/*`` all see the shaped score.
+The functions run in a supervised child process per worker (``rlflow.reward.function_calls``); a failed call
+is that row's 0. Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations
@@ -136,7 +118,7 @@ class RewardFunction(StageKind):
         """Score ``batch``'s rows; adds ``token_level_scores``, ``scores``, ``reward_extra`` and reward metrics."""
         import numpy as np
 
-        from rlflow.reward.function_runner import FunctionRunner
+        from rlflow.reward.function_calls import FunctionRunner
 
         config: RewardFunctionConfig = ctx.config
         functions = config.weighted()

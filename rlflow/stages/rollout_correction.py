@@ -1,21 +1,6 @@
 """verl's rollout correction (``algorithm.rollout_correction``) as the stages see it: fields and math.
 
-Which policy the loss treats as the old one, as verl names it:
-- default (nothing corrected): ``old_log_prob`` recomputes the log-probs under the actor's current
-  weights, the proximal policy; the rollout's own log-probs only feed the ``rollout_corr/*`` metrics.
-- decoupled (``rollout_is`` and/or ``rollout_rs``): as above, and the advantage stage computes
-  verl's truncated importance weights pi_old / pi_rollout (``rollout_is_weights``, multiplied into
-  the policy loss) and its rejection mask (``rollout_rs_mask``: the response mask without the
-  rejected tokens or sequences) from the rollout's log-probs, as verl's V1 trainer does in its
-  advantage step (``compute_rollout_correction_and_add_to_batch``).
-- ``bypass_mode``: the rollout's log-probs *are* the old policy (the behaviour policy that sampled
-  the batch, whatever version it was); the plan drops the ``old_log_prob`` pass, as verl skips its
-  forward, and the update trains ``loss_mode`` against them, correcting nothing, as verl's V1
-  trainer does (``loss_mode: bypass_mode`` is the legacy trainer's loss that corrects inside).
-
-verl overwrites ``response_mask`` with the rejection mask; here it is a field of its own, because
-the model's forward still needs every response token and a field has one producer in a plan.
-Metadata functions are pure (the planner and validator call them); ``correct`` imports verl.
+Metadata functions are pure; ``correct`` imports verl. Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

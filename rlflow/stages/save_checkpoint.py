@@ -1,11 +1,6 @@
 """Stage ``save_checkpoint``: model, optimizer and RNG state of every worker (verl [save_checkpoint]).
 
-Runs when ``trainer.save_freq`` hits (and at the last step), after the update and before the
-weight sync; the compiler adds it when the pipeline does not declare it. Each worker writes
-its part into ``ctx.checkpoint_dir``: the runtime points that at a temporary directory and
-renames it into place, with the data position beside it, once every part is on disk (a
-checkpoint is whole or absent). Run outside the runtime, it writes to
-``<run_dir>/checkpoints/step_<N>``.
+Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

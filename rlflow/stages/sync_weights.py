@@ -1,10 +1,6 @@
 """Stage ``sync_weights``: the rollout engine takes the actor's new weights (verl [update_weights]).
 
-Runs after the update and the checkpoint, before validation and the next generation, and
-once at init before the first generation, on every worker of the actor's pool. Colocated
-actor and rollout share tensors, so the sync copies nothing (``sync/bytes`` = 0) and only
-records the policy version. A rollout on another pool receives the weights from the runtime
-afterwards (export on the actor, load on the rollout), which reports the bytes moved.
+Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

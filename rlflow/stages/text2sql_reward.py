@@ -1,19 +1,7 @@
 """Stage ``text2sql_reward``: execution-accuracy reward for text-to-SQL (BIRD).
 
-Per row: extract the SQL (``config.extract``), run it and the gold SQL (``reward_info``'s
-``ground_truth``) read-only on the question's database (``reward_info["extra_info"]["db_path"]``,
-through ``rlflow.reward.sql_exec``), compare the result sets as BIRD does
-(``set(pred) == set(gold)``), and score:
-
-- ``correct_score`` when the sets match;
-- ``partial_score`` when the SQL ran but gave another result;
-- ``format_score`` when an answer was extracted but SQLite reported an error in it;
-- 0 when nothing was extracted, and 0 for SQL that was refused (a write, ATTACH, a PRAGMA,
-  a second statement), ran out of time (executing, fetching and comparing together), returned
-  more than ``max_rows`` rows or ``max_result_mb`` of data, or ran out of memory: spending a
-  reward worker's time or memory or trying to change the data must never pay.
-
-Design notes: docs/design/text2sql_reward.md.
+Per row: extract the SQL, run it and the gold SQL read-only on the question's database, compare the result
+sets as BIRD does and score; refused, slow or oversized SQL scores 0. Design notes: docs/design/text2sql_reward.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Stage ``update_actor``: the GRPO policy update (verl step 8, [update_actor]).
 
-Mini-batches of ``ppo_mini_batch_size x n`` samples, micro-batches with gradient
-accumulation, ``ppo_epochs`` passes, gradient clipping; loss from verl's vanilla policy
-loss with dual clip, plus entropy and KL terms as verl adds them. The engine does the work
-(see ``rlflow.backends.local.actor``); this stage passes the fields it reads, the rollout
-temperature and the step and stage names (for error messages), and returns the ``actor/*``
-metrics. The actor is not updated before ``trainer.critic_warmup`` steps, as in verl.
-With ``algorithm.rollout_correction`` it reads the old policy's log-probs where that section puts
-them, and the importance weights and rejection mask when the advantage step computed them
-(``rlflow.stages.rollout_correction``).
+The engine does the work (``rlflow.backends.local.actor``); this stage passes what it reads and returns the
+``actor/*`` metrics. Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """Stage ``validate``: verl's validation metrics for a generated and scored validation set ([testing]).
 
-Runs before training when ``trainer.val_before_train``, when ``trainer.test_freq`` hits and at
-the last step. The runtime feeds the validation set through the rollout stage (with this
-stage's sampling settings: greedy, ``n`` samples) and the reward stages, then runs this stage
-on the driver over the scored batch; its ``run`` turns scores into metrics.
-
-Design decisions:
-- Statistics come from verl's ``process_validation_metrics`` (per prompt ``mean@N``,
-  ``std@N``, bootstrapped ``best@k``/``worst@k``, ``maj@k`` when the reward returns a ``pred``,
-  then averaged over prompts per data source), fed as verl's V1 trainer feeds it: the reward
-  (``scores``) and every numeric key of ``reward_extra`` (e.g. ``acc``, ``format_ok``), a row
-  without a number under a key counting as missing there, and each prompt's expected number of
-  samples, so that a missing ``acc`` counts 0 in ``acc`` and ``acc_success_only`` keeps the
-  mean over the rows that have one.
-- Naming is verl's: the core variable of a data source (``acc`` when the reward returns it,
-  else ``reward``) has its ``mean``/``maj``/``best`` at the largest N under
-  ``val-core/<data_source>/<var>/...`` (the numbers a dashboard plots); every other statistic
-  and every other variable is ``val-aux/<data_source>/<var>/...``.
-- verl's bootstrap reseeds numpy's global RNG; ``val_metrics`` restores that state after the
-  call, so validating never changes what a seeded run does next.
+Statistics and names come from verl's ``process_validation_metrics`` (``val-core/...``, ``val-aux/...``).
+Design notes: docs/design/stages.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,7 @@
 """Conformance kit for RemoteBackend plugins: point it at a registered backend and run it.
 
-Two ways in:
-
-- pytest: subclass ``RemoteBackendConformance`` and set ``backend_name`` (and, if needed,
-  ``backend_config``, ``model`` or ``make_main_config``)::
-
-      from rlflow.testing.remote_backend import RemoteBackendConformance
-
-      class TestMyBackend(RemoteBackendConformance):
-          backend_name = "mine"
-          model = {"path": "/models/my-model", "dtype": "bfloat16"}  # default: the built-in tiny model
-
-- anything else: ``check_backend("mine", main_config, checkpoint_dir)`` runs every check in order
-  and raises ``AssertionError`` naming the first contract the backend breaks;
-  ``tiny_main_config`` builds a main_config for it.
-
-The checks drive the backend exactly as a run does (docs/remote_backend.md): the driver
-creates it, a forwarder reconnects from the handle, the init sync (``update_weights`` then
-``set_global_steps``) precedes the first ``generate``, then generate -> log-probs ->
-update_actor -> checkpoint -> sync. A checkpoint is saved into an existing empty folder that is
-then renamed, as the runtime does, and loaded from its new name. They use the built-in tiny
-model unless given another, tiny batches and a learning rate large enough that one update
-visibly moves the policy, so a backend that ignores an update (or a checkpoint load) fails.
-
-The async case drives the backend as an overlapped run does: ``generate`` on one connection
-while ``update_actor`` runs on another must be accepted (no refusal, no hang); and a backend that
-sets ``accepts_rollout_weights`` gets weights pushed on one connection while another generates,
-and every batch must report as ``rollout/policy_version`` the version whose weights made it whole.
-
-The multi-turn case (for a backend that sets ``runs_agent_loop``) writes a ``@function_tool`` file
-into the project root and asks ``generate`` for verl's ``multi_turn`` rollouts with it: each row must
-come back as one transcript of the response width, with ``num_turns`` (at least 2, verl's count) and
-``tool_call_counts`` per row, a 0/1 ``response_mask`` whose first token is the model's, and the rows'
-``reward_info`` (verl's ``tools_kwargs``) accepted.
+Subclass ``RemoteBackendConformance`` (pytest) or call ``check_backend``; the checks drive the backend exactly
+as a run does. Design notes: docs/design/remote_conformance.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The tool process: load verl tools once, then run the calls the parent sends, each as verl's agent loop does.
 
-Started by ``rlflow.reward.function_runner.FunctionRunner(child="rlflow.tools.child")`` under the
-reward functions' supervisor, so it has their guarantees (per-call deadline, every process it starts
-killed, address-space cap, exit with its parent, output to a capped log) and their JSON protocol
-(``rlflow.reward.function_child``); here the one "reference" is the JSON of the
-tool set ({"tools": verl tool-config entries, "tool_config" (their file, as the pipeline names it),
-"function_tool_path", "paths", "scratch", "max_chars", "side"}); ``paths`` starts with the project
-root; ``scratch`` is the parent's temporary folder, the child's working directory.
+``ToolRunner`` (``rlflow.tools.runner``) starts it in the sandbox (``rlflow.sandbox``), so it has
+the sandbox's guarantees (per-call deadline, every process it starts killed, address-space cap,
+exit with its parent, output to a capped log) and its JSON protocol; here the one "reference" is
+the JSON of the tool set ({"tools": verl tool-config entries, "tool_config" (their file, as the
+pipeline names it), "function_tool_path", "paths", "scratch", "max_chars", "side"}); ``paths``
+starts with the project root; ``scratch`` is the parent's temporary folder, the child's working
+directory.
 
 - ``BaseTool`` subclasses are built as verl's ``initialize_tools_from_config`` builds them
   (``cls(config=..., tool_schema=OpenAIFunctionToolSchema)``) and called per call as verl's
@@ -20,7 +20,7 @@ root; ``scratch`` is the parent's temporary folder, the child's working director
   answers ``["raised", id, type, text]``, the text naming the line of the user's tool code and
   holding no host path (``rlflow.tools.observation``).
 - A tool that cannot load is named by its entry (``tools.yaml tools[1] (mytools.Search)``).
-- Before the tools load, ``rlflow.tools.guard`` contains the process: writes only under
+- Before the tools load, ``rlflow.sandbox.guard`` contains the process: writes only under
   ``scratch`` (temporary files go there too), no new process; the kernel enforces it where the
   host has Landlock, an audit hook words the refusals everywhere. The tool log says when
   Landlock is not in force.
@@ -36,11 +36,11 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
-from multiprocessing.connection import Connection
 
-from rlflow.reward.function_child import _exit_with_parent, _finite, _limit_memory, _send
-from rlflow.tools.guard import contain
+from rlflow.sandbox.guard import contain
+from rlflow.sandbox.worker import Answers, LoadFailure, exit_with_parent, finite, serve
 from rlflow.tools.observation import Where, truncate
 
 SECONDS = "__seconds"  # the call's own time, among the numbers of its answer
@@ -112,7 +112,7 @@ class Tools:
             finally:
                 await tool.release(instance_id)
         text = truncate(str(response.text or ""), self.spec["max_chars"], self.spec["side"])
-        return ["ok", _finite(reward) or 0.0, {SECONDS: time.monotonic() - start}, 0, text]
+        return ["ok", finite(reward) or 0.0, {SECONDS: time.monotonic() - start}, 0, text]
 
 
 async def answer(tools: Tools, kwargs: dict) -> list:
@@ -132,14 +132,14 @@ async def settle(tools: Tools, kwargs: dict, future: Future) -> None:
     future.set_result(await answer(tools, kwargs))
 
 
-def serve(loop: asyncio.AbstractEventLoop, tools: Tools, calls: list, conn: Connection) -> None:
-    """Run a message's calls ``(id, index, kwargs)`` concurrently on ``loop`` (the rows of a turn), answering in order."""
+def answers(loop: asyncio.AbstractEventLoop, tools: Tools, calls: list) -> Iterator[list]:
+    """Run a message's calls ``(id, index, kwargs)`` concurrently on ``loop`` (the rows of a turn); each
+    call's answer in order, as it settles."""
     futures: list[Future] = [Future() for _ in calls]
     for (_, _, kwargs), future in zip(calls, futures, strict=True):
         asyncio.run_coroutine_threadsafe(settle(tools, kwargs, future), loop)
-    for (call_id, _, _), future in zip(calls, futures, strict=True):
-        kind, *rest = future.result()
-        _send(conn, [kind, call_id, *rest])
+    for future in futures:
+        yield future.result()
 
 
 _M_ARENA_MAX = -8  # glibc's mallopt parameter
@@ -153,16 +153,10 @@ def _share_malloc_arenas() -> None:
         ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 2)
 
 
-def main(fd: int) -> None:
-    conn = Connection(fd)
-    try:
-        init = conn.recv()  # the end of a parent gone before it sent this
-    except EOFError:
-        return
-    _limit_memory(init["max_memory_mb"])
+def _load(init: dict) -> Answers:
     _share_malloc_arenas()
     spec = json.loads(init["references"][0])
-    sys.path[:] = [*spec["paths"], *init["sys_path"]]
+    sys.path[:0] = spec["paths"]
     sys.dont_write_bytecode = True
     sys.stdout = sys.stderr  # a tool's prints (verl's BaseTool prints its schema) are log lines, not results
     scratch = spec["scratch"]
@@ -177,25 +171,21 @@ def main(fd: int) -> None:
         if unbounded is not None:
             print(f"[rlflow: Landlock is not in force ({unbounded}): the audit hook alone guards the tools]")
         # after the guard: Landlock binds the threads started after it, and this one runs for the process's life
-        _exit_with_parent()
+        exit_with_parent()
         tools = Tools(spec)
     except MemoryError:
-        _send(conn, ["failed", 0, "MemoryError while loading the tools"])
-        return
+        raise LoadFailure("MemoryError while loading the tools", 0) from None
     except ToolLoadError as exc:
-        _send(conn, ["failed", 0, str(exc)])
-        return
+        raise LoadFailure(str(exc), 0) from None
     except Exception as exc:  # verl's own imports
-        _send(conn, ["failed", 0, f"{type(exc).__name__}: {exc}"])
-        return
-    _send(conn, ["ready"])
+        raise LoadFailure(f"{type(exc).__name__}: {exc}", 0) from None
     # one loop for the process's life (a tool's async clients expect it), in its own thread, so that answers
     # already settled go out even while another call blocks it (the parent's deadline then ends the process)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="tools", daemon=True).start()
-    while True:
-        try:
-            calls = conn.recv()
-        except EOFError:
-            return
-        serve(loop, tools, calls, conn)
+    return lambda calls: answers(loop, tools, calls)
+
+
+def main(fd: int) -> None:
+    """Serve the tools' calls on ``fd`` until the pipe closes (the watch on the parent starts after the guard)."""
+    serve(fd, _load, watch_parent=False)

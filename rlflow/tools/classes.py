@@ -1,9 +1,6 @@
 """A tool config's ``class_name`` checked without importing it: the module's file is found, its classes read.
 
-verl imports ``module.Class`` when the tools load (``verl.tools.tool_registry.get_tool_class``);
-``rlflow validate`` must not run a user's code, so the module is looked up as the import system
-would look it up (``PathFinder`` over the tool process's path, package by package, no package
-imported on the way) and its source is parsed with ``ast`` for the names it binds at top level.
+Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations

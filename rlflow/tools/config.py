@@ -1,11 +1,6 @@
 """The generate stage's ``multi_turn`` block: verl's ``actor_rollout_ref.rollout.multi_turn`` keys and defaults.
 
-verl's keys keep verl's meaning (verl/trainer/config/rollout/rollout.yaml), and every key of
-verl's block is taken, so a copied block loads: the few that verl 0.9.1's agent loop does not
-read either (``IGNORED``) are accepted and ignored, and validate notes a value off verl's default.
-``tool_timeout_s`` and ``tool_max_memory_mb`` are rlflow's: the per-call deadline and the
-address-space cap of the tool process (verl runs tools in its agent-loop worker, with neither),
-and ``invalid_tool_calls`` says what a call verl drops gets: dropped (verl's way) or an error observation.
+Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations

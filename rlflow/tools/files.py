@@ -1,15 +1,6 @@
 """Reading the tool files a ``multi_turn`` block names, checked without running them.
 
-- A verl tool-config YAML (``tools: [{class_name, config, tool_schema}]``) is read through the
-  safe YAML loader (plain data only, aliases under a cap, at most ``MAX_BYTES``); every entry needs
-  what verl's ``initialize_tools_from_config`` needs: ``class_name`` a ``module.Class`` that exists
-  (``rlflow.tools.classes``, without importing it), ``config.type: native``, and a valid OpenAI
-  function schema as ``tool_schema`` when one is given. Problems carry the file and line.
-- A ``@function_tool`` file is parsed (``ast``), never imported here: each decorated function
-  needs a docstring describing every parameter under ``Args:`` and a type hint on each (verl infers
-  its schema from them, through transformers' ``get_json_schema``).
-- Every file here (the two above, and the prompt template searched for tool names) is read by
-  ``rlflow.io``: a FIFO, a device or a folder is refused at once instead of blocking validate.
+Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations

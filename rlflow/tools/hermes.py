@@ -1,12 +1,7 @@
-"""Hermes tool calls (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), parsed as verl's ``HermesToolParser``.
+"""Hermes tool calls (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), parsed as verl parses them.
 
-Its matches and fields are verl's. A call verl's parser logs and drops (not JSON, not an object, no
-``name`` string, no ``arguments``) is kept with its ``error`` and ``verl_drops`` set: the agent
-loop drops it as verl does (``invalid_tool_calls: drop``) or answers it (``error_observation``). A
-call verl keeps whose arguments cannot run carries an ``error`` only, as verl's tool fails on it.
-On hostile text, two differences: a linear scan finds the calls (verl's regex rescans the text from
-every unclosed ``<tool_call>``: quadratic), and a lone surrogate written as a JSON escape in a name
-or argument becomes U+FFFD (``rlflow.tools.text``), so no text that echoes it breaks a tokenizer.
+Matches and fields are verl's ``HermesToolParser``'s; a call verl drops is kept with ``error`` and ``verl_drops``
+set. Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations

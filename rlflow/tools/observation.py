@@ -1,12 +1,6 @@
 """What the model reads of a tool's answer: cut as verl cuts it, and a failure worded without host paths.
 
-- ``truncate`` is verl's cut of a tool answer (``ToolAgentLoop._call_tool``); rlflow applies it to
-  error observations too, so a failure costs the context no more than an answer does.
-- ``Where`` names a failure's place in the user's own tool code: the innermost traceback frame in
-  a tool's module or under the project (not the standard library's, verl's or rlflow's frames
-  beneath it), shown relative to the project or to its entry on the Python path, and rewrites the
-  absolute paths of a message the same way (an unknown one becomes its last part), so the model
-  never reads where the project lives on the host.
+Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations
@@ -18,7 +12,8 @@ import sysconfig
 import traceback
 from pathlib import Path
 
-_MAX_TEXT = 300  # characters of an exception message kept, as the reward functions' reports
+from rlflow.sandbox.protocol import short
+
 # an absolute path of two parts or more, not inside a word or a relative path
 _ABSOLUTE = re.compile(r"(?<![\w.~/-])/(?:[^\s'\"/:,;()\[\]{}<>]+/)+[^\s'\"/:,;()\[\]{}<>]*")
 
@@ -84,10 +79,7 @@ class Where:
         frames = traceback.extract_tb(exc.__traceback__)
         mine = [f for f in frames if self._is_user(f.filename)] or frames
         where = f"{self.show(mine[-1].filename)}:{mine[-1].lineno} in {mine[-1].name}" if mine else "(no traceback)"
-        message = " ".join(str(exc).split())
-        if len(message) > _MAX_TEXT:
-            message = message[:_MAX_TEXT] + "..."
-        return f"{where}: {self.clean(message)}"
+        return f"{where}: {self.clean(short(exc))}"
 
 
 def _under(path: str, folder: str) -> bool:

@@ -1,12 +1,6 @@
 """What a run says about failing tools: the first failure of each kind as a warning, every failure in the tool log.
 
-As the reward functions do (``rlflow.reward.function_scores``): a failed call is logged once per
-tool and kind of failure (``raised ValueError``, ``timeout``, ``unknown tool``...) in each worker,
-naming the tool, what happened and where the rest is; each failed call is one line of the tool log
-(``<run dir>/tools/rank<N>.log``, which also holds the tool process's output, capped at the same
-1 MiB); and a tool whose error ratio stays at ``HIGH_ERROR_RATIO`` or more for ``HIGH_ROLLOUTS``
-rollouts in a row gets a warning, repeated only after it has come down and gone up again. The
-workers' warnings reach the driver's console with the stage's result (``rlflow.runtime.worker``).
+Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations
@@ -17,19 +11,19 @@ import re
 import time
 from pathlib import Path
 
-from rlflow.reward.function_runner import OUTPUT_CAP_BYTES
+from rlflow.sandbox.process import OUTPUT_CAP_BYTES
+from rlflow.sandbox.protocol import one_line
 
 log = logging.getLogger(__name__)
 
 HIGH_ERROR_RATIO = 0.5
 HIGH_ROLLOUTS = 3
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RATIO = re.compile(r"^tool/(.+)/error_ratio$")
 _SHOWN = 300  # characters of a failure's detail on the console (the log keeps more)
 
 
 def _line(text: str, limit: int) -> str:
-    text = _CONTROL.sub(" ", text)  # a detail may quote model text: one line, no terminal escapes
+    text = one_line(text)  # a detail may quote model text: one line, no terminal escapes
     return text if len(text) <= limit else text[:limit] + "..."
 
 

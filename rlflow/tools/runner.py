@@ -2,8 +2,8 @@
 
 A call that cannot run (a parse error, an unknown tool, arguments too large or of the wrong
 type) is answered here with an error observation and never reaches the tool. The rest go to
-the tool process (``rlflow.tools.child``, which runs them concurrently) in one message per turn through the reward
-functions' ``FunctionRunner``: a call past ``tool_timeout_s``, a tool that raises, or a tool
+the tool process (``rlflow.tools.child``, which runs them concurrently) in one message per turn through the
+sandbox (``rlflow.sandbox.process.Sandbox``): a call past ``tool_timeout_s``, a tool that raises, or a tool
 process that dies (memory cap) is an error observation for that call, never a crash. Every
 observation, errors included, is cut to ``max_tool_response_length`` as verl cuts answers. Each
 call's tool, outcome and seconds are kept for the per-tool metrics; a call naming no known tool is
@@ -20,8 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlflow.errors import StageError
-from rlflow.reward.function_runner import FunctionRunner, RewardFunctionError
+from rlflow.sandbox.process import Names, Sandbox, SandboxError
 from rlflow.tools.config import MultiTurnConfig
 from rlflow.tools.files import load_tool_config
 from rlflow.tools.hermes import ToolCall
@@ -34,7 +33,7 @@ INVALID = "(invalid)"  # the metrics' name for calls of no known tool (unparsabl
 SECONDS = "__seconds"  # rlflow.tools.child.SECONDS (the child module imports verl: not imported here)
 
 
-class ToolError(StageError):
+class ToolError(SandboxError):
     """The tools cannot be loaded at all (named, with the reason)."""
 
 
@@ -78,15 +77,24 @@ class ToolRunner:
         self.what = " and ".join(p for p in (config.tool_config_path, config.function_tool_path) if p)
         self.limit, self.side = config.max_tool_response_length, config.tool_response_truncate_side
         self.report = ToolReport(log_path)
-        self._runner = FunctionRunner(
+        serving = f"the tools of {self.what}"
+        names = Names(
+            process="the tool process",
+            loader="the tool process",
+            loading=serving,
+            references=(serving,),
+            unknown=serving,
+            keys=("multi_turn.tool_timeout_s", "multi_turn.tool_max_memory_mb"),
+        )
+        self._runner = Sandbox(
+            CHILD,
             [json.dumps(spec)],
             root,
             config.tool_timeout_s,
             config.tool_max_memory_mb,
             log_path,
-            child=CHILD,
-            serving=f"the tools of {self.what}",
-            keys=("multi_turn.tool_timeout_s", "multi_turn.tool_max_memory_mb"),
+            names,
+            ToolError,
         )
         raw = self._run([{"op": "schemas"}])[0]
         if raw.failure is not None:
@@ -94,10 +102,7 @@ class ToolRunner:
         self.schemas = {name: ToolSchema.model_validate(s) for name, s in json.loads(raw.text).items() if s}
 
     def _run(self, calls: list[dict]):
-        try:
-            return [row[0] for row in self._runner.run(calls)]
-        except RewardFunctionError as exc:  # it names the tools and what went wrong
-            raise ToolError(str(exc)) from exc
+        return [row[0] for row in self._runner.run(calls)]  # ToolError, naming the tools, if they cannot start
 
     def call(self, calls: list[ToolCall], tools_kwargs: list[dict] | None = None) -> list[ToolResult]:
         """One result per call, in order; the runnable ones go to the tool process in one message.

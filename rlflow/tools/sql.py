@@ -1,19 +1,7 @@
 """The shipped SQL tool: a read-only query on the row's own database, answered as a small table.
 
-A verl ``BaseTool`` (``class_name: rlflow.tools.sql.SqlTool`` in a tool config), run in the tool
-process like any other. Each trajectory's ``create`` names its database through verl's
-``tools_kwargs`` (``{"run_sql": {"create_kwargs": {"db_path": ...}}}``, which the text-to-SQL loader
-puts in every row's ``extra_info``); ``execute`` runs the model's ``sql`` argument through the
-reward's sandboxed executor (``rlflow.reward.sql_exec``: ``mode=ro``, an authorizer, a deadline, row
-and byte caps), so a tool call can never write to a database, and renders the first rows:
-
-    name | count
-    Fresno | 3
-    (2 rows)
-
-Settings (the tool config's ``config``): ``max_rows`` (5) shown, ``timeout_s`` (2.0) per query,
-``max_cell_chars`` (40) per value. Failures are answers, not exceptions: ``Error: ...`` with
-SQLite's message, which is what a model can act on.
+A verl ``BaseTool`` that runs the model's ``sql`` through the reward's sandboxed executor, so a tool call can
+never write to a database. Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations

@@ -72,9 +72,16 @@ def test_norm_by_std_that_the_estimator_ignores_is_a_warning(project_dir):
     assert load_text(project_dir, with_algorithm("norm_adv_by_std_in_grpo: false")).warnings == ()  # Dr.GRPO
 
 
+CRITIC_STAGES = """\
+  - {name: values, uses: compute_values, on: pool}
+  - {name: update_critic, uses: update_critic, on: pool}
+"""
+
+
 @pytest.mark.parametrize("name", [n for n in ADV_ESTIMATORS if n not in NEEDS and n != "gdpo"])
 def test_every_accepted_estimator_validates(project_dir, name):
-    assert load_text(project_dir, with_algorithm(f"adv_estimator: {name}")).spec.algorithm.adv_estimator == name
+    text = with_algorithm(f"adv_estimator: {name}") + (CRITIC_STAGES if name == "gae" else "")
+    assert load_text(project_dir, text).spec.algorithm.adv_estimator == name
 
 
 @pytest.mark.parametrize("name", [n for n in LOSS_MODES if n not in NEEDS])

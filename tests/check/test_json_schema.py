@@ -15,15 +15,29 @@ from rlflow.schemas.project import load_project_config
 SCHEMA = pipeline_json_schema()
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 BIRD_DATA = load_pipeline(BIRD, project=load_project_config(REPO)).data
+PPO_DATA = load_pipeline(REPO / "pipelines" / "ranking_ppo.yaml", project=load_project_config(REPO)).data
 
 
 def test_schema_is_valid_and_accepts_the_shipped_pipeline():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     assert list(VALIDATOR.iter_errors(BIRD_DATA)) == []
+    assert list(VALIDATOR.iter_errors(PPO_DATA)) == []  # its critic block and the critic's stage kinds
 
 
-def _errors(mutate) -> list[str]:
-    data = copy.deepcopy(BIRD_DATA)
+def test_the_critic_block_has_verls_names():
+    critic = SCHEMA["$defs"]["CriticSpec"]
+    assert SCHEMA["properties"]["critic"]["$ref"] == "#/$defs/CriticSpec"
+    assert set(critic["properties"]) == {
+        "enable", "model", "optim", "ppo_mini_batch_size", "ppo_micro_batch_size_per_gpu", "ppo_epochs",
+        "cliprange_value", "loss_agg_mode", "grad_clip",
+    }  # fmt: skip
+    assert critic["additionalProperties"] is False
+    assert SCHEMA["$defs"]["CriticOptimSpec"]["properties"]["lr"]["default"] == 1e-5
+    assert "lam" in SCHEMA["$defs"]["AlgorithmSpec"]["properties"]
+
+
+def _errors(mutate, data=BIRD_DATA) -> list[str]:
+    data = copy.deepcopy(data)
     mutate(data)
     return [e.message for e in VALIDATOR.iter_errors(data)]
 
@@ -40,6 +54,19 @@ def _errors(mutate) -> list[str]:
 )
 def test_schema_catches_editor_level_mistakes(mutate, words):
     assert any(words in message for message in _errors(mutate)), _errors(mutate)
+
+
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda d: d["critic"]["optim"].update(lrr=1), "'lrr' was unexpected"),
+        (lambda d: d["critic"].update(cliprange_valu=0.2), "'cliprange_valu' was unexpected"),
+        (lambda d: d["critic"].update(cliprange_value=0), "0 is less than or equal to the minimum of 0"),
+        (lambda d: d["stages"][4].update({"with": {"micro_batch_sise": 8}}), "'micro_batch_sise' was unexpected"),
+    ],
+)
+def test_schema_catches_mistakes_in_the_critic(mutate, words):
+    assert any(words in message for message in _errors(mutate, PPO_DATA)), _errors(mutate, PPO_DATA)
 
 
 def test_every_stage_kind_has_a_with_rule():

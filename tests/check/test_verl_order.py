@@ -23,7 +23,8 @@ from rlflow.stages import STAGE_KINDS
 pytestmark = pytest.mark.skipif(verl_root() is None, reason="verl is not installed")
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("bird_grpo", "ranking_grpo", "bird_grpo_remote", "bird_grpo_async")
+SHIPPED = ("bird_grpo", "ranking_grpo", "bird_grpo_remote", "bird_grpo_async", "ranking_ppo")
+COLOCATED_CRITIC = ("stages.4.on=actor_pool", "stages.6.on=actor_pool")  # ranking_ppo's critic on the actor's pool
 
 
 def compiled(name: str = "bird_grpo", *sets: str, path: Path | None = None):
@@ -217,12 +218,15 @@ def test_a_critic_stage_made_unconditional(bird, verl_copy):
         "trainer_base.py", "# 6. [OPTIONAL] compute critic values\n        if self.use_critic:", "if True:"
     )
     verl_copy.unwrap_if("trainer_base.py", "True")
-    found = differences(bird, verl_copy.root)
+    found = differences(bird, verl_copy.root)  # GRPO: `self.use_critic` is false, so verl ran no values before
     assert len(found) == 2 and all(d.startswith("verl `values` (trainer_base.py:") for d in found)
     assert found[0].endswith(
-        "(rlflow runs no stage for it): verl no longer runs it under `if self.use_critic` (critic only)"
+        "vs rlflow compute_values (not in the plan): verl no longer runs it under `if self.use_critic` "
+        "(rlflow's condition for it: a critic (algorithm.adv_estimator gae, or critic.enable))"
     )
-    assert found[1].endswith("under this pipeline's settings verl runs it; rlflow has no stage for it (critic only)")
+    assert found[1].endswith("under this pipeline's settings verl runs it, but the plan has no compute_values stage")
+    [found] = differences(compiled("ranking_ppo"), verl_copy.root)  # PPO runs it anyway: only the condition differs
+    assert "vs rlflow 'values' (compute_values): verl no longer runs it under `if self.use_critic`" in found
 
 
 def test_a_stage_repeated_in_a_loop(bird, verl_copy):
@@ -253,6 +257,76 @@ def test_start_up_without_the_weight_sync(bird, verl_copy):
     assert (
         found
         == "verl's start-up has no `checkpoint_manager.update_weights()` any more; rlflow's 'sync_weights' (sync_weights) stands for it"
+    )
+
+
+# ---- PPO with a critic: verl's steps 6 and 8 -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ppo():
+    return compiled("ranking_ppo")
+
+
+VALUES = """        # 6. [OPTIONAL] compute critic values
+        if self.use_critic:
+            with marked_timer("values", timing_raw, color="cyan"):
+                batch = self._compute_values(batch, metrics=metrics)
+"""
+ADVANTAGE = """        # 7. compute advantage and return
+        with marked_timer("adv", timing_raw, color="brown"):
+            batch = self._compute_advantage(batch, metrics=metrics)
+"""
+UPDATE_CRITIC = """        # 8. [OPTIONAL] update critic
+        if self.use_critic:
+            with marked_timer("update_critic", timing_raw, color="pink"):
+                batch = self._update_critic(batch, metrics=metrics)
+"""
+UPDATE_ACTOR = """        # 9. update actor
+        if self.config.trainer.critic_warmup <= self.global_steps:
+            with marked_timer("update_actor", timing_raw, color="red"):
+                batch = self._update_actor(batch, metrics=metrics)
+"""
+
+
+@pytest.mark.parametrize(
+    "sets", [(), COLOCATED_CRITIC, ("trainer.critic_warmup=2",)], ids=["own_pool", "colocated", "warmup"]
+)
+def test_ppo_runs_as_verls_step_with_a_critic(sets):
+    spec, plan = compiled("ranking_ppo", *sets)
+    report = compare_with_verl(spec, plan)
+    assert report.differences == () and report.summary().startswith("verl order: the plan runs as PPOTrainerSync")
+    step = read_trainer(verl_root(), LEAVES).step
+    verl_timers = [s.name for s in step if s.kind == "timer"]
+    plan_timers = [s.verl_timer for s in plan.step if s.verl_timer]
+    assert {"values", "update_critic"} <= set(plan_timers)
+    assert plan_timers == [t for t in verl_timers if t in plan_timers]
+
+
+def test_values_swapped_with_the_advantage(ppo, verl_copy):
+    verl_copy.replace("trainer_base.py", VALUES + "\n" + ADVANTAGE, ADVANTAGE + "\n" + VALUES)
+    [found] = differences(ppo, verl_copy.root)
+    assert found.startswith("verl runs `adv` (trainer_base.py:") and "before `values` (trainer_base.py:" in found
+    assert found.endswith("the plan runs 'values' before 'advantage'")
+    assert differences(compiled("ranking_grpo"), verl_copy.root) == [], "GRPO has no values to misplace"
+
+
+def test_the_critic_update_moved_after_the_actors(ppo, verl_copy):
+    verl_copy.replace("trainer_base.py", UPDATE_CRITIC + "\n" + UPDATE_ACTOR, UPDATE_ACTOR + "\n" + UPDATE_CRITIC)
+    [found] = differences(ppo, verl_copy.root)
+    assert found.startswith("verl runs `update_actor` (trainer_base.py:")
+    assert "before `update_critic` (trainer_base.py:" in found
+    assert found.endswith("the plan runs 'update_critic' before 'update_actor'")
+
+
+def test_the_critic_warmup_bound_changed(ppo, verl_copy):
+    verl_copy.replace("trainer_base.py", UPDATE_ACTOR, UPDATE_ACTOR.replace("critic_warmup <=", "critic_warmup <"))
+    found = differences(ppo, verl_copy.root)
+    assert len(found) == 2 and all("verl `update_actor`" in d and "'update_actor' (update_actor)" in d for d in found)
+    assert "no longer runs it under `if self.config.trainer.critic_warmup <= self.global_steps`" in found[0]
+    # a test of the step counter: read as a cadence, which the warm-up, not among its knobs, makes unreadable
+    assert found[1].endswith(
+        "verl runs it under `self.config.trainer.critic_warmup < self.global_steps`, a cadence rlflow cannot read"
     )
 
 

@@ -1,4 +1,5 @@
-"""``rlflow export`` on a real run: the directory transformers loads and generates with, in the run's dtype."""
+"""``rlflow export`` on a real run: the directory transformers loads and generates with, in the run's dtype;
+``--model critic``: a PPO run's value model, which transformers loads as a token classifier."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import rlflow
+import yaml
+from cli_helpers import REPO, rlflow
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM, AutoTokenizer, TokenizersBackend
+from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer, TokenizersBackend
 
 
 def test_the_latest_checkpoint_exports_and_generates_in_bfloat16(checkpointed_run, tmp_path):
@@ -101,3 +103,81 @@ def test_a_damaged_checkpoint_is_one_line_naming_the_file(checkpointed_run, tmp_
     assert last.startswith(f"error: {run}/checkpoints/") and expected in last, last
     assert "the checkpoint is damaged: export another step (--step N)" in last
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*")), "nothing half-written"
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory) -> Path:
+    """Two steps of pipelines/ranking_ppo.yaml (its critic on a pool of its own) at small sizes, trained in this
+    process, with the critic in float32 beside a bfloat16 policy; a checkpoint at step 2."""
+    from runtime_helpers import train_in_process
+
+    run_dir = tmp_path_factory.mktemp("ppo") / "run"
+    sets = [
+        "trainer.train_batch_size=4",
+        "trainer.ppo_mini_batch_size=2",
+        "trainer.ppo_micro_batch_size_per_gpu=2",
+        "data.max_response_length=8",
+        "model.dtype=bfloat16",
+        "critic.model.dtype=float32",
+        "trainer.total_steps=2",
+        "trainer.save_freq=2",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+    ]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train_in_process(REPO / "pipelines" / "ranking_ppo.yaml", sets, run_dir)
+    finally:
+        torch.set_num_threads(threads)
+    return run_dir
+
+
+def test_the_critic_exports_and_gives_the_checkpointed_values(ppo_run, tmp_path):
+    from rlflow.backends.local.local_engine import LocalEngine
+    from rlflow.backends.local.models import build_prompt_batch
+    from rlflow.schemas.pipeline import Pipeline
+
+    out = tmp_path / "critic"
+    result = rlflow("export", str(ppo_run), "--model", "critic", "-o", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == f"exported the critic of step 2 of {ppo_run} (float32) to {out}"
+    model = AutoModelForTokenClassification.from_pretrained(str(out), local_files_only=True).eval()
+    assert model.dtype == torch.float32 and model.config.num_labels == 1
+
+    # the checkpoint's critic, loaded by the engine that trains it, scores a rollout as the export does
+    checkpoint = ppo_run / "checkpoints" / "step_2"
+    spec = Pipeline.model_validate(yaml.safe_load((checkpoint / "pipeline.resolved.yaml").read_text()))
+    engine = LocalEngine(spec, roles=frozenset({"rollout", "critic"}), project_root=REPO)
+    engine.load_checkpoint(str(checkpoint))
+    batch = build_prompt_batch(engine.tokenizer, ["Which number is the largest: 3, 9, 4?", "5, 1"], 32)
+    batch = batch.repeat_interleave(2)
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "do_sample": True, "max_response_length": 8, "seed": 1}
+    batch.update(engine.generate(batch, params))
+    checkpointed = engine.compute_values(batch, {})["values"]
+    tokenizer = TokenizersBackend.from_pretrained(str(out))
+    assert tokenizer.get_vocab() == engine.tokenizer.get_vocab()
+    with torch.no_grad():
+        ids = torch.cat([batch["prompts"], batch["responses"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["response_mask"]], dim=1)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        head = model(input_ids=ids, attention_mask=mask, position_ids=position_ids).logits[..., 0]
+    width = batch["responses"].shape[1]
+    exported = head[:, -width - 1 : -1] * batch["response_mask"]  # verl's slice: the position before each token
+    torch.testing.assert_close(exported, checkpointed, atol=1e-5, rtol=1e-5)
+    assert checkpointed.abs().sum() > 0
+
+
+def test_a_run_without_a_critic_or_an_unknown_model_is_one_line(checkpointed_run, tmp_path):
+    result = rlflow("export", str(checkpointed_run), "--model", "critic", "-o", str(tmp_path / "critic"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {checkpointed_run}: this run trained no critic (")
+    assert "--model policy" in last and "adv_estimator: gae" in last
+    unknown = rlflow("export", str(checkpointed_run), "--model", "value", "-o", str(tmp_path / "value"))
+    assert unknown.returncode == 2
+    assert (
+        unknown.stderr.strip().splitlines()[-1]
+        == "error: --model 'value': not a model a run trains; use one of policy, critic"
+    )
+    assert not (tmp_path / "critic").exists() and not (tmp_path / "value").exists()

@@ -86,6 +86,24 @@ def test_render_draws_svg_with_every_stage(tmp_path):
     assert all(name in texts for name in STEP)
 
 
+@needs_dot
+@pytest.mark.parametrize("sets", [(), ("stages.4.on=actor_pool", "stages.6.on=actor_pool")], ids=["own", "colocated"])
+def test_ppo_draws_its_critic_with_the_models_each_pool_loads(tmp_path, sets):
+    overrides = [arg for s in sets for arg in ("--set", s)]
+    text = graph("pipelines/ranking_ppo.yaml", *overrides).output
+    out = tmp_path / "ppo.svg"
+    assert graph("pipelines/ranking_ppo.yaml", *overrides, "--render", "-o", str(out)).exit_code == 0
+    texts = "".join(ET.parse(out).getroot().itertext())
+    pool = "critic_pool" if not sets else "actor_pool"
+    for name in ("values", "update_critic"):
+        assert f"on {pool} (local; rows split over workers)" in text.split(f"  {name}  ")[1].splitlines()[0]
+        assert name in texts
+    if sets:
+        assert "models: model, critic" in text and "models: model, critic" in texts
+    else:
+        assert "models: model\n" in text and "models: critic\n" in text and "models: critic" in texts
+
+
 def test_render_without_graphviz_writes_the_dot_file_and_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     result = graph(BIRD, "--render", "-o", str(tmp_path / "step.png"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,9 @@ from rlflow.schemas.project import load_project_config
 
 REPO = Path(__file__).resolve().parents[2]
 VERL_CONFIG = Path(next(iter(importlib.util.find_spec("verl").submodule_search_locations))) / "trainer" / "config"
+sys.path.insert(0, str(REPO / "tests" / "importers"))  # verl_examples: verl's PPO scripts, shared with the importer's
+
+from verl_examples import ppo_overrides  # noqa: E402
 
 # the overrides of verl's examples/grpo_trainer/run_qwen2-7b.sh, quoted as that script quotes them
 GSM8K = r"""
@@ -222,7 +226,7 @@ def test_a_users_config_with_a_custom_reward_round_trips(tmp_path):
     [
         ("trainer.total_epochs", "error: override 'trainer.total_epochs' is malformed: missing EQUAL at '<EOF>'"),
         ("trainer.logger='[console'", "error: override 'trainer.logger=[console' is malformed: "),
-        ("algorithm.adv_estimator=gae", "error: algorithm.adv_estimator: 'gae' (a command-line override): "),
+        ("algorithm.adv_estimator=remax", "error: algorithm.adv_estimator: 'remax' (a command-line override): "),
     ],
 )
 def test_a_bad_override_is_one_line_and_exit_2(tmp_path, overrides, expected):
@@ -263,6 +267,56 @@ def test_an_imported_config_trains_with_verls_own_reward(tmp_path):
     score = [s["val-core/openai/gsm8k/acc/mean@1"] for s in steps if "val-core/openai/gsm8k/acc/mean@1" in s]
     assert "verl.utils.reward_score:default_compute_score" in (tmp_path / "p.yaml").read_text()
     assert score and 0 < score[-1] <= 1, "verl's GSM8K scorer found the warm start's right answers (greedy)"
+
+
+def test_verls_ppo_example_imports_and_trains_two_steps_with_its_critic(tmp_path):
+    """verl's examples/ppo_trainer/run_deepseek7b_llm.sh as written, then the model, data, reward and sizes
+    of a CPU run (later overrides win, as in Hydra): two steps of PPO, the critic trained and checkpointed."""
+    import json
+
+    (tmp_path / "rlflow.yaml").write_text("vars: {}\nlogging: {sinks: [jsonl]}\n")
+    model, data = (
+        REPO / "rlflow" / "assets" / "models" / "tiny-rank-warm",
+        REPO / "rlflow" / "assets" / "data" / "ranking",
+    )
+    small = [
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'val.parquet'}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=64",
+        "data.max_response_length=16",
+        f"actor_rollout_ref.model.path={model}",
+        f"critic.model.path={model}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "critic.ppo_micro_batch_size_per_gpu=2",
+        "trainer.n_gpus_per_node=1",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.project_name=ppo",
+        "reward.num_workers=1",
+        f"custom_reward_function.path={REPO / 'examples' / 'ranking' / 'reward.py'}",
+        "custom_reward_function.name=compute_score",
+    ]
+    overrides = " ".join(shlex.quote(o) for o in [*ppo_overrides("run_deepseek7b_llm.sh", str(tmp_path)), *small])
+    imported = shell(f"{rlflow_cmd()} import-verl ppo_trainer {overrides} -o p.yaml", tmp_path)
+    assert imported.returncode == 0, imported.stderr
+    assert "critic.fsdp.param_offload: false: the critic is a whole replica per worker" in imported.stderr
+    text = (tmp_path / "p.yaml").read_text()
+    assert "  - {name: values, uses: compute_values, on: actor_pool}" in text
+    assert "  - {name: update_critic, uses: update_critic, on: actor_pool}" in text
+
+    # no vLLM here: the torch rollout; the pool on the CPU
+    sets = "--set stages.0.with.engine=torch --set resources.actor_pool.device=cpu"
+    run = shell(f"RAY_USAGE_STATS_ENABLED=0 {rlflow_cmd()} run p.yaml {sets}", tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs" / "ppo").iterdir()
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if "actor/pg_loss" in s] == [1, 2]
+    assert [s["step"] for s in steps if "critic/vf_loss" in s and "critic/values/mean" in s] == [1, 2]
+    assert (run_dir / "checkpoints" / "step_2" / "critic").is_dir(), "the last step saves (save_freq 20), critic too"
 
 
 def _import_to(tmp_path, output: str) -> subprocess.CompletedProcess:

@@ -198,3 +198,37 @@ def test_the_picture_is_written_whole_or_the_failure_is_one_line(tmp_path, tiny_
     nameless = tmp_path / "curve"
     assert CliRunner().invoke(app(), ["plot", str(run), "-o", str(nameless)]).exit_code == 0
     assert nameless.read_bytes()[:8] == PNG_MAGIC, "no suffix: a PNG under the name given"
+
+
+def test_a_ppo_run_gets_its_critics_value_loss_and_explained_variance(tmp_path):
+    records = steps(6)
+    for r in records:
+        r.update({"critic/vf_loss": 1.0 / r["step"], "critic/vf_explained_var": 1 - 1.0 / r["step"]})
+        r.update({"critic/vf_clipfrac": 0.0, "critic/values/mean": 0.5, "actor/entropy": 1.0})
+    run = tmp_path / "run"
+    series = plot.read_series(write_metrics(run, records))
+    chosen = [(p.name, list(data)) for p, data in plot.choose_panels(series, None)]
+    assert chosen == [
+        ("reward", ["critic/score/mean"]),
+        ("val", ["val-core/bird/acc/mean@1"]),
+        ("entropy", ["actor/entropy"]),
+        ("value_loss", ["critic/vf_loss"]),
+        ("explained_var", ["critic/vf_explained_var"]),
+    ]
+    out = tmp_path / "ppo.png"
+    result = CliRunner().invoke(app(), ["plot", str(run), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"wrote {out} (reward, val, entropy, value_loss, explained_var)"
+    width, height = png_size(out)
+    assert width > height, "two columns, three rows"
+
+
+def test_a_run_without_a_critic_gets_no_value_panels(tmp_path):
+    records = steps(3)
+    for r in records:
+        r["critic/vf_explained_var"] = 0.2  # without the loss beside it, not a critic's run
+    series = plot.read_series(write_metrics(tmp_path / "run", records))
+    names = {p.name for p, _ in plot.choose_panels(series, None)}
+    assert names.isdisjoint({"value_loss", "explained_var"})
+    with pytest.raises(DataError, match="nothing to plot: no data for value_loss"):
+        plot.choose_panels(series, ["value_loss"])

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,16 @@ def test_verl_flag_finds_the_shipped_pipeline_in_verl_order():
     assert order.startswith(f"{BIRD}: verl order: the plan runs as PPOTrainerSync in verl ") and order.endswith(" does")
 
 
+def test_verl_flag_finds_ppo_with_its_critic_in_verl_order():
+    ppo = "pipelines/ranking_ppo.yaml"
+    result = rlflow("validate", "--verl", ppo)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.splitlines() == [
+        f"{ppo}: ok (9 stages, 3 resources)",
+        f"{ppo}: verl order: the plan runs as PPOTrainerSync in verl {version('verl')} does",
+    ]
+
+
 def test_verl_flag_warns_about_a_changed_verl_and_exits_0(tmp_path):
     changed = VerlCopy(tmp_path / "verl_src").unwrap_if("trainer_base.py", "self.use_reference_policy")
     result = rlflow("validate", "--verl", BIRD, env={"RLFLOW_VERL_SOURCE": str(changed.root)})
@@ -251,6 +262,7 @@ def test_schema_command(tmp_path):
     assert result.returncode == 0
     schema = json.loads(result.stdout)
     assert schema["$schema"].startswith("https://json-schema.org/") and "StageSpec" in schema["$defs"]
+    assert schema["properties"]["critic"]["$ref"] == "#/$defs/CriticSpec" and "CriticSpec" in schema["$defs"]
     out = tmp_path / "sub" / "pipeline.schema.json"
     assert rlflow("schema", "--output", str(out)).returncode == 0
     assert json.loads(out.read_text()) == schema

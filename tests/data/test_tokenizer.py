@@ -4,6 +4,7 @@ importing transformers for a plain tokenizers file, and transformers' own tokeni
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from data_helpers import REPO, SAMPLE
 from rlflow.assets import ASSETS
 from rlflow.data import load_split
 from rlflow.data.tokenizer import PromptTokenizer, load_prompt_tokenizer, load_tokenizer
+from rlflow.errors import BackendError
 from rlflow.schemas.pipeline import ModelSpec, Pipeline
 
 SOURCES = ("builtin:tiny-qwen2", str(ASSETS / "models" / "tiny-sql-warm"), str(ASSETS / "models" / "tiny-rank-warm"))
@@ -78,3 +80,13 @@ def test_without_a_pad_token_eos_pads_as_with_transformers(tmp_path):
     spec = ModelSpec(path=str(model))
     light = load_prompt_tokenizer(spec)
     assert isinstance(light, PromptTokenizer) and light.pad_token_id == load_tokenizer(spec).pad_token_id
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_as_the_chat_template_is_refused_not_waited_on(tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(ASSETS / "models" / "tiny-sql-warm", model)
+    (model / "chat_template.jinja").unlink()
+    os.mkfifo(model / "chat_template.jinja")
+    with pytest.raises(BackendError, match=r"model.path: cannot read .*chat_template.jinja: a FIFO"):
+        load_prompt_tokenizer(ModelSpec(path=str(model)))

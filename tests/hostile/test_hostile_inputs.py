@@ -292,7 +292,7 @@ def test_a_backend_that_returns_floats_for_token_ids_stops_the_run_at_the_rollou
     from rlflow.errors import StageError
     from rlflow.plan.compile import compile_plan
     from rlflow.runtime.inprocess import InProcessExecutor
-    from rlflow.runtime.launch import main_config
+    from rlflow.runtime.restarts import main_config
     from rlflow.runtime.run_dir import RunDir
     from rlflow.runtime.step_loop import StepLoop, load_data
     from rlflow.schemas.project import load_project_config

@@ -57,7 +57,8 @@ def test_a_user_set_key_without_counterpart_is_listed_with_why():
     )
     assert conversion.dropped == [
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size: 2: rlflow has no sequence parallelism",
-        "critic.optim.lr: 1e-05: GRPO has no critic",
+        "critic.optim.lr: 1e-05: no critic is trained (algorithm.adv_estimator is grpo, critic.enable unset), "
+        "so verl ignores it too",
         "my.own.key: 3: rlflow has no such setting",
         "trainer.resume_mode: disable: use `rlflow run --resume latest` (rlflow resumes only when asked)",
     ]
@@ -187,6 +188,7 @@ def test_unsupported_values_are_errors_naming_each_verl_key_at_once():
             read_verl_config(
                 "ppo_trainer",
                 [
+                    "algorithm.adv_estimator=remax",
                     "actor_rollout_ref.rollout.name=sglang",
                     "actor_rollout_ref.actor.strategy=megatron",
                     "data.truncation=right",
@@ -198,9 +200,9 @@ def test_unsupported_values_are_errors_naming_each_verl_key_at_once():
     lines = {d.path: str(d) for d in info.value.diagnostics}
     assert len(lines) == len(info.value.diagnostics) == 6
     assert lines["algorithm.adv_estimator"] == (
-        "algorithm.adv_estimator: 'gae': gae needs a critic (a value model and its update); rlflow trains "
-        "critic-free estimators only (gae is verl's default: set the estimator) "
-        "(use grpo, rloo or reinforce_plus_plus_baseline: algorithm.adv_estimator=...)"
+        "algorithm.adv_estimator: 'remax' (a command-line override): remax needs a greedy baseline rollout scored "
+        "by the reward (verl's reward_baselines) in every step, which rlflow's step does not run "
+        "(use rloo or grpo, whose baseline is the group's other samples: algorithm.adv_estimator=...)"
     )
     assert lines["data.truncation"].startswith("data.truncation: 'right' (a command-line override): rlflow keeps")
     assert lines["actor_rollout_ref.actor.strategy"].startswith("actor_rollout_ref.actor.strategy: 'megatron' (a ")

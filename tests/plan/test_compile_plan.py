@@ -191,9 +191,9 @@ def test_missing_producer_names_stage_field_and_kinds_that_produce_it():
 
 
 def test_field_no_known_kind_produces(register_kinds):
-    register_kinds(kind("needs_values", ("values",), ("value_report",)))
-    problems = dataflow_problems(with_stages("{name: critic_check, uses: needs_values, on: driver}"))
-    assert problems == [("stages[6]", "stage 'critic_check' reads 'values' but no stage produces it "
+    register_kinds(kind("needs_teacher", ("teacher_log_probs",), ("teacher_report",)))
+    problems = dataflow_problems(with_stages("{name: teacher_check, uses: needs_teacher, on: driver}"))
+    assert problems == [("stages[6]", "stage 'teacher_check' reads 'teacher_log_probs' but no stage produces it "
                                       "(no known stage kind produces it)")]  # fmt: skip
 
 

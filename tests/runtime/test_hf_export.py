@@ -112,3 +112,107 @@ def test_a_remote_backends_own_checkpoint_is_named_as_such(tmp_path):
     assert "holds no Hugging Face model (rank_0/model/)" in message
     assert "resource 'pool', remote backend 'reference'" in message and "that backend's tools" in message
     assert not (tmp_path / "model").exists()
+
+
+PPO_STAGES = [
+    *STAGES[:3],
+    {"name": "values", "uses": "compute_values", "on": "pool"},
+    STAGES[3],
+    {"name": "update_critic", "uses": "update_critic", "on": "pool"},
+    *STAGES[4:],
+]
+
+
+def ppo_pipeline(critic: dict) -> Pipeline:
+    data = pipeline({"type": "local", "device": "cpu"}).model_dump(by_alias=True, mode="json")
+    data.update(algorithm={"n": 2, "adv_estimator": "gae"}, stages=PPO_STAGES, critic=critic)
+    return Pipeline.model_validate(data)
+
+
+def rollout(engine: LocalEngine):
+    """Two prompts x 2 samples the engine generates, with random returns and its critic's values."""
+    import torch
+
+    from rlflow.backends.local.models import build_prompt_batch
+
+    batch = build_prompt_batch(engine.tokenizer, ["How many singers are there?", "SELECT"], 32).repeat_interleave(2)
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "do_sample": True, "max_response_length": 8, "seed": 3}
+    batch.update(engine.generate(batch, params))
+    batch.update(engine.compute_values(batch, {}))
+    batch["returns"] = torch.randn(batch["values"].shape, generator=torch.Generator().manual_seed(0))
+    batch["returns"] *= batch["response_mask"]
+    return batch
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory) -> tuple[Path, Pipeline, LocalEngine]:
+    """A run whose one worker holds the policy (bfloat16) and a critic in float32 trained one step; its
+    checkpoint at step 1."""
+    run = tmp_path_factory.mktemp("ppo")
+    spec = ppo_pipeline({"model": {"dtype": "float32"}, "optim": {"lr": 1e-2}})
+    engine = LocalEngine(spec, roles=frozenset({"actor", "rollout", "critic"}))
+    engine.update_critic(rollout(engine), {"global_steps": 1})
+    write_checkpoint(run, 1, spec, engine)
+    return run, spec, engine
+
+
+def test_the_critic_exports_as_a_token_classification_model_giving_the_same_values(ppo_run, tmp_path):
+    import torch
+    from transformers import AutoModelForTokenClassification
+
+    from rlflow.backends.local.critic import load_value_model, token_values
+
+    run, spec, engine = ppo_run
+    done = export_run(run, tmp_path / "critic", model="critic")
+    assert (done.model, done.dtype, done.step) == ("critic", "float32", 1)  # critic.model.dtype, not model.dtype
+    config = json.loads((tmp_path / "critic" / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForTokenClassification"] and len(config["id2label"]) == 1  # one label
+    assert (tmp_path / "critic" / "tokenizer.json").is_file()
+    assert not (tmp_path / "critic" / "generation_config.json").exists()
+
+    exported = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "critic"), local_files_only=True)
+    assert exported.dtype == torch.float32
+    batch = rollout(engine)
+    with torch.no_grad():
+        values = token_values(
+            exported.eval(), batch["prompts"], batch["prompt_mask"], batch["responses"], batch["response_mask"]
+        )
+    assert torch.equal(values, batch["values"]) and values.abs().sum() > 0
+
+    # as critic.model.path the directory loads as it is (the trained head, not a fresh one)
+    again = ppo_pipeline({"model": {"path": str(tmp_path / "critic"), "dtype": "float32"}})
+    loaded = load_value_model(again, engine.tokenizer, root=None, device=torch.device("cpu")).state_dict()
+    trained = engine.critic.model.state_dict()
+    assert all(torch.equal(loaded[k], trained[k]) for k in trained)
+
+    policy = export_run(run, tmp_path / "policy")  # the default is the policy, as before
+    assert (policy.model, policy.dtype) == ("policy", "bfloat16")
+    assert json.loads((tmp_path / "policy" / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+
+
+def test_a_critic_in_the_policys_dtype_by_default(tmp_path):
+    spec = ppo_pipeline({})
+    write_checkpoint(tmp_path, 1, spec, LocalEngine(spec, roles=frozenset({"critic"})))
+    done = export_run(tmp_path, tmp_path / "critic", model="critic")
+    assert done.dtype == "bfloat16"
+    assert json.loads((tmp_path / "critic" / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_a_run_without_a_critic_is_told_so_in_one_line(local_run, tmp_path):
+    with pytest.raises(ExportError) as info:
+        export_run(local_run, tmp_path / "critic", model="critic")
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{local_run}: this run trained no critic")
+    assert "algorithm.adv_estimator is grpo" in message and "--model policy" in message
+    assert not (tmp_path / "critic").exists()
+    with pytest.raises(ExportError, match="--model 'value': .*use one of policy, critic"):
+        export_run(local_run, tmp_path / "critic", model="value")
+
+
+def test_a_missing_critic_part_is_named(ppo_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(ppo_run[0], run)
+    shutil.rmtree(run / "checkpoints" / "step_1" / "critic")
+    with pytest.raises(ExportError, match=r"holds no Hugging Face model \(critic/rank_0/model/model.safetensors is"):
+        export_run(run, tmp_path / "critic", model="critic")
+    assert export_run(run, tmp_path / "policy").model == "policy"

@@ -59,3 +59,32 @@ def test_separate_async_overlaps_the_remote_rollout_with_the_local_update(tmp_pa
         generate = span[(step + 1, "generate", "arctic")]
         actor = span[(step, "old_log_prob", "actor_pool")][0], span[(step, "update_actor", "actor_pool")][1]
         assert generate[0] < actor[1] and actor[0] < generate[1], (step, generate, actor)
+
+
+def test_ppo_with_a_remote_rollout_trains_the_local_critic_beside_the_local_actor(tmp_path):
+    """verl's PPO step with generate on the remote backend: the critic (colocated with the local actor) computes
+    values and learns the returns; the actor's weights still cross the wire after each update."""
+    (tmp_path / "ppo.yaml").write_text(
+        f"base: {PIPELINE}\n"
+        "name: bird-ppo-remote\n"
+        "algorithm: {adv_estimator: gae}\n"
+        "trainer: {trainer_mode: sync}\n"
+        "stages:\n"
+        "  - {name: generate,      uses: generate,        on: arctic, with: {temperature: 1.0}}\n"
+        "  - {name: reward,        uses: text2sql_reward, on: driver}\n"
+        "  - {name: old_log_prob,  uses: old_log_prob,    on: actor_pool}\n"
+        "  - {name: ref_log_prob,  uses: ref_log_prob,    on: actor_pool}\n"
+        "  - {name: values,        uses: compute_values,  on: actor_pool}\n"
+        "  - {name: advantage,     uses: grpo_advantage,  on: driver}\n"
+        "  - {name: update_critic, uses: update_critic,   on: actor_pool}\n"
+        "  - {name: update_actor,  uses: update_actor,    on: actor_pool}\n"
+        "  - {name: sync_weights,  uses: sync_weights,    on: actor_pool}\n"
+    )
+    run_dir = tmp_path / "run"
+    done = rlflow("run", str(tmp_path / "ppo.yaml"), "--run-dir", str(run_dir), *small_sets(*TINY), cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["rollout/policy_version"] for m in metrics] == [0.0, 1.0]
+    assert all(m["sync/bytes"] > 1e6 and "critic/vf_loss" in m and "critic/values/mean" in m for m in metrics)
+    where = {(r["stage"], r["resource"]) for r in read_jsonl(run_dir / "trace.jsonl") if r["step"] == 2}
+    assert {("generate", "arctic"), ("values", "actor_pool"), ("update_critic", "actor_pool")} <= where

@@ -26,6 +26,8 @@ CLI_CASES = [
     "empty",
     "template_line_shift",
     "base_unknown_stage",
+    "critic_missing_stages",
+    "critic_all_at_once",
 ]
 
 

@@ -72,6 +72,8 @@ VERL_NAMES = {  # rlflow knob -> the verl knob it stands for
         for k in RolloutCorrectionSpec.model_fields
     },
     "algorithm.gamma": "algorithm.gamma",
+    "algorithm.lam": "algorithm.lam",
+    "stages.compute_values.with.micro_batch_size": "critic.forward_micro_batch_size_per_gpu",
     **{
         f"algorithm.filter_groups.{name}": f"algorithm.filter_groups.{name}"
         for name in ("enable", "metric", "max_num_gen_batches", "max_inflight_gen_batches")
@@ -164,6 +166,8 @@ def same_meaning(rlflow_name: str, value, verl_config: dict):
         return tuple(value)
     if isinstance(value, str) and value.startswith("${oc.select:actor_rollout_ref.actor."):
         return None  # verl interpolates the actor's setting; rlflow's null takes it the same way
+    if isinstance(value, str) and value.startswith("${oc.select:.") and value.endswith(",null}"):
+        return None  # verl takes a sibling key's value, null by default; rlflow's null falls back alike
     return value
 
 

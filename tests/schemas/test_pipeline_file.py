@@ -18,6 +18,7 @@ PIPELINES = sorted((REPO / "pipelines").glob("*.yaml"))
 
 def test_pipelines_are_shipped():
     assert BIRD in PIPELINES
+    assert REPO / "pipelines" / "ranking_ppo.yaml" in PIPELINES  # PPO with a critic: validated below like the rest
 
 
 @pytest.mark.parametrize("path", PIPELINES, ids=lambda p: p.name)

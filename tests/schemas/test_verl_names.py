@@ -70,6 +70,15 @@ def test_each_verl_key_is_listed_once():
             "verl's actor_rollout_ref.rollout.temperature is rlflow's with.temperature of the generate stage",
         ),
         (("trainer", "n_gpus_per_node"), "is rlflow's gpus_per_node of the local pool (resources)"),
+        (("critic", "optim", "clip_grad"), "verl's critic.optim.clip_grad is rlflow's critic.grad_clip"),
+        (
+            ("critic", "ppo_micro_batch_size"),
+            "rlflow's critic.ppo_micro_batch_size_per_gpu is per worker: verl's global size divided by",
+        ),
+        (
+            ("critic", "forward_micro_batch_size_per_gpu"),
+            "is rlflow's with.micro_batch_size of the compute_values stage",
+        ),
     ],
 )
 def test_lookup_names_rlflows_counterpart(path, expected):
@@ -111,7 +120,7 @@ def test_a_huge_paste_is_capped_and_points_at_import_verl():
     section = {"critic": {f"k{i}": i for i in range(30)}}
     hints = verl_key_hints(("critic",), section["critic"], limit=5)
     assert len(hints) == 6
-    assert hints[0] == (("critic", "k0"), "verl's critic.k0 has no rlflow counterpart: GRPO has no critic")
+    assert hints[0] == (("critic", "k0"), "rlflow has no counterpart of critic.k0")
     assert hints[-1] == (("critic",), "25 more keys under critic; `rlflow import-verl` converts a verl config")
 
 
@@ -121,7 +130,10 @@ def test_keys_that_are_not_verls_get_no_hint():
 
 
 def test_why_not_takes_the_longest_prefix():
-    assert why_not("critic.optim.lr") == "GRPO has no critic"
+    assert why_not("critic.optim.lr") == "", "the critic's optimizer has its counterpart: critic.optim"
+    assert why_not("critic.fsdp.param_offload").startswith("the critic is a whole replica per worker")
+    assert why_not("critic.model.lora_rank") == "rlflow fine-tunes all weights (no LoRA)"
+    assert "model.gradient_checkpointing" in why_not("critic.model.enable_gradient_checkpointing")
     assert "deepspeed" in why_not("actor_rollout_ref.actor.fsdp_config.param_offload")
     assert why_not("actor_rollout_ref.model.lora_rank") == "rlflow fine-tunes all weights (no LoRA)"
     assert why_not("trainer.nothing_like_it") == ""

@@ -32,6 +32,10 @@ def make_pipeline(
     ]
     if with_ref:
         stages.insert(2, {"name": "ref_log_prob", "uses": "ref_log_prob", "on": "pool"})
+    if (algorithm or {}).get("adv_estimator") == "gae":  # PPO: the critic's two stages around the advantage
+        at = [s["name"] for s in stages].index("advantage")
+        stages[at:at] = [{"name": "values", "uses": "compute_values", "on": "pool"}]
+        stages.insert(at + 2, {"name": "update_critic", "uses": "update_critic", "on": "pool"})
     return Pipeline.model_validate(
         {
             "name": "stage-test",

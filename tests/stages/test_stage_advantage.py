@@ -100,6 +100,50 @@ def test_kl_in_reward_follows_verls_apply_kl_penalty(kind):
     assert torch.equal(out["advantages"], adv)
 
 
+def with_values(batch: Batch, seed: int = 5) -> Batch:
+    """``batch`` with a critic's ``values`` (random, zero past each response, as the critic writes them)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = Batch(dict(batch.tensors), dict(batch.non_tensors))
+    out["values"] = torch.randn(batch["response_mask"].shape, generator=gen) * batch["response_mask"]
+    return out
+
+
+@pytest.mark.parametrize(("gamma", "lam"), [(0.9, 0.8), (1.0, 0.95), (1.0, 1.0)])
+def test_gae_equals_verls_compute_gae_advantage_return(gamma, lam):
+    from verl.trainer.ppo import core_algos
+
+    batch = with_values(scored_batch(seed=2))
+    out = run(batch, adv_estimator="gae", gamma=gamma, lam=lam)
+    adv, ret = core_algos.compute_gae_advantage_return(
+        token_level_rewards=batch["token_level_scores"],
+        values=batch["values"],
+        response_mask=batch["response_mask"],
+        gamma=gamma,
+        lam=lam,
+    )
+    assert (out["advantages"] - adv).abs().max().item() == 0.0 and torch.equal(out["advantages"], adv)
+    assert (out["returns"] - ret).abs().max().item() == 0.0 and torch.equal(out["returns"], ret)
+    assert torch.equal(out["token_level_rewards"], batch["token_level_scores"])
+    assert out["advantages"].abs().sum() > 0 and not torch.equal(out["returns"], out["advantages"])
+    assert GrpoAdvantage.reads(make_pipeline(algorithm={"adv_estimator": "gae"}), None)[-1] == "values"
+
+
+def test_gae_takes_the_kl_penalised_rewards():
+    """``use_kl_in_reward``: GAE runs on the scores less ``kl_coef`` x KL(old, ref), as verl's apply_kl_penalty
+    hands compute_advantage its token_level_rewards."""
+    from verl.trainer.ppo import core_algos
+
+    batch = with_values(scored_batch(seed=4))
+    out = run(batch, adv_estimator="gae", gamma=0.9, lam=0.8, use_kl_in_reward=True, kl_coef=0.1, kl_penalty="kl")
+    mask = batch["response_mask"]
+    kld = core_algos.kl_penalty(batch["old_log_probs"], batch["ref_log_prob"], kl_penalty="kl") * mask
+    rewards = batch["token_level_scores"] - 0.1 * kld
+    assert torch.equal(out["token_level_rewards"], rewards) and not torch.equal(rewards, batch["token_level_scores"])
+    adv, ret = core_algos.compute_gae_advantage_return(rewards, batch["values"], mask, gamma=0.9, lam=0.8)
+    assert torch.equal(out["advantages"], adv) and torch.equal(out["returns"], ret)
+    assert out.metrics["actor/reward_kl_penalty_coeff"] == 0.1
+
+
 def test_missing_scores_are_named():
     batch = scored_batch()
     del batch.tensors["token_level_scores"]

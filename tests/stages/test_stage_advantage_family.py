@@ -67,6 +67,7 @@ def random_batch(seed: int, singleton: bool = True) -> Batch:
             "prompts": torch.randint(0, 50, (rows, prompt), generator=gen),
             "prompt_mask": torch.ones(rows, prompt, dtype=torch.long),
             "scores": scores,
+            "values": torch.randn(rows, width, generator=gen) * mask,  # gae's critic values
         },
         {"uid": uids, "reward_extra": extras},
     )
@@ -90,6 +91,7 @@ def verl_side(batch: Batch, pipeline_algorithm) -> tuple[torch.Tensor, torch.Ten
         "response_mask": batch["response_mask"].clone(),
         "prompts": batch["prompts"],
         "attention_mask": torch.cat([batch["prompt_mask"], batch["response_mask"]], dim=-1),
+        "values": batch["values"].clone(),
     }
     non_tensors = {"uid": np.array(batch["uid"], dtype=object)}
     for key in pipeline_algorithm.gdpo_reward_keys or ():
@@ -98,6 +100,8 @@ def verl_side(batch: Batch, pipeline_algorithm) -> tuple[torch.Tensor, torch.Ten
     out = verl_compute_advantage()(
         data,
         adv_estimator=pipeline_algorithm.adv_estimator,
+        gamma=pipeline_algorithm.gamma,
+        lam=pipeline_algorithm.lam,
         norm_adv_by_std_in_grpo=pipeline_algorithm.norm_adv_by_std_in_grpo,
         config=verl_algo_config(pipeline_algorithm),
     )
@@ -109,6 +113,7 @@ CASES = [
     ("grpo", {"norm_adv_by_std_in_grpo": False}),  # Dr.GRPO
     ("grpo_passk", {"norm_adv_by_std_in_grpo": False}),
     ("reinforce_plus_plus", {"gamma": 0.9}),
+    ("gae", {"gamma": 0.9, "lam": 0.95}),
     ("gdpo", {"gdpo_reward_keys": ["acc", "fmt"]}),
     ("gdpo", {"gdpo_reward_keys": ["acc", "fmt"], "gdpo_reward_weights": [1.0, 0.5]}),
 ]

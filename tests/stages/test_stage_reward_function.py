@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rlflow.batch import Batch
-from rlflow.reward.function_runner import RewardFunctionError
+from rlflow.reward.function_calls import RewardFunctionError
 from rlflow.schemas.pipeline import Pipeline
 from rlflow.stages.base import StageContext
 from rlflow.stages.reward_function import RewardFunction, RewardFunctionConfig

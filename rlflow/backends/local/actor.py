@@ -1,50 +1,7 @@
 """The GRPO actor update: mini-batches, micro-batches with gradient accumulation, epochs, clipping.
 
-Design decisions (each mirrors verl 0.9.1's engine workers, so metrics read the same):
-- The loss is verl's: the policy loss verl registers under ``algorithm.loss_mode``
-  (``core_algos.get_policy_loss_fn``; ``vanilla`` is the PPO clip with dual clip), minus
-  ``entropy_coeff`` x ``agg_loss(entropy)``, plus ``kl_loss_coef`` x
-  ``agg_loss(kl_penalty(logp, ref, kl_loss_type))`` when ``use_kl_loss``. Its config is a
-  real ``verl.workers.config.ActorConfig`` built from the pipeline's algorithm section; a loss
-  metric the chosen loss does not report (``gpg`` reports none) is left out, as in verl.
-  ``algorithm.rollout_correction`` as verl applies it: its importance weights
-  (``rollout_is_weights``) multiply the policy loss and its rejection mask (``rollout_rs_mask``)
-  is the loss mask; in bypass mode the old policy is the rollout's log-probs and the policy loss
-  stays ``loss_mode``, as in verl's V1 trainer. ``loss_mode: bypass_mode`` (verl's legacy trainer's
-  bypass loss) is PPO clip or REINFORCE against the rollout with the correction computed inside;
-  its ``rollout_corr/*`` metrics average over micro-batches.
-- Scaling is verl's global-batch normalisation: every micro-batch loss is divided by the
-  mini-batch's *global* token count (or sequence count, by ``loss_agg_mode``) and multiplied
-  by the data-parallel size; gradients are summed over micro-batches and averaged over
-  ranks. The update is then the same however the mini-batch is split into micro-batches or
-  ranks (up to float rounding).
-- A mini-batch is ``ppo_mini_batch_size x n`` samples across all ranks, consecutive rows of each
-  rank's shard (its share of them); every rank cuts as many mini-batches as the global batch
-  needs, so every rank joins the same number of collectives even when shards differ by a row.
-  A batch that is not a multiple ends in a shorter mini-batch, where verl 0.9.1 pads it with
-  no-op samples (``upsample_batch_to_divisible_size``): their loss mask is empty, and verl's
-  ``global_batch_size`` stays the full mini-batch, so the loss here is normalised the same way.
-- A non-finite loss never reaches the weights: the ranks agree on it (one all-reduce, read
-  with the gradient norm and the metrics) and all raise ``StageError`` before that mini-batch's
-  optimizer step, its gradients dropped. A non-finite gradient norm with a finite loss skips
-  the step, as verl does.
-- Metrics: ``pg_loss``/``kl_loss``/``entropy_loss``/``loss`` add up over micro-batches (they
-  are parts of one global mean), ``pg_clipfrac``/``pg_clipfrac_lower``/``ppo_kl`` average over
-  micro-batches; every metric then averages over mini-batches and epochs. They stay on the
-  device until the mini-batch ends and are read once with the loss check and the gradient norm
-  (verl's loss function still reads its clip fractions per micro-batch). The scheduler steps
-  once per update and ``actor/lr`` is the learning rate after that step (verl's v1 engine).
-- Micro-batches are ``ppo_micro_batch_size_per_gpu`` samples, or with ``use_dynamic_bsz`` at
-  most ``ppo_max_token_len_per_gpu`` tokens each (``micro_batches``: verl's partition); the
-  global-batch scaling above makes the gradients the same either way. With
-  ``model.use_remove_padding`` each micro-batch runs packed (``logprob``).
-- Precision: the model computes in ``model.dtype``. bf16/fp16 parameters on a GPU are stepped
-  through fp32 master weights (``master_weights``: fp32 gradient accumulation and optimizer
-  state); on the CPU parameters are stepped as they are. On a GPU the optimizer is torch's
-  fused AdamW/Adam (one kernel for all parameters).
-- Each mini-batch also reports ``perf/mfu/actor`` and ``actor/perf/*memory*`` as verl's engine
-  workers do (see ``perf``), timed around the whole mini-batch (forwards, backwards, step) and
-  averaged over ranks.
+Each choice mirrors verl 0.9.1's engine workers (the loss and its global-batch scaling, the mini-batch split,
+the metrics), so metrics read the same. Design notes: docs/design/local_actor.md.
 """
 
 from __future__ import annotations

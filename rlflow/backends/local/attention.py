@@ -1,23 +1,7 @@
 """Attention for the local engine's own passes: grouped-query attention without repeated KV heads, and packed rows.
 
-One function, ``rlflow_attention``, registered with transformers' ``AttentionInterface`` and
-switched on around a forward by ``attention(model)``; the model's own implementation stays in
-force everywhere else, except on a model that checkpoints its layers, which keeps it (its backward
-recomputes the layers outside the forward's block). Design decisions:
-
-- Grouped-query attention with a mask: transformers' ``sdpa`` path repeats each KV head for its
-  query heads whenever a mask is given (SDPA's ``enable_gqa`` runs only the math kernel with a
-  mask). Here the G query heads that share a KV head become G query rows over that head instead:
-  ``[B, Hq, q, D]`` is viewed as ``[B, Hkv, G*q, D]`` and the mask repeated over the G rows, so
-  SDPA reads each KV head once, in its ordinary (masked, memory-efficient) kernel. Every query row
-  sees the same keys and mask as before: the same attention, up to the kernel's rounding. The
-  static decode (q = 1) uses it for the prefill and every step.
-- Packed rows (``varlen``: the rows' offsets in the packed sequence): attention stays inside each
-  row and no [T, T] mask is ever built. On CUDA the rows are a jagged nested tensor and SDPA runs
-  one variable-length flash kernel per layer; where that is unavailable (the CPU, or a CUDA build
-  without it or its backward: probed once on small tensors, then remembered) SDPA runs causally
-  per row.
-- Without a mask or rows, SDPA runs with ``enable_gqa`` (its flash kernel needs no repeat).
+``rlflow_attention`` is registered with transformers' ``AttentionInterface`` and switched on around a forward
+by ``attention(model)``. Design notes: docs/design/logprob.md.
 """
 
 from __future__ import annotations

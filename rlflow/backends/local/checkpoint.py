@@ -1,26 +1,7 @@
 """Per-rank checkpoints of the local engine: model, optimizer, scheduler, RNG, step.
 
-Layout under the checkpoint directory the runtime hands in (it makes the directory atomic)::
-
-    rank_<r>/model/            a Hugging Face directory: config.json, model.safetensors, tokenizer
-    rank_<r>/trainer.pt        optimizer and lr-scheduler state (absent on a rollout-only engine)
-    rank_<r>/rng.pt            torch (CPU and CUDA), numpy and python RNG states
-    rank_<r>/meta.json         global step, rank, world size
-
-Design decisions:
-- Weights are safetensors written by ``safetensors.torch.save_model`` (tied embeddings are
-  stored once) next to the model config and tokenizer, so ``rank_0/model`` is itself a valid
-  ``model.path`` for evaluation or a new run.
-- Everything else is written so that ``torch.load(weights_only=True)`` reads it back: RNG
-  states are converted to tensors and lists (no pickled objects), so loading a checkpoint
-  never executes code from it.
-- Restoring is exact: float tensors round-trip bit for bit, and with the RNG states back
-  a resumed CPU run continues identically to one that never stopped.
-- ``export_pretrained`` turns rank 0's model into a directory for others (``rlflow export``):
-  loaded and saved again by transformers, so the weights are in the pipeline's dtype, the
-  config says that dtype, and tied weights are stored under the names every loader expects
-  (``save_model`` keeps whichever tied name it meets first, and vLLM skips ``lm_head`` when
-  embeddings are tied).
+``rank_<r>/model/`` is a Hugging Face directory, everything else loads with ``weights_only=True``;
+``export_pretrained`` makes rank 0's model a directory for others. Design notes: docs/design/local_engine.md.
 """
 
 from __future__ import annotations
@@ -48,21 +29,28 @@ def model_dir(path: str | Path, rank: int = 0) -> Path:
     return rank_dir(path, rank) / MODEL_DIR
 
 
-def export_pretrained(path: str | Path, out: Path, dtype: str) -> str | None:
-    """Write rank 0's model of checkpoint ``path`` (weights in ``dtype``, config, generation config,
-    tokenizer) to ``out`` as a Hugging Face directory that transformers and vLLM load as it is.
+# the transformers class each exported model role loads with: the policy, and the critic (a one-label value head)
+AUTO_CLASSES = {"actor": "AutoModelForCausalLM", "critic": "AutoModelForTokenClassification"}
+
+
+def export_pretrained(path: str | Path, out: Path, dtype: str, role: str = "actor") -> str | None:
+    """Write rank 0's model of checkpoint part ``path`` (weights in ``dtype``, config, generation config
+    when it generates, tokenizer) to ``out`` as a Hugging Face directory that transformers (and vLLM, for
+    the policy) load as it is; ``role``: ``actor`` (the policy) or ``critic`` (``AUTO_CLASSES``).
 
     Returns a note when ``AutoTokenizer`` would load the tokenizer as another class than the one
     the model was trained with (a model type whose tokenizer class transformers imposes, with a
     tokenizer of its own: the built-in models), else None.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import transformers
+    from transformers import AutoTokenizer
 
     from rlflow.data.tokenizer import load_tokenizer
     from rlflow.schemas.pipeline import ModelSpec
 
     src = model_dir(path)
-    model = AutoModelForCausalLM.from_pretrained(str(src), dtype=getattr(torch, dtype), local_files_only=True)
+    auto_class = getattr(transformers, AUTO_CLASSES[role])
+    model = auto_class.from_pretrained(str(src), dtype=getattr(torch, dtype), local_files_only=True)
     model.save_pretrained(str(out))
     tokenizer = load_tokenizer(ModelSpec(path=str(src)))  # as the run loaded it
     tokenizer.save_pretrained(str(out))
@@ -113,7 +101,8 @@ def save(path: str | Path, rank: int, *, model, tokenizer, trainer_state: dict |
     target = out / MODEL_DIR
     target.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(target)
-    model.generation_config.save_pretrained(target)
+    if model.can_generate():  # a critic (a token-classification model) has no generation config
+        model.generation_config.save_pretrained(target)
     save_model(model, str(target / WEIGHTS), metadata={"format": "pt"})
     tokenizer.save_pretrained(target)
     if trainer_state is not None:

@@ -1,26 +1,7 @@
 """``ConfiguredLocalEngine``: the local engine with the pipeline's DeepSpeed trainer and/or vLLM rollout.
 
-``LocalEngine`` does everything with torch; this subclass swaps in the engines a pipeline
-asks for (see ``engines.engine_choice``) and leaves every other path to its parent.
-Design decisions:
-
-- Training (``update_actor.with.engine: deepspeed``): the actor becomes a ``DeepSpeedActor``
-  training its own copy of the module. DeepSpeed rewrites what it trains (ZeRO 1-2 turn the
-  parameters into views of one flat buffer, ZeRO-3 partitions them), so the engine's own
-  module stays an ordinary dense Hugging Face model for the colocated rollout, the
-  checkpoint's model files and ``export_weights``: ``update_weights`` and ``save_checkpoint``
-  copy the trained weights into it (under ZeRO-3 a gather every rank of the pool joins; the
-  runtime calls both on every actor worker), and ``sync/bytes`` counts that copy. The
-  actor's log-probs go through the DeepSpeed module; the reference stays a frozen dense copy
-  of the initial policy.
-- Rollout (``generate.with.engine: vllm``): a ``VllmRollout`` beside the torch model. After
-  each update (``update_weights``, colocated) or each cross-pool push
-  (``load_rollout_weights``, separate pool) the weights are handed to vLLM and ``sync/bytes``
-  / ``sync/seconds`` report that transfer. ``generate`` with another engine still decodes
-  with the torch model, so validation may use either.
-- Checkpoints keep the local engine's per-rank layout and add DeepSpeed's own under
-  ``<checkpoint>/deepspeed`` (module and partitioned optimizer state); loading restores the
-  per-rank files first and DeepSpeed's last, so its fp32 master weights win.
+``LocalEngine`` does everything with torch; this subclass swaps in the engines a pipeline asks for and leaves
+every other path to its parent. Design notes: docs/design/local_engine.md.
 """
 
 from __future__ import annotations

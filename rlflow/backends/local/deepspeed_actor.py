@@ -1,45 +1,8 @@
 """DeepSpeed training engine for ``update_actor`` (``with: {engine: deepspeed, zero_stage: 0..3}``).
 
-``DeepSpeedActor`` is the torch ``Actor`` with DeepSpeed doing the data-parallel part: the
-loss, its global-batch scaling, the mini-batch split and the metrics are the torch actor's
-own (inherited, not copied), so both engines optimise the same objective and report the same
-``actor/*`` metrics. Design decisions:
-
-- Process group: the runtime hands every worker its rank, the world size and
-  ``dist={master_addr, master_port}``. Those become ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/
-  ``WORLD_SIZE``/``LOCAL_RANK`` and ``deepspeed.init_distributed`` runs with gloo on the CPU
-  and nccl on GPUs; when the local engine already made the torch group from the same
-  address, DeepSpeed adopts it. A world of one still gets a group (DeepSpeed needs one), on a
-  free loopback port. On the CPU, DeepSpeed's shared-memory all-reduce op (used only by its
-  inference all-reduce) is marked incompatible so it is never compiled: training reduces
-  through gloo, and nothing needs ``TORCH_EXTENSIONS_DIR`` or a C++ toolchain.
-- Optimizer and schedule: the torch optimizer and verl's warm-up schedule built by ``Actor``
-  are handed to DeepSpeed (a torch ``AdamW`` needs no compiled fused-Adam op on the CPU); the
-  schedule steps once per update, as the torch engine's does, so it stays outside DeepSpeed.
-  Gradient clipping is DeepSpeed's (``gradient_clipping`` = ``trainer.grad_clip``).
-- Micro-batches: DeepSpeed accumulates gradients (``gradient_accumulation_steps``), with the
-  boundary set explicitly on the last micro-batch of a mini-batch. ZeRO-2 reduces on every
-  micro-batch and ZeRO-3 gathers on every forward, so every rank runs the same number of
-  micro-batches: a rank with fewer rows runs zero-weighted ones (same hooks, no gradient).
-  The loss is already normalised by the global token count (verl's scaling), so DeepSpeed's
-  own ``1/gradient_accumulation_steps`` scaling is switched off. With ``use_dynamic_bsz`` the
-  token-budget cut (``micro_batches``) is redone with the largest count over ranks until every
-  rank agrees, padding with zero-weighted micro-batches.
-- Precision: DeepSpeed's bf16/fp16 modes keep their own fp32 master weights, so the torch
-  actor's ``master_weights`` is off here.
-- A non-finite loss is never applied: that micro-batch back-propagates zero, the ranks agree
-  (the torch actor's check), and all raise before DeepSpeed's optimizer step. A non-finite
-  gradient norm with a finite loss is DeepSpeed's overflow check's business (ZeRO 1-2 skip
-  that step outside bf16, as the torch engine does); ``actor/grad_norm`` then reads inf.
-- DeepSpeed rewrites the module it trains (flat-buffer views under ZeRO 1-2, partitions under
-  ZeRO-3); ``dense_state_dict`` hands out the full weights (under ZeRO-3 a gather every rank
-  joins) for whoever needs an ordinary model. Log-probs run through DeepSpeed's module with
-  equal forward counts on every rank, for the same reason as micro-batches.
-- Checkpoints: DeepSpeed's own ``save_checkpoint``/``load_checkpoint`` (module, partitioned
-  optimizer state) under ``<checkpoint>/deepspeed``; the schedule rides in the local
-  engine's per-rank ``trainer.pt``.
-
-deepspeed is imported inside functions: importing this module costs nothing without it.
+``DeepSpeedActor`` is the torch ``Actor`` with DeepSpeed doing the data-parallel part: the loss, its scaling, the
+mini-batch split and the metrics are inherited, so both engines optimise and report the same. deepspeed is
+imported inside functions. Design notes: docs/design/local_actor.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Data parallelism for the local backend: one process group, gradient and metric averaging.
 
-Design decisions:
-- Plain ``torch.distributed`` (gloo on the CPU, nccl on GPUs), set up from the
-  ``master_addr``/``master_port`` the runtime hands every rank; a world of one never creates a
-  group, so a laptop run has no sockets at all.
-- Every rank keeps a full replica (no sharding): after each mini-batch the gradients are
-  averaged in one flat all-reduce, so ranks apply identical updates and stay identical.
-  Parameters are broadcast from rank 0 once at start so that any difference in how ranks
-  built the model cannot leak into training.
-- Helpers take ``world_size`` and do nothing for one rank; callers never branch on it.
+Plain ``torch.distributed``, a full replica per rank, gradients averaged in one flat all-reduce; the helpers do
+nothing for one rank. Design notes: docs/design/local_engine.md.
 """
 
 from __future__ import annotations

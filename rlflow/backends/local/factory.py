@@ -1,19 +1,7 @@
 """Which engine does the work of a local pool: names, the extras they need, and the factory.
 
-A pipeline picks its engines per stage: ``update_actor.with.engine`` (``torch`` or
-``deepspeed``, with ``zero_stage``), the log-prob stages' ``with.engine`` (the same two) and
-``generate.with.engine`` (``torch``, ``hf`` or ``vllm``). Design decisions:
-
-- Pure at import: this module imports neither torch nor deepspeed nor vllm, so validation can
-  ask ``missing_extra`` whether an engine is installed (``importlib.util.find_spec``, which
-  finds a package without importing it) in a fraction of a second.
-- The caller reads the choices off the pipeline's stages (``rlflow.check.engines``: a backend
-  knows no stage kinds) and hands them over as an ``EngineChoice``; ``EngineChoice.problem``
-  is the one rule the validator and the factory both apply. ``create_local_engine`` builds a
-  plain ``LocalEngine`` when every choice is torch/hf and the ``ConfiguredLocalEngine``
-  otherwise; engine classes are imported only when chosen, so the CPU default never imports
-  DeepSpeed or vLLM.
-- A missing engine is a ``BackendError`` naming the extra that installs it.
+Pure at import (validation asks ``missing_extra`` without importing torch, deepspeed or vllm);
+``create_local_engine`` builds the engine an ``EngineChoice`` asks for. Design notes: docs/design/local_engine.md.
 """
 
 from __future__ import annotations

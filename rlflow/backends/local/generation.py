@@ -1,36 +1,7 @@
 """Batched sampling for the local rollout: a KV-cached decode loop, and HF ``generate`` as an alternative.
 
-Design decisions:
-- One loop over response positions, never over rows: each step is one forward of the whole
-  batch on the last token (``DynamicCache``), one vectorised sampling op and one write into a
-  preallocated ``[B, R]`` buffer. The n samples of a prompt (neighbouring identical rows)
-  share one prefill whose cache is fanned out, which HF ``generate`` does not do. Finished
-  rows leave the decode batch: once at least a quarter of the rows still decoding have hit
-  EOS, they are dropped from the cache and the step inputs (``reorder_cache`` with the rows
-  that go on). GRPO responses vary a lot in length (on the BIRD sample the mean is under
-  half the longest), so the tail of the loop runs on a few rows instead of all. That check
-  is the only host sync and runs every step on the CPU (free there) but every
-  ``SYNC_EVERY`` steps on an accelerator.
-- Left-padded prompts: position ids come from the attention mask (``cumsum - 1``), exactly as
-  HF ``generate`` computes them, so both implementations agree token for token when greedy.
-- Sampling uses the exponential-race trick (``argmax p / E``, ``E ~ Exp(1)``), an exact draw
-  from ``p`` without ``multinomial``'s per-row work, from a ``torch.Generator`` seeded per
-  call: same seed, same inputs, same tokens. temperature / top-k / top-p follow HF's
-  warpers (top-p keeps the smallest set whose mass reaches ``top_p``, always the best token).
-- ``response_mask`` is 1 up to and including the first EOS (verl's convention); everything
-  after is pad. A response whose first token is EOS is empty text with a mask of one.
-- At most ``max_num_seqs`` rows decode at once (vLLM's knob, which verl passes through): the KV
-  cache, the largest buffer of a rollout, grows with the rows decoded together, so a long batch
-  is decoded in consecutive chunks (of whole prompt groups when n divides the limit). Unset, a
-  CPU decodes 64 rows at a time (on a shipped BIRD rollout as fast as 128 at once, with 60 MB of
-  working memory instead of 150) and an accelerator decodes every row at once. Each chunk drops
-  the left-padding columns that none of its prompts use, and draws from its own seed (derived
-  from the call's), so chunks do not repeat each other's samples; a batch that fits in one
-  chunk samples as an unchunked call.
-- The loop also keeps each sampled token's log-prob under the distribution it was drawn from
-  (temperature, top-k and top-p applied; the raw logits when greedy): vLLM's
-  ``processed_logprobs``, which verl asks for and keeps as ``rollout_log_probs``. A logsumexp
-  and a gather per step; 0 outside the response mask.
+One batched forward per response position, one prefill per prompt group, finished rows dropped, at most
+``max_num_seqs`` rows at once; each sampled token keeps its log-prob. Design notes: docs/design/generation.md.
 """
 
 from __future__ import annotations

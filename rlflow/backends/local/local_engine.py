@@ -1,24 +1,7 @@
 """``LocalEngine``: the actor, rollout and reference roles of one local worker (torch + transformers).
 
-This is the embedded default: on a laptop it trains the built-in tiny model on the CPU, and
-the same code runs one worker per GPU. Design decisions:
-
-- Colocated roles share one model, as verl fuses them: the rollout decodes with the actor's
-  own modules, so a weight sync copies nothing (``sync/bytes`` = 0). A rollout on another pool
-  is a rollout-only engine that receives ``export_weights()`` through
-  ``load_rollout_weights`` (bytes and seconds reported).
-- The reference policy is a frozen deep copy of the initial policy, built only when the
-  algorithm uses KL (``use_kl_loss`` or ``use_kl_in_reward``) and the worker holds the
-  ``ref`` role. A resumed run rebuilds it from the model source, so it stays the initial policy.
-- Data parallel: with ``world_size > 1`` every rank holds a replica and its shard of each
-  batch; gradients are averaged (see ``distributed``), so ranks stay identical.
-- Determinism: deterministic algorithms are switched on for the CPU, model initialisation is
-  seeded, and every stochastic call (sampling) takes an explicit seed; RNG states are part
-  of checkpoints. Same seed, same data, CPU: identical metrics step after step.
-- Plain data in and out (``Batch``, dicts of floats), results always on the CPU, so the engine
-  behaves the same in-process, in a Ray actor, or behind a wire.
-- ``params["multi_turn"]`` (verl's block, enabled) runs ``rlflow.backends.agent_loop`` over the
-  same batched sampler, one call per turn; the tools' process is started once and kept.
+The embedded default: on a laptop it trains the built-in tiny model on the CPU, and the same code runs one
+worker per GPU. Design notes: docs/design/local_engine.md.
 """
 
 from __future__ import annotations
@@ -41,6 +24,7 @@ from rlflow.backends.local.models import load_model
 from rlflow.batch import Batch, response_span
 from rlflow.data.tokenizer import load_tokenizer
 from rlflow.errors import BackendError
+from rlflow.schemas.model_roles import MODEL_ROLES
 from rlflow.tools.config import MultiTurnConfig
 from rlflow.tools.runner import INVALID
 
@@ -83,10 +67,10 @@ class LocalEngine(Engine):
         run_dir: str | Path | None = None,
     ) -> None:
         """``run_dir``: the run directory, where the tools' log goes (``tools/rank<N>.log``); None: no log."""
-        unknown = set(roles) - ALL_ROLES
+        unknown = set(roles) - set(MODEL_ROLES)
         if unknown or not roles:
             raise BackendError(
-                f"local engine: roles must be a non-empty subset of {sorted(ALL_ROLES)}, got {sorted(roles)}"
+                f"local engine: roles must be a non-empty subset of {sorted(MODEL_ROLES)}, got {sorted(roles)}"
             )
         self.pipeline, self.rank, self.world_size = pipeline, rank, world_size
         self.project_root = Path(project_root) if project_root is not None else Path.cwd()
@@ -98,13 +82,25 @@ class LocalEngine(Engine):
         self.global_steps = 0
         if self.device.type == "cpu":
             torch.use_deterministic_algorithms(True, warn_only=True)
-        if "actor" in self.roles:  # only the actor's gradients need a process group
+        trains = any(MODEL_ROLES[r].trainable for r in self.roles if r in MODEL_ROLES)
+        if trains:  # only trained models' gradients need a process group
             distributed.init_group(rank, world_size, self.device, dist)
         self.tokenizer = load_tokenizer(pipeline.model, project_root)
-        model = load_model(
-            pipeline.model, self.tokenizer, seed=pipeline.trainer.seed, root=project_root, device=self.device
-        )
-        distributed.broadcast_parameters(model, world_size if "actor" in self.roles else 1)
+        self.critic = None
+        if "critic" in self.roles:
+            from rlflow.backends.local.critic import Critic, load_value_model
+
+            value_model = load_value_model(pipeline, self.tokenizer, root=project_root, device=self.device)
+            distributed.broadcast_parameters(value_model, world_size)
+            self.critic = Critic(
+                value_model, pipeline, world_size=world_size, total_training_steps=total_training_steps
+            )
+        model = None
+        if self.roles & {"actor", "rollout", "ref"}:
+            model = load_model(
+                pipeline.model, self.tokenizer, seed=pipeline.trainer.seed, root=project_root, device=self.device
+            )
+            distributed.broadcast_parameters(model, world_size if "actor" in self.roles else 1)
         self.ref = None
         if "ref" in self.roles and pipeline.algorithm.uses_reference:
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
@@ -127,7 +123,7 @@ class LocalEngine(Engine):
         return tuple(sorted(i for i in ids if i is not None))
 
     def _need(self, role: str, what: str):
-        module = self.ref if role == "ref" else self.model
+        module = {"ref": self.ref, "critic": self.critic}.get(role, self.model)
         if role not in self.roles or module is None:
             why = " (the algorithm uses no KL)" if role == "ref" and not self.pipeline.algorithm.uses_reference else ""
             raise BackendError(
@@ -331,6 +327,17 @@ class LocalEngine(Engine):
             stage=str(params.get("stage", "update_actor")),
         )
 
+    # ---- critic -----------------------------------------------------------------------------
+    def compute_values(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        critic = self._need("critic", "compute_values")
+        values = critic.values(batch, params.get("micro_batch_size"))
+        return Batch({"values": values})
+
+    def update_critic(self, batch: Batch, params: dict[str, Any]) -> dict[str, float]:
+        critic = self._need("critic", "update_critic")
+        step = int(params.get("global_steps", self.global_steps))
+        return critic.update(batch, step=step, stage=str(params.get("stage", "update_critic")))
+
     # ---- weights ----------------------------------------------------------------------------
     def update_weights(self, global_steps: int) -> dict[str, float]:
         """Colocated rollout reads the actor's tensors directly: nothing to copy.
@@ -379,29 +386,37 @@ class LocalEngine(Engine):
         return {"sync/bytes": float(size), "sync/seconds": time.perf_counter() - start}
 
     # ---- checkpoints ------------------------------------------------------------------------
+    def _parts(self, what: str) -> list[tuple[Path, Any, Any]]:
+        """(folder, model, trainer) of each model this worker checkpoints: the policy at the checkpoint's root
+        (the actor's, else a lone rollout's), the critic under its part (``model_roles``)."""
+        parts = []
+        if self.model is not None:
+            self._need("actor" if self.actor else "rollout", what)
+            parts.append((Path(MODEL_ROLES["actor"].checkpoint_part), self.model, self.actor))
+        if self.critic is not None:
+            parts.append((Path(MODEL_ROLES["critic"].checkpoint_part), self.critic.model, self.critic))
+        return parts
+
     def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:
-        model = self._need("actor" if self.actor else "rollout", "save_checkpoint")
         meta = {
             "global_steps": int(global_steps),
             "rank": self.rank,
             "world_size": self.world_size,
             "roles": sorted(self.roles),
         }
-        out = checkpoint.save(
-            path,
-            self.rank,
-            model=model,
-            tokenizer=self.tokenizer,
-            trainer_state=self.actor.state_dict() if self.actor else None,
-            meta=meta,
-        )
-        return {"path": str(out), "global_steps": int(global_steps)}
+        for part, model, trainer in self._parts("save_checkpoint"):
+            state = trainer.state_dict() if trainer is not None else None
+            checkpoint.save(Path(path) / part, self.rank, model=model, tokenizer=self.tokenizer, trainer_state=state,
+                            meta=meta)  # fmt: skip
+        return {"path": str(checkpoint.rank_dir(path, self.rank)), "global_steps": int(global_steps)}
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
-        model = self._need("actor" if self.actor else "rollout", "load_checkpoint")
-        state, meta = checkpoint.load(path, self.rank, model=model, expect_trainer_state=self.actor is not None)
-        if self.actor is not None:
-            self.actor.load_state_dict(state)
+        meta: dict[str, Any] = {}
+        for part, model, trainer in self._parts("load_checkpoint"):
+            state, meta = checkpoint.load(Path(path) / part, self.rank, model=model,
+                                          expect_trainer_state=trainer is not None)  # fmt: skip
+            if trainer is not None:
+                trainer.load_state_dict(state)
         self.set_global_steps(meta["global_steps"])
         return {"path": str(checkpoint.rank_dir(path, self.rank)), "global_steps": meta["global_steps"]}
 

@@ -1,45 +1,8 @@
 """Log-probabilities (and entropy) of response tokens under a model, micro-batched.
 
-Design decisions:
-- One forward over ``prompt + response`` with the attention mask of both (prompt left-padded,
-  response right-padded after its EOS) and position ids from the mask, as generation used;
-  only the last ``R + 1`` positions go through the LM head (``logits_to_keep``), since only
-  the logits that predict response tokens are needed.
-- Logits are divided by the rollout temperature before the softmax, as verl does, so that
-  ``old_log_probs`` are the log-probs of the distribution the rollout sampled from.
-- The per-token math is verl's (``logprobs_from_logits``, ``entropy_from_logits``), computed by
-  ``token_log_probs`` over chunks of rows: without flash-attn verl falls back to a Python loop
-  with one kernel per row, which on packed [N, V] logits is one per token. Positions outside
-  ``response_mask`` hold finite values and are masked by every consumer (a row with an empty
-  mask contributes nothing).
-- Columns that no row of the micro-batch attends to are cut before the forward: the shared
-  left padding of the prompts (the batch is padded to its longest prompt, while the n
-  samples of one prompt sit together in a micro-batch) and the response padding after the
-  longest response. Masked keys contribute nothing and position ids do not change, so the
-  result is the same up to float rounding, for less compute; the cut response positions
-  come back as 0.0 (masked by every consumer).
-- The n samples of a prompt (neighbouring identical prompt rows, as GRPO lays them out) share
-  one encoding of the prompt: the prompt (all but its last token) goes through the model
-  once, its KV cache is fanned out to every row of the group (``index_select``, which carries
-  gradients back to the shared prefix), and only the prompt's last token and the response run
-  per row. GRPO prompts are long and responses short (on BIRD the schema is most of the
-  tokens), so this cuts the work of old_log_prob, ref_log_prob and the actor update by several
-  times; the log-probs and gradients are those of the one joint forward up to float rounding. Under gradient checkpointing (which switches the cache
-  off in training) the update takes the one joint forward instead.
-- Packing (``model.use_remove_padding``, verl's remove-padding): the micro-batch's real tokens
-  are concatenated into one sequence [1, T] with position ids restarting at 0 for every row.
-  With ``sdpa`` attention the rows' offsets go to ``attention.rlflow_attention``, which keeps
-  attention inside each row without any [T, T] mask (a variable-length kernel on CUDA);
-  other implementations get transformers' own handling (rows found from the position ids: a
-  dense block-diagonal mask for eager, cumulative lengths for flash attention). Only the positions that predict a response
-  token go through the LM head (``logits_to_keep`` as indices), and the log-probs and entropy
-  are computed on those alone and scattered back to [B, R]. No padding is computed at all, but
-  each sample encodes its prompt again: packing replaces the shared-prefix path when on (a KV
-  cache cannot be fanned out over a packed sequence), so it pays where prompts are short or
-  samples many different prompts, and the shared prefix pays where n samples share long prompts.
-  A row needs at least one prompt token (its first response token is predicted from it).
-- The same ``forward_log_probs`` serves inference (under ``no_grad``) and the actor update
-  (with gradients), so old and new log-probs come from identical code.
+One forward per micro-batch at the rollout's temperature, with verl's per-token math; a prompt shared by n
+samples is encoded once, or the rows run packed (``model.use_remove_padding``). The same code serves inference
+and the actor update. Design notes: docs/design/logprob.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """fp32 master weights for a model that computes in bf16 (or fp16): what the optimizer steps.
 
-With ``model.dtype: bfloat16`` on a GPU the model keeps bf16 parameters, so the rollout, the
-reference and every forward and backward run in bf16 with no casts, while the optimizer's
-update (a tiny ``lr x step`` on a much larger weight, lost to bf16's 8-bit mantissa) happens on
-fp32 copies, as verl's FSDP mixed precision keeps fp32 parameters for its optimizer. Design
-decisions:
-
-- Gradients accumulate in fp32: after each micro-batch's backward the bf16 gradient is added
-  into the fp32 copy's gradient and dropped, so a mini-batch of many micro-batches sums in fp32.
-- After the optimizer step the fp32 weights are copied (rounded) into the model's parameters.
-- Few kernels: the fp32 copies and their gradients are views into one flat buffer each, so the
-  gather is one concatenation and one add, and the copy back one cast and one multi-tensor copy
-  (``torch._foreach_copy_``), instead of one or two kernels per tensor each way.
-- The fp32 copies ride in the trainer state of a checkpoint: a resumed run continues from the
-  same fp32 weights, not from their bf16 rounding.
+Gradients accumulate in fp32 copies held in one flat buffer; the optimizer steps those and the result is
+copied back into the model's parameters. Design notes: docs/design/local_actor.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """How a batch is cut into mini-batches, and those into micro-batches: a fixed number of rows, or a token budget.
 
-Design decisions:
-- Mini-batches (``mini_batches``) are verl 0.9.1's: consecutive ``ppo_mini_batch_size x n``
-  samples over all ranks, and a shorter last one where the batch is not a multiple (verl pads
-  that one with no-op samples, which carry no loss).
-- Fixed size: ``micro_batch_size`` neighbouring rows per micro-batch (the last may be shorter).
-- Token budget (verl's ``use_dynamic_bsz`` / ``ppo_max_token_len_per_gpu``): a row costs its
-  prompt + response tokens (the sum of its attention mask, what verl counts). The cut is verl's
-  ``rearrange_micro_batches``: Karmarkar-Karp (``get_seqlen_balanced_partitions``) balances
-  verl's ``calculate_workload`` over ``ceil(tokens / budget)`` micro-batches, and one more
-  micro-batch is added until each holds at most the budget.
-- The unit that is never split is a run of neighbouring rows with the same prompt (GRPO's n
-  samples of one prompt), so the shared-prefix encoding in ``logprob`` still encodes each
-  prompt once; with packing (``use_remove_padding``) nothing is shared and every row is its
-  own unit. verl's ``force_group_size`` wants groups of one size, while a mini-batch edge may
-  cut a group, so the runs are found here and handed to verl's partitioner as units. A group
-  over the budget is split into its rows; a row over the budget gets a micro-batch of its own
-  (verl refuses such a budget).
-- Rows keep their order inside a micro-batch and micro-batches come in the order of their first
-  row (verl orders them by workload to shorten pipeline bubbles, which one device has none of);
-  callers put results back by the index lists.
-- Gradients do not depend on the cut: the actor's loss is normalised by the mini-batch's global
-  token (or sequence) count, verl's global batch info, so each micro-batch's loss already
-  carries its share of the mini-batch.
-- ``min_count`` pads with empty micro-batches (engines whose ranks must run equal counts).
+Mini-batches and the token-budget cut are verl 0.9.1's; a run of rows sharing a prompt is never split.
+Design notes: docs/design/local_actor.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Model loading for the local backend, and the built-in tiny model (tokenizers: ``rlflow.data.tokenizer``).
 
-``model.path`` is either ``builtin:<name>`` or a local Hugging Face directory. Design decisions:
-
-- Never a hub download: directories load with ``local_files_only=True``; a missing path, a
-  directory without a config, or a model that is not a causal LM is a ``BackendError`` naming
-  the path and saying what to point at instead.
-- ``builtin:tiny-qwen2`` is a real ``Qwen2ForCausalLM`` (about 4 M parameters, tied embeddings)
-  initialised from the seed inside a forked RNG, so building it neither depends on nor
-  disturbs the process's random state, and every rank (and a resumed run) gets the same
-  weights. It is built on the CPU and then moved, so CPU and GPU start from equal weights.
-  Its tokenizer is the byte-level BPE shipped with ``rlflow.data``.
-- Attention is torch's ``scaled_dot_product_attention`` (``attn_implementation="sdpa"``, also
-  transformers' default): flash or memory-efficient kernels on a GPU, and packed rows
-  (``logprob``) get their block-diagonal mask from the position ids.
+``model.path`` is either ``builtin:<name>`` or a local Hugging Face directory; never a hub download.
+Design notes: docs/design/local_engine.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
 """How well a training update uses its device, reported as verl's engine workers report it.
 
-verl's ``TrainingWorker`` adds to every mini-batch's metrics (which the trainer prefixes with
-``actor/`` and averages over mini-batches) the peak device memory, the host's used memory and
-the model FLOPs utilisation, renamed ``perf/mfu/actor``. Design decisions:
-
-- MFU is verl's: the achieved TFLOPS of verl's per-architecture formula
-  (``verl.utils.flops_counter``: 6 x dense parameters per token plus the attention term over
-  each sequence's squared length) for the mini-batch's sequences on every data-parallel rank
-  and the seconds this rank spent on it, over the device's peak, over the world size. A model
-  type verl has no formula for gives 0, as in verl.
-- The peak is verl's table (``get_device_flops``): dense bf16 TFLOPS by device name (989 for
-  H100/H200, 312 for A100, ...; an unknown GPU is infinite, so its MFU is 0). On the CPU it is
-  verl's ``CPU`` entry, 0.448 TFLOPS: verl's own nominal figure, not a measurement of this
-  machine, so a CPU run's MFU compares runs with each other, not with a GPU's.
-- verl's formula counts every row's prompt and every token's LM head, while the local engine
-  encodes a prompt shared by n rows once and runs the LM head on response positions only, so
-  its figure overstates the work done (up to ~1.3x on the BIRD bench). ``useful_flops`` counts
-  what the engine needs to compute instead (each shared prompt once, no padding, the head on the
-  scored tokens), in verl's conventions otherwise; the GPU benchmark reports both.
-- Memory: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` in GiB since the process
-  started (verl never resets the peak), and ``psutil``'s used host memory. On the CPU the device
-  figures are 0, which is what verl's own code reports there (its device module falls back to
-  ``torch.cuda``, whose counters stay 0 without a GPU), so the keys are the same on every device.
+``perf/mfu/actor`` (verl's FLOPs formula and peak table) and ``actor/perf/*memory*``, the same keys on every
+device. Design notes: docs/design/local_actor.md.
 """
 
 from __future__ import annotations

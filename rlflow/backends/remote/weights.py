@@ -1,14 +1,6 @@
 """Rollout weights over the wire: split into frames under the size cap, staged whole on the server.
 
-A local actor's weights reach a remote rollout through ``load_rollout_weights``: the client
-packs the tensors into as few parts as fit ``max_message_bytes`` each (a tensor is never cut;
-one larger than a frame is refused with the fix), and sends them as calls of one transfer
-(``transfer`` id, ``part``, ``parts``, ``global_steps``). The server stages the parts and hands
-the engine the whole state only with the last one, under the engine lock: a ``generate`` from
-another connection sees the old weights or the new ones, never a mix. One transfer is staged at
-a time (a new first part drops an unfinished one), and a transfer may stage at most
-``max_bytes`` (the server passes twice its own model's size when the engine shows its model), so
-staging holds at most about one model's weights.
+A ``generate`` sees the old weights or the new ones, never a mix. Design notes: docs/design/wire.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """The remote-backend wire: length-prefixed frames of a msgpack header plus raw tensor bytes.
 
-A frame is ``prefix | header | payload``:
-
-- prefix (20 bytes, big-endian): magic ``RLFW``, protocol version (u16), reserved (u16),
-  header length (u32), payload length (u64). The version sits in the prefix so that a peer
-  speaking another version is told so (naming both versions) before its header is parsed.
-- header: one msgpack map. It names the message (``kind``: hello, welcome, call, result,
-  error), the method and call id, plain arguments, and one descriptor per tensor (name,
-  dtype, shape, byte length).
-- payload: the tensors' bytes, in descriptor order, each padded to 16 bytes so that every
-  tensor can be viewed in place from the receive buffer without a copy.
-
-No pickle anywhere: a frame can only ever decode into dicts, lists, scalars, strings, bytes
-and tensors, so a hostile peer cannot make the receiver run code. Tuples survive as tuples
-(a msgpack extension type), so ``Batch.non_tensors`` round-trips exactly. Every frame is
-checked against a size cap *before* its body is read; an oversized or malformed frame raises
-a ``WireError`` that the server answers and then closes only that connection. A large body's
-buffer grows with the bytes that actually arrive, never from the length the prefix claims, so
-a peer that announces 900 MB and sends ten bytes costs ten bytes (plus one chunk). A receive
-may carry a ``deadline`` (``time.monotonic()``): it then ends in ``TimeoutError`` once the
-deadline passes, however the peer trickles its bytes.
+No pickle anywhere, and every frame is checked against a size cap before its body is read.
+Design notes: docs/design/wire.md.
 """
 
 from __future__ import annotations

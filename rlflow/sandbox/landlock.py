@@ -1,12 +1,8 @@
-"""Landlock: the kernel's own bound on what the tool process may write and run, where the host has it.
+"""Landlock: the kernel's own bound on what a contained worker may write and run, where the host has it.
 
-Linux 5.13 and later (with Landlock enabled, as most distributions ship it) let an unprivileged
-process restrict itself, for good, to creating, writing, renaming and removing files beneath given
-folders, and to executing no file at all. The kernel enforces it on every system call, whatever
-code makes it (a C extension, ctypes, ``_posixsubprocess``, a forked child), and nothing lifts it.
-``restrict_to(folder)`` applies it to the calling thread and to the threads and processes it starts
-afterwards; reading stays free. It returns None, or why it could not (not Linux, an older kernel,
-Landlock disabled, a seccomp filter refusing the calls): the audit hook is then the only guard.
+``restrict_to(folder)`` lets the calling thread, and the threads and processes it starts afterwards,
+write only beneath ``folder`` and execute no file, for good; reading stays free. It returns None,
+or why it could not (the audit hook is then the only guard). Design notes: docs/design/sandbox.md.
 """
 
 from __future__ import annotations

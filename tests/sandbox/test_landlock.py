@@ -10,7 +10,7 @@ import pytest
 
 ATTEMPTS = """
 import ctypes, json, os, socket, sqlite3, subprocess, sys
-from rlflow.tools.landlock import restrict_to
+from rlflow.sandbox.landlock import restrict_to
 
 outside, inside = sys.argv[1], sys.argv[2]
 libc = ctypes.CDLL(None)

@@ -1,7 +1,7 @@
-"""The tool process's containment: tools write only under their working directory and start no process.
+"""The guard of a contained worker (the tool process): it writes only under its folder and starts no process.
 
-``contain(folder)`` sets the kernel's layer where the host has it (``rlflow.tools.landlock``) and
-Python's audit hook everywhere. Design notes: docs/design/tool_guard.md.
+``contain(folder)`` sets the kernel's layer where the host has it (``rlflow.sandbox.landlock``)
+and Python's audit hook everywhere, for good. Design notes: docs/design/sandbox.md.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sqlite3
 import sys
 from urllib.parse import unquote
 
-from rlflow.tools.landlock import restrict_to
+from rlflow.sandbox.landlock import restrict_to
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _REFUSED = {

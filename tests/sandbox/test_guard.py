@@ -1,4 +1,4 @@
-"""The tool process's guard: SQLite URIs read as SQLite reads them, and each standard-library way out refused.
+"""The guard: SQLite URIs read as SQLite reads them, and each standard-library way out refused.
 
 The URI rules are checked against SQLite itself: every name the guard lets through outside the
 working directory is one SQLite really opens read-only. The hook's refusals run in a fresh Python
@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 
-from rlflow.tools.guard import sqlite_refusal, sqlite_uri
+from rlflow.sandbox.guard import sqlite_refusal, sqlite_uri
 
 
 def test_sqlite_uris_are_parsed_as_sqlite_parses_them():
@@ -65,7 +65,7 @@ def test_inside_the_folder_and_in_memory_sqlite_may_write(tmp_path):
 
 ATTEMPTS = """
 import ctypes, json, os, socket, sqlite3, subprocess, sys
-from rlflow.tools.guard import contain
+from rlflow.sandbox.guard import contain
 
 outside, inside = sys.argv[1], sys.argv[2]
 os.chdir(inside)

@@ -1,16 +1,8 @@
-"""The reward functions' supervisor: the process between the runner and the functions, which runs no user code.
+"""The supervisor: the process between the parent and the worker, which runs no user code.
 
-``FunctionRunner`` starts it (``python -c ... main(...)``); it makes itself a child subreaper
-(``PR_SET_CHILD_SUBREAPER``: every process the functions start, even one that double-forks into
-a new session, stays its descendant), forks the worker that loads and calls the functions
-(``rlflow.reward.function_child``), and then only watches:
-
-- the worker's stdout and stderr come through a pipe into ``log_path`` (or this process's
-  stderr), at most ``cap`` bytes, the rest counted and dropped;
-- when the worker ends, however it ends, or on SIGTERM (the runner stopping it), or when the
-  runner's process is gone, every descendant still alive is killed and reaped, and one line
-  saying how the worker ended (``exited with code 3``, ``killed by signal 6 (SIGABRT)``) goes to
-  the status pipe: the cause the runner reports, never the clean-up's own SIGKILL.
+It makes itself a child subreaper, forks the worker (``child``'s ``main``), copies the worker's
+output to a capped log, and when the worker ends, on SIGTERM, or when the parent is gone, kills
+every descendant and reports how the worker ended. Design notes: docs/design/sandbox.md.
 """
 
 from __future__ import annotations
@@ -160,7 +152,7 @@ class _Supervisor:
             pass
 
 
-def main(conn_fd: int, status_fd: int, log_path: str, cap: int, child: str = "rlflow.reward.function_child") -> None:
+def main(conn_fd: int, status_fd: int, log_path: str, cap: int, child: str) -> None:
     """Fork the worker serving ``conn_fd`` with ``child``'s ``main`` (the reward functions', or the tools')."""
     parent = os.getppid()
     _become_subreaper()

@@ -1,4 +1,4 @@
-"""Fixtures of the tool tests."""
+"""Fixtures of the sandbox tests."""
 
 from __future__ import annotations
 
