@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from rlflow.check.memory import check_memory
+from rlflow.check.model_memory import check_memory
 from rlflow.check.packing import Ask, Room, Shortfall, place
 from rlflow.errors import ConfigError
 from rlflow.plan.compile import compile_plan

@@ -1,20 +1,7 @@
 """From reward functions' outcomes to what a reward stage writes: per-row scores, ``reward_extra`` and metrics.
 
-Design decisions:
-- A row's score is the weighted sum of its functions' scores (TRL's ``reward_funcs`` with
-  ``reward_weights``); a function that failed on the row adds 0.
-- ``reward_extra``: with one function its extra numbers keep their own keys (verl's habit; a
-  function returning a bare number has ``acc``, that number, as verl's reward managers log it);
-  with several, each is prefixed with the function's name (``<name>/<key>``) and each function's
-  own score is ``<name>/score``. Every row gets every key some row of the batch has, 0 where a
-  row lacks it (a failed call), so validation statistics see one value per row.
-- Metrics: ``reward/<key>`` (the mean of each extra key), ``reward/error_rate`` and
-  ``reward/timeout_rate`` (the fraction of rows with at least one failed call of that kind).
-  A function adds at most ``MAX_EXTRAS`` (64) keys, sanitised by the runner (no control
-  characters, no path parts); past that the rest are left out, with one warning naming it.
-- Failures are logged once per function and kind of failure per process, with the row, its
-  data source and the failure's last frame. A function that failed on every row of the batch
-  fails the step (``RewardFunctionError``): a reward that is 0 by mistake trains nothing.
+A row's score is the weighted sum of its functions' scores; failures add 0 and are logged once per kind.
+Design notes: docs/design/reward.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """The tool process: load verl tools once, then run the calls the parent sends, each as verl's agent loop does.
 
-``ToolRunner`` (``rlflow.tools.runner``) starts it in the sandbox (``rlflow.sandbox``), so it has
-the sandbox's guarantees (per-call deadline, every process it starts killed, address-space cap,
-exit with its parent, output to a capped log) and its JSON protocol; here the one "reference" is
-the JSON of the tool set ({"tools": verl tool-config entries, "tool_config" (their file, as the
-pipeline names it), "function_tool_path", "paths", "scratch", "max_chars", "side"}); ``paths``
-starts with the project root; ``scratch`` is the parent's temporary folder, the child's working
-directory.
-
-- ``BaseTool`` subclasses are built as verl's ``initialize_tools_from_config`` builds them
-  (``cls(config=..., tool_schema=OpenAIFunctionToolSchema)``) and called per call as verl's
-  ``ToolAgentLoop._call_tool``: ``create``, ``execute``, ``release``, the calls of one message (a
-  turn's rows) concurrently on one event loop, as verl gathers them; ``@function_tool`` files load
-  through verl's ``load_function_tools_from_path`` and answer through ``normalize_function_tool_return``.
-- A call ``{"op": "schemas"}`` answers the tools' schemas as JSON; a call ``{"name", "arguments"}``
-  answers ``["ok", id, reward, {its own seconds}, 0, text]`` (a tool's own metrics, of any shape,
-  are dropped, as verl's agent loop drops them) with the text cut to ``max_chars``
-  as verl cuts it, so a tool returning megabytes sends back a bounded message; a call that raises
-  answers ``["raised", id, type, text]``, the text naming the line of the user's tool code and
-  holding no host path (``rlflow.tools.observation``).
-- A tool that cannot load is named by its entry (``tools.yaml tools[1] (mytools.Search)``).
-- Before the tools load, ``rlflow.sandbox.guard`` contains the process: writes only under
-  ``scratch`` (temporary files go there too), no new process; the kernel enforces it where the
-  host has Landlock, an audit hook words the refusals everywhere. The tool log says when
-  Landlock is not in force.
+It runs in the sandbox (``rlflow.sandbox``) with its guarantees; tools are built and called as verl builds and
+calls them, and answers are cut and worded here. Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations

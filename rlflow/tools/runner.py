@@ -1,14 +1,7 @@
 """``ToolRunner``: the agent loop's side of the tool process; every call checked here before it is sent.
 
-A call that cannot run (a parse error, an unknown tool, arguments too large or of the wrong
-type) is answered here with an error observation and never reaches the tool. The rest go to
-the tool process (``rlflow.tools.child``, which runs them concurrently) in one message per turn through the
-sandbox (``rlflow.sandbox.process.Sandbox``): a call past ``tool_timeout_s``, a tool that raises, or a tool
-process that dies (memory cap) is an error observation for that call, never a crash. Every
-observation, errors included, is cut to ``max_tool_response_length`` as verl cuts answers. Each
-call's tool, outcome and seconds are kept for the per-tool metrics; a call naming no known tool is
-counted under ``(invalid)``, so a model cannot make up metric names. Failures are reported by
-``rlflow.tools.report`` (a warning per tool and kind, the tool log).
+A call that cannot run is answered here with an error observation; the rest go to the tool process through the
+sandbox, and whatever befalls them is an observation, never a crash. Design notes: docs/design/tools.md.
 """
 
 from __future__ import annotations

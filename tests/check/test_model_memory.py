@@ -9,7 +9,7 @@ import struct
 import pytest
 from schema_helpers import load_text, problems_of, write_project
 
-from rlflow.check.memory import (
+from rlflow.check.model_memory import (
     builtin_shapes,
     parameters,
     qwen2_shapes,
