@@ -49,8 +49,6 @@ def check_critic(subject: Subject, report: Reporter) -> None:
                 f"remove the stage, or {fix}set algorithm.adv_estimator: gae",
             )
     _check_one_pool(subject, found, report)
-    if wanted:
-        _warn_deepspeed(subject, report)
     mode = subject.trainer.trainer_mode if subject.trainer is not None else "sync"
     if wanted and mode == "separate_async":
         report(
@@ -78,18 +76,6 @@ def _check_one_pool(subject: Subject, found: dict, report: Reporter) -> None:
                 "each pool would load a critic of its own, and the values would come from one the update never "
                 "trains",
                 f"bind {stage.name} to {first.on!r}",
-            )
-
-
-def _warn_deepspeed(subject: Subject, report: Reporter) -> None:
-    """The critic trains with torch (data parallel by rlflow's all-reduce) whatever engine the actor uses."""
-    for i, stage in subject.stages:
-        if _role(stage.uses) == "update" and getattr(subject.configs.get(i), "engine", "torch") == "deepspeed":
-            report.warn(
-                ("stages", i, "with", "engine"),
-                "the actor trains with DeepSpeed, the critic with torch: DeepSpeed for the critic is not "
-                "supported yet, so its weights, gradients and Adam state are whole on every worker",
-                "put the critic on a pool of its own if the actor's workers are short of memory",
             )
 
 

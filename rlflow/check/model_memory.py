@@ -148,14 +148,13 @@ def worker_bytes(
 
 
 def _zero_stages(plan: Plan, pool: str) -> dict[str, int]:
-    """The ZeRO stage of each trained role a DeepSpeed stage of ``pool`` trains (``engine: deepspeed``)."""
-    return {
-        role: int(entry.config.get("zero_stage", 0))
-        for entry in plan.step
-        if entry.resource == pool and entry.config.get("engine") == "deepspeed"
-        for role in entry.engine_roles
-        if role in MODEL_ROLES and MODEL_ROLES[role].trainable
-    }
+    """The ZeRO stage of each trained role on ``pool``: the actor's engine choice holds for every trained model
+    (the critic trains with DeepSpeed when the actor does)."""
+    update = plan.first_with_role("update")
+    if update is None or update.config.get("engine") != "deepspeed":
+        return {}
+    stage = int(update.config.get("zero_stage", 0))
+    return {r: stage for r in plan.engine_roles(pool) if r in MODEL_ROLES and MODEL_ROLES[r].trainable}
 
 
 def check_memory(spec, plan: Plan, inventory, resolve: Callable[[str], Path], pools, report: Reporter) -> None:

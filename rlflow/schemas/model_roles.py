@@ -15,18 +15,16 @@ class ModelRole:
     block: str  # the pipeline block that declares its model: ``model`` (the policy) or ``critic``
     trainable: bool  # it has an optimizer: its weights and optimizer state are checkpointed
     checkpoint_part: str | None  # its folder in a checkpoint ("" the checkpoint's root); None: rebuilt on resume
-    receives_weights: bool  # it serves the actor's weights, sent to it after each update when on another pool
-    description: str
     shares_weights_with: str | None = None  # a role whose weights it uses when both are on one worker (no copy)
 
 
 MODEL_ROLES: dict[str, ModelRole] = {
     role.name: role
     for role in (
-        ModelRole("actor", "model", True, "", False, "the policy being trained"),
-        ModelRole("rollout", "model", False, None, True, "the policy sampling responses", "actor"),
-        ModelRole("ref", "model", False, None, False, "the frozen initial policy (KL)"),
-        ModelRole("critic", "critic", True, "critic", False, "the value model (gae)"),
+        ModelRole("actor", "model", True, ""),  # the policy being trained
+        ModelRole("rollout", "model", False, None, "actor"),  # the policy sampling responses
+        ModelRole("ref", "model", False, None),  # the frozen initial policy (KL)
+        ModelRole("critic", "critic", True, "critic"),  # the value model (gae)
     )
 }
 

@@ -95,11 +95,3 @@ def test_the_shipped_ppo_pipeline_validates(sets, monkeypatch):
     pools = {s.on for s in spec.stages if s.uses in ("compute_values", "update_critic")}
     assert pools == ({"actor_pool"} if sets else {"critic_pool"})
     assert fields_reported(spec) == ()
-
-
-def test_a_deepspeed_actor_beside_a_critic_is_a_warning_saying_the_critic_trains_with_torch(monkeypatch):
-    monkeypatch.chdir(REPO)
-    loaded = load_pipeline(PPO.relative_to(REPO), ["stages.update_actor.with.engine=deepspeed"], check_paths=False)
-    (warning,) = [w for w in loaded.warnings if w.path == "stages[7].with.engine"]
-    assert "the critic with torch" in warning.message and "\n" not in warning.message
-    assert not [w for w in load_pipeline(PPO.relative_to(REPO), check_paths=False).warnings if "DeepSpeed" in w.message]

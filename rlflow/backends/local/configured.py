@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from rlflow.backends.local.engine_choice import EngineChoice
 from rlflow.backends.local.local_engine import ALL_ROLES, LocalEngine
 from rlflow.batch import Batch
 from rlflow.data.tokenizer import BUILTIN_PREFIX, resolve_path
+from rlflow.schemas.model_roles import MODEL_ROLES
 
 
 class ConfiguredLocalEngine(LocalEngine):
@@ -53,6 +55,19 @@ class ConfiguredLocalEngine(LocalEngine):
 
             self.actor = self.deepspeed = DeepSpeedActor(
                 copy.deepcopy(self.model),
+                pipeline,
+                rank=rank,
+                world_size=world_size,
+                device=self.device,
+                dist=dist,
+                zero_stage=choice.zero_stage,
+                total_training_steps=total_training_steps,
+            )
+        if self.critic is not None and choice.training == "deepspeed":  # the critic trains as the actor does
+            from rlflow.backends.local.deepspeed_critic import DeepSpeedCritic
+
+            self.critic = DeepSpeedCritic(
+                self.critic.model,
                 pipeline,
                 rank=rank,
                 world_size=world_size,
@@ -147,6 +162,8 @@ class ConfiguredLocalEngine(LocalEngine):
         out = super().save_checkpoint(path, global_steps)
         if self.deepspeed is not None:
             out["deepspeed"] = str(self.deepspeed.save_checkpoint(path, global_steps))
+        if self._deepspeed_critic():
+            self.critic.save_checkpoint(Path(path) / MODEL_ROLES["critic"].checkpoint_part, global_steps)
         return out
 
     def load_checkpoint(self, path: str) -> dict[str, Any]:
@@ -154,9 +171,14 @@ class ConfiguredLocalEngine(LocalEngine):
         if self.deepspeed is not None:
             self.deepspeed.load_checkpoint(path)
             self._refresh_dense()
+        if self._deepspeed_critic():
+            self.critic.load_checkpoint(Path(path) / MODEL_ROLES["critic"].checkpoint_part)
         if self.vllm is not None:
             self.vllm.load_weights(self._model_weights())
         return out
+
+    def _deepspeed_critic(self) -> bool:
+        return self.critic is not None and self.choice.training == "deepspeed"
 
     def close(self) -> None:
         if self.vllm is not None:

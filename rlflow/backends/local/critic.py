@@ -143,61 +143,75 @@ class Critic:
         metrics["critic/lr"] = self.scheduler.get_last_lr()[0]
         return metrics
 
-    def _mini_batch(self, mini: Batch, where: tuple) -> dict[str, float]:
-        from verl.trainer.ppo.core_algos import compute_value_loss
+    @property
+    def hf_model(self):
+        """The Hugging Face model a checkpoint's ``critic/`` part holds (its weights current)."""
+        return self.model
 
+    def _mini_batch(self, mini: Batch, where: tuple) -> dict[str, float]:
+        scale = self._scale(mini)
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = dict.fromkeys(SUMMED + AVERAGED, 0.0)
+        count = 0
+        for rows in micro_batch_rows(mini, micro_batch_size=self.micro_batch_size):
+            if rows:
+                loss = self._micro_loss(mini.index(rows), scale, sums, where)
+                loss.backward()
+                count += 1
+        distributed.average_gradients(self.params, self.world_size)
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, max_norm=self.pipeline.critic.grad_clip))
+        if math.isfinite(norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return self._metrics(sums, count, norm)
+
+    def _scale(self, mini: Batch) -> dict[str, Any]:
+        """verl's global-batch normalisation of the loss: the mini-batch's rows and tokens over every rank."""
         counts = torch.tensor(
             [float(len(mini)), float(mini["response_mask"].sum()) if len(mini) else 0.0],
             device=self.collective_device,
         )
         rows, tokens = distributed.all_reduce(counts, self.world_size).tolist()
-        scale = {
+        return {
             "dp_size": self.world_size,
             "batch_num_tokens": max(tokens, 1.0),
             "global_batch_size": max(rows, float(self.mini_batch_size * self.pipeline.algorithm.n)),
         }
-        self.optimizer.zero_grad(set_to_none=True)
-        sums = dict.fromkeys(SUMMED + AVERAGED, 0.0)
-        micro_rows = micro_batch_rows(mini, micro_batch_size=self.micro_batch_size, max_token_len=None)
-        count = 0
-        for part_rows in micro_rows:
-            if not part_rows:
-                continue
-            micro = mini.index(part_rows)
-            mask = micro["response_mask"].to(self.device).bool()
-            vpreds = token_values(
-                self.model, micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"]
+
+    def _micro_loss(self, micro: Batch, scale: dict[str, Any], sums: dict[str, Any], where: tuple) -> torch.Tensor:
+        """verl's clipped value loss of one micro-batch (its metrics added to ``sums``); non-finite: StageError."""
+        from verl.trainer.ppo.core_algos import compute_value_loss
+
+        mask = micro["response_mask"].to(self.device).bool()
+        vpreds = token_values(
+            self.model, micro["prompts"], micro["prompt_mask"], micro["responses"], micro["response_mask"]
+        )
+        loss, clipfrac = compute_value_loss(
+            vpreds=vpreds,
+            returns=micro["returns"].to(self.device),
+            values=micro["values"].to(self.device),
+            response_mask=mask,
+            cliprange_value=self.pipeline.critic.cliprange_value,
+            loss_agg_mode=self.loss_agg_mode,
+            **scale,
+        )
+        if not torch.isfinite(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            step, stage, epoch, index = where
+            raise StageError(
+                f"step {step}, stage {stage!r}: non-finite critic loss in epoch {epoch}, mini-batch {index}; "
+                f"no optimizer step was applied for it. Check the rewards for NaN/inf, or lower critic.optim.lr"
             )
-            loss, clipfrac = compute_value_loss(
-                vpreds=vpreds,
-                returns=micro["returns"].to(self.device),
-                values=micro["values"].to(self.device),
-                response_mask=mask,
-                cliprange_value=self.pipeline.critic.cliprange_value,
-                loss_agg_mode=self.loss_agg_mode,
-                **scale,
-            )
-            if not torch.isfinite(loss):
-                self.optimizer.zero_grad(set_to_none=True)
-                step, stage, epoch, index = where
-                raise StageError(
-                    f"step {step}, stage {stage!r}: non-finite critic loss in epoch {epoch}, mini-batch {index}; "
-                    f"no optimizer step was applied for it. Check the rewards for NaN/inf, or lower critic.optim.lr"
-                )
-            loss.backward()
-            count += 1
-            sums["critic/vf_loss"] += loss.detach()
-            sums["critic/vf_clipfrac"] += clipfrac.detach()
-            sums["critic/vpred_mean"] += (vpreds * mask).sum().detach() / mask.sum().clamp(min=1)
-        distributed.average_gradients(self.params, self.world_size)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm=self.pipeline.critic.grad_clip)
-        values = torch.stack([torch.as_tensor(sums[k], dtype=torch.float64) for k in (*SUMMED, *AVERAGED)])
+        sums["critic/vf_loss"] += loss.detach()
+        sums["critic/vf_clipfrac"] += clipfrac.detach()
+        sums["critic/vpred_mean"] += (vpreds * mask).sum().detach() / mask.sum().clamp(min=1)
+        return loss
+
+    def _metrics(self, sums: dict[str, Any], count: int, norm: float) -> dict[str, float]:
+        """``critic/*`` of a mini-batch over every rank, from this rank's sums over ``count`` micro-batches."""
+        values = torch.stack([torch.as_tensor(sums[k], dtype=torch.float64).cpu() for k in (*SUMMED, *AVERAGED)])
         values = torch.cat([values, torch.tensor([float(count)], dtype=torch.float64)]).to(self.collective_device)
         totals = distributed.all_reduce(values, self.world_size).tolist()
-        norm = float(grad_norm)
-        if math.isfinite(norm):
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
         micro_count = max(totals[-1], 1.0)
         out = {k: v / self.world_size for k, v in zip(SUMMED, totals[: len(SUMMED)])}
         out.update({k: v / micro_count for k, v in zip(AVERAGED, totals[len(SUMMED) : -1])})

@@ -26,8 +26,19 @@ _NEVER_PRINT = 1 << 30
 DEFAULT_BUCKET = 500_000_000  # DeepSpeed's own default bucket size, in elements
 
 
-def ds_config(pipeline, *, world_size: int, zero_stage: int, num_params: int = DEFAULT_BUCKET) -> dict[str, Any]:
-    """DeepSpeed's config for the pipeline's batch sizes, clipping, dtype and ZeRO stage.
+def ds_config(
+    pipeline,
+    *,
+    world_size: int,
+    zero_stage: int,
+    num_params: int = DEFAULT_BUCKET,
+    mini_batch_size: int | None = None,
+    micro_batch_size: int | None = None,
+    grad_clip: float | None = None,
+    dtype: str | None = None,
+) -> dict[str, Any]:
+    """DeepSpeed's config for the pipeline's batch sizes, clipping, dtype and ZeRO stage: the actor's, or the
+    sizes, clipping and dtype given (the critic's).
 
     Communication buckets are capped at the model's size: DeepSpeed's default (5e8 elements,
     2 GB in fp32) is allocated up front, and under deterministic algorithms torch fills every
@@ -35,13 +46,14 @@ def ds_config(pipeline, *, world_size: int, zero_stage: int, num_params: int = D
     """
     t, a = pipeline.trainer, pipeline.algorithm
     bucket = int(max(1, min(DEFAULT_BUCKET, num_params)))
-    rows_per_rank = max(1, math.ceil(t.ppo_mini_batch_size * a.n / world_size))
-    micro = min(t.ppo_micro_batch_size_per_gpu or rows_per_rank, rows_per_rank)
-    dtype = pipeline.model.dtype
+    bucket += bucket % 2  # ZeRO-1/2 want an even bucket (an odd parameter count: a critic's one-output head)
+    rows_per_rank = max(1, math.ceil((mini_batch_size or t.ppo_mini_batch_size) * a.n / world_size))
+    micro = min(micro_batch_size or t.ppo_micro_batch_size_per_gpu or rows_per_rank, rows_per_rank)
+    dtype = dtype or pipeline.model.dtype
     return {
         "train_micro_batch_size_per_gpu": micro,
         "gradient_accumulation_steps": max(1, math.ceil(rows_per_rank / micro)),
-        "gradient_clipping": t.grad_clip,
+        "gradient_clipping": grad_clip or t.grad_clip,
         "zero_optimization": {
             "stage": zero_stage,
             "reduce_bucket_size": bucket,

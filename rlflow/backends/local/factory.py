@@ -44,7 +44,7 @@ def create_local_engine(pipeline, choice: EngineChoice, **kwargs: Any):
     if choice.problem():
         raise BackendError(choice.problem())
     roles = kwargs.get("roles")
-    if choice.training == "deepspeed" and (roles is None or "actor" in roles):
+    if choice.training == "deepspeed" and (roles is None or {"actor", "critic"} & set(roles)):
         require("deepspeed", "update_actor.with.engine")
     if choice.rollout == "vllm" and (roles is None or "rollout" in roles):
         require("vllm", "generate.with.engine")

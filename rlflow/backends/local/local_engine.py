@@ -394,7 +394,7 @@ class LocalEngine(Engine):
             self._need("actor" if self.actor else "rollout", what)
             parts.append((Path(MODEL_ROLES["actor"].checkpoint_part), self.model, self.actor))
         if self.critic is not None:
-            parts.append((Path(MODEL_ROLES["critic"].checkpoint_part), self.critic.model, self.critic))
+            parts.append((Path(MODEL_ROLES["critic"].checkpoint_part), self.critic.hf_model, self.critic))
         return parts
 
     def save_checkpoint(self, path: str, global_steps: int) -> dict[str, Any]:
