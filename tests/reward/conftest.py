@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from reward_calls import runner_of  # noqa: F401  (the fixture, for these tests)
 
 from rlflow.assets import BIRD_SAMPLE
 

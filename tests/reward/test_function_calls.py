@@ -3,37 +3,14 @@ error, and a function that no longer loads named at the start."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from reward_calls import PLUGINS, calls
 
 from rlflow.reward.function_calls import FunctionRunner, RewardFunctionError
 
-PLUGINS = Path(__file__).parent / "reward_plugins"
 RAISE_LINE = next(
     i for i, line in enumerate((PLUGINS / "rewards.py").read_text().splitlines(), 1) if "cannot score" in line
 )
-
-
-def calls(*texts: str, source: str = "gsm8k") -> list[dict]:
-    return [
-        {"data_source": source, "solution_str": t, "ground_truth": "42", "extra_info": {"index": i}}
-        for i, t in enumerate(texts)
-    ]
-
-
-@pytest.fixture
-def runner_of():
-    runners = []
-
-    def make(*names: str, timeout_s: float = 5.0, max_memory_mb: int | None = 1024) -> FunctionRunner:
-        runner = FunctionRunner([f"rewards.py:{n}" for n in names], PLUGINS, timeout_s, max_memory_mb)
-        runners.append(runner)
-        return runner
-
-    yield make
-    for runner in runners:
-        runner.close()
 
 
 def test_scores_and_extras_come_back_in_order(runner_of):

@@ -20,3 +20,14 @@ def project_dir(tmp_path: Path) -> Path:
         "runs_dir: runs\n"
     )
     return tmp_path
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread in this process while the test runs (in-process runs are compared bit for bit)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

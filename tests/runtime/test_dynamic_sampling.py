@@ -248,12 +248,7 @@ SETS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the runs here are bit-compared
 
 
 def run_dapo(run_dir: Path, resume: Path | None = None) -> list[dict]:

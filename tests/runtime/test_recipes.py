@@ -25,12 +25,7 @@ SETS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the runs here are bit-compared
 
 
 def test_the_recipes_state_only_what_differs():

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from runtime_helpers import NOISY, REPO, SMALL, train_in_process
 
 from rlflow.runtime import checkpoints
@@ -27,12 +26,7 @@ SETS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the runs here are bit-compared
 
 
 def run_loop(run_dir: Path, resume: Path | None = None) -> list[dict]:

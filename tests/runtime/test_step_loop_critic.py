@@ -4,10 +4,8 @@ resume, two more log what four straight steps log, with the critic on a pool of 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
-import torch
 from runtime_helpers import NOISY, REPO, train_in_process
 
 PPO = REPO / "pipelines" / "ranking_ppo.yaml"
@@ -22,34 +20,21 @@ SETS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def colocated(folder: Path) -> Path:
-    """The recipe with ``values`` and ``update_critic`` on the actor's pool (and no critic pool)."""
-    text = PPO.read_text().replace("base: ranking_grpo.yaml", f"base: {REPO / 'pipelines' / 'ranking_grpo.yaml'}")
-    text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("  critic_pool:"))
-    assert text.count("on: critic_pool") == 2
-    (folder / "colocated.yaml").write_text(text.replace("on: critic_pool", "on: actor_pool"))
-    return folder / "colocated.yaml"
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the runs here are bit-compared
 
 
 @pytest.mark.parametrize("placement", ["critic_pool", "actor_pool"])
 def test_two_steps_a_resume_and_two_more_equal_four_straight(tmp_path, placement):
-    pipeline = PPO if placement == "critic_pool" else colocated(tmp_path)
-    straight = train_in_process(pipeline, [*SETS, "trainer.total_steps=4"], tmp_path / "straight")
+    pipeline = PPO  # colocated: both critic stages on the actor's pool (the critic's pool is then not started)
+    sets = [*SETS, f"stages.values.on={placement}", f"stages.update_critic.on={placement}"]
+    straight = train_in_process(pipeline, [*sets, "trainer.total_steps=4"], tmp_path / "straight")
     halves = tmp_path / "halves"
-    train_in_process(pipeline, [*SETS, "trainer.total_steps=2"], halves)
+    train_in_process(pipeline, [*sets, "trainer.total_steps=2"], halves)
     ckpt = halves / "checkpoints" / "step_2"
     critic = ckpt / "critic" / "rank_0"
     assert (critic / "model" / "model.safetensors").is_file() and (critic / "trainer.pt").is_file()
     assert (ckpt / "rank_0" / "trainer.pt").is_file()  # the policy's part, at the root
-    resumed = train_in_process(pipeline, [*SETS, "trainer.total_steps=4"], halves, resume=ckpt)
+    resumed = train_in_process(pipeline, [*sets, "trainer.total_steps=4"], halves, resume=ckpt)
 
     assert [m["step"] for m in straight] == [m["step"] for m in resumed] == [1, 2, 3, 4]
     for before, after in zip(straight, resumed, strict=True):

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from reward_calls import runner_of  # noqa: F401  (the fixture, for these tests)
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,34 +5,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
+from reward_calls import PLUGINS, calls
 
 from rlflow.reward.function_calls import FunctionRunner
-
-PLUGINS = Path(__file__).parents[1] / "reward" / "reward_plugins"
-
-
-def calls(*texts: str, source: str = "gsm8k") -> list[dict]:
-    return [
-        {"data_source": source, "solution_str": t, "ground_truth": "42", "extra_info": {"index": i}}
-        for i, t in enumerate(texts)
-    ]
-
-
-@pytest.fixture
-def runner_of():
-    runners = []
-
-    def make(*names: str, timeout_s: float = 5.0, max_memory_mb: int | None = 1024) -> FunctionRunner:
-        runner = FunctionRunner([f"rewards.py:{n}" for n in names], PLUGINS, timeout_s, max_memory_mb)
-        runners.append(runner)
-        return runner
-
-    yield make
-    for runner in runners:
-        runner.close()
 
 
 def test_the_child_is_started_once_and_kept(runner_of):

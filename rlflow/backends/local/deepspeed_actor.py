@@ -117,7 +117,39 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-class DeepSpeedActor(Actor):
+class DeepSpeedCheckpoint:
+    """The checkpoint state of a model DeepSpeed trains (``engine``, ``scheduler``): the schedule in the trainer
+    state, the module and optimizer in DeepSpeed's own checkpoint under ``CHECKPOINT_DIR``."""
+
+    engine: Any
+    scheduler: Any
+
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule only: the optimizer state is DeepSpeed's (``save_checkpoint``)."""
+        return {"scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+
+    def save_checkpoint(self, path: str | Path, global_steps: int) -> Path:
+        """DeepSpeed's checkpoint of module and optimizer (every rank must call it)."""
+        out = Path(path) / CHECKPOINT_DIR
+        self.engine.save_checkpoint(str(out), tag=f"global_step{int(global_steps)}", save_latest=True)
+        return out
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        src = Path(path) / CHECKPOINT_DIR
+        if not (src / "latest").exists():
+            raise BackendError(
+                f"checkpoint {path}: no DeepSpeed state in {src} (no 'latest' file); it was written "
+                f"by another engine: resume with update_actor.with.engine as it was"
+            )
+        loaded, _ = self.engine.load_checkpoint(str(src), load_optimizer_states=True, load_lr_scheduler_states=False)
+        if loaded is None:
+            raise BackendError(f"checkpoint {path}: DeepSpeed could not load {src}; see the worker's log")
+
+
+class DeepSpeedActor(DeepSpeedCheckpoint, Actor):
     """The torch actor's update, with DeepSpeed's engine doing backward, reduction, clipping and step."""
 
     keeps_master_weights = False
@@ -263,28 +295,3 @@ class DeepSpeedActor(Actor):
 
         with deepspeed.zero.GatheredParameters(list(self.module.parameters()), modifier_rank=None):
             return {k: v.detach().clone() for k, v in self.module.state_dict().items()}
-
-    # ---- checkpoint state -------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The schedule only: the optimizer state is DeepSpeed's (``save_checkpoint``)."""
-        return {"scheduler": self.scheduler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state["scheduler"])
-
-    def save_checkpoint(self, path: str | Path, global_steps: int) -> Path:
-        """DeepSpeed's checkpoint of module and optimizer (every rank must call it)."""
-        out = Path(path) / CHECKPOINT_DIR
-        self.engine.save_checkpoint(str(out), tag=f"global_step{int(global_steps)}", save_latest=True)
-        return out
-
-    def load_checkpoint(self, path: str | Path) -> None:
-        src = Path(path) / CHECKPOINT_DIR
-        if not (src / "latest").exists():
-            raise BackendError(
-                f"checkpoint {path}: no DeepSpeed state in {src} (no 'latest' file); it was written "
-                f"by another engine: resume with update_actor.with.engine as it was"
-            )
-        loaded, _ = self.engine.load_checkpoint(str(src), load_optimizer_states=True, load_lr_scheduler_states=False)
-        if loaded is None:
-            raise BackendError(f"checkpoint {path}: DeepSpeed could not load {src}; see the worker's log")

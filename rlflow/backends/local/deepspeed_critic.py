@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
-from typing import Any
 
 import torch
 
 from rlflow.backends.local import distributed
 from rlflow.backends.local.critic import AVERAGED, SUMMED, Critic, critic_source, token_values
-from rlflow.backends.local.deepspeed_actor import CHECKPOINT_DIR, ds_config, init_deepspeed_distributed
+from rlflow.backends.local.deepspeed_actor import DeepSpeedCheckpoint, ds_config, init_deepspeed_distributed
 from rlflow.batch import Batch
-from rlflow.errors import BackendError
 
 
-class DeepSpeedCritic(Critic):
+class DeepSpeedCritic(DeepSpeedCheckpoint, Critic):
     """The critic's update through a DeepSpeed engine; ``plain`` is the Hugging Face model checkpoints hold."""
 
     def __init__(
@@ -123,28 +120,3 @@ class DeepSpeedCritic(Critic):
         """A loss with zero gradient that still runs the forward (and DeepSpeed's hooks) once."""
         one = torch.zeros((1, 1), dtype=torch.long)
         return (token_values(self.engine, one, torch.ones_like(one), one, torch.ones_like(one)) * 0.0).sum()
-
-    # ---- checkpoint state -------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """The schedule only: the optimizer state is DeepSpeed's (``save_checkpoint``)."""
-        return {"scheduler": self.scheduler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state["scheduler"])
-
-    def save_checkpoint(self, path: str | Path, global_steps: int) -> Path:
-        """DeepSpeed's checkpoint of the critic's module and optimizer (every rank must call it)."""
-        out = Path(path) / CHECKPOINT_DIR
-        self.engine.save_checkpoint(str(out), tag=f"global_step{int(global_steps)}", save_latest=True)
-        return out
-
-    def load_checkpoint(self, path: str | Path) -> None:
-        src = Path(path) / CHECKPOINT_DIR
-        if not (src / "latest").exists():
-            raise BackendError(
-                f"checkpoint {path}: no DeepSpeed state for the critic in {src}; it was written by another engine: "
-                "resume with update_actor.with.engine as it was"
-            )
-        loaded, _ = self.engine.load_checkpoint(str(src), load_optimizer_states=True, load_lr_scheduler_states=False)
-        if loaded is None:
-            raise BackendError(f"checkpoint {path}: DeepSpeed could not load the critic's {src}; see the worker's log")

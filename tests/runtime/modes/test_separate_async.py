@@ -14,7 +14,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 from runtime_helpers import NOISY, REPO, SMALL, train_in_process
 from verl_replay_buffer import Rollout, load_replay_buffer, sampled_prompts
 
@@ -36,12 +35,7 @@ ASYNC = [
 STALENESS = "training/off_policy/trajectory_staleness/max"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the runs here are bit-compared
 
 
 def run_loop(run_dir: Path, sets: list[str], resume: Path | None = None) -> list[dict]:
