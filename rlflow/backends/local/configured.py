@@ -50,32 +50,17 @@ class ConfiguredLocalEngine(LocalEngine):
         )
         self.choice = choice
         self.deepspeed = None
-        if self.actor is not None and choice.training == "deepspeed":
-            from rlflow.backends.local.deepspeed_actor import DeepSpeedActor
+        if choice.training == "deepspeed":  # the actor, and the critic beside it, train with DeepSpeed
+            ds = {"rank": rank, "world_size": world_size, "device": self.device, "dist": dist,
+                  "zero_stage": choice.zero_stage, "total_training_steps": total_training_steps}  # fmt: skip
+            if self.actor is not None:
+                from rlflow.backends.local.deepspeed_actor import DeepSpeedActor
 
-            self.actor = self.deepspeed = DeepSpeedActor(
-                copy.deepcopy(self.model),
-                pipeline,
-                rank=rank,
-                world_size=world_size,
-                device=self.device,
-                dist=dist,
-                zero_stage=choice.zero_stage,
-                total_training_steps=total_training_steps,
-            )
-        if self.critic is not None and choice.training == "deepspeed":  # the critic trains as the actor does
-            from rlflow.backends.local.deepspeed_critic import DeepSpeedCritic
+                self.actor = self.deepspeed = DeepSpeedActor(copy.deepcopy(self.model), pipeline, **ds)
+            if self.critic is not None:
+                from rlflow.backends.local.deepspeed_critic import DeepSpeedCritic
 
-            self.critic = DeepSpeedCritic(
-                self.critic.model,
-                pipeline,
-                rank=rank,
-                world_size=world_size,
-                device=self.device,
-                dist=dist,
-                zero_stage=choice.zero_stage,
-                total_training_steps=total_training_steps,
-            )
+                self.critic = DeepSpeedCritic(self.critic.model, pipeline, **ds)
         self.vllm = None
         if "rollout" in self.roles and choice.rollout == "vllm":
             self.vllm = self._start_vllm(project_root)

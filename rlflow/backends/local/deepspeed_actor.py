@@ -117,6 +117,18 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def agreed_count(local: int, world_size: int, device: torch.device) -> int:
+    """The largest count over ranks (at least one), so every rank joins as many collectives."""
+    value = torch.tensor([float(local)], device=device)
+    return max(1, int(distributed.all_reduce(value, world_size, op="max").tolist()[0]))
+
+
+def agreed_even_rows(rows: int, micro_batch_size: int | None, world_size: int, device: torch.device) -> list[list[int]]:
+    """``rows`` split evenly into as many micro-batches of at most ``micro_batch_size`` as the busiest rank has."""
+    count = agreed_count(math.ceil(rows / (micro_batch_size or max(rows, 1))), world_size, device)
+    return [list(range(rows * p // count, rows * (p + 1) // count)) for p in range(count)]
+
+
 class DeepSpeedCheckpoint:
     """The checkpoint state of a model DeepSpeed trains (``engine``, ``scheduler``): the schedule in the trainer
     state, the module and optimizer in DeepSpeed's own checkpoint under ``CHECKPOINT_DIR``."""
@@ -214,21 +226,14 @@ class DeepSpeedActor(DeepSpeedCheckpoint, Actor):
         grad_norm = self.engine.get_global_grad_norm()
         return self._reduce_metrics(sums, micro_count, float(grad_norm) if grad_norm is not None else float("nan"))
 
-    def _agreed_count(self, local: int) -> int:
-        """The largest count over ranks (at least one), so every rank joins as many collectives."""
-        value = torch.tensor([float(local)], device=self.device)
-        return max(1, int(distributed.all_reduce(value, self.world_size, op="max").tolist()[0]))
-
     def _agreed_rows(self, batch: Batch, micro_batch_size: int | None, max_token_len: int | None) -> list[list[int]]:
         """Row indices of each micro-batch, as many micro-batches on every rank (some maybe empty)."""
         if max_token_len is None:
-            size = micro_batch_size or max(len(batch), 1)
-            count = self._agreed_count(math.ceil(len(batch) / size))
-            return [list(range(len(batch) * p // count, len(batch) * (p + 1) // count)) for p in range(count)]
+            return agreed_even_rows(len(batch), micro_batch_size, self.world_size, self.device)
         count = 1
         while True:
             rows = self._token_rows(batch, max_token_len, count)
-            agreed = self._agreed_count(len(rows))
+            agreed = agreed_count(len(rows), self.world_size, self.device)
             if agreed == count:
                 return rows
             count = agreed

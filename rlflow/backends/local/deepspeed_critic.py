@@ -11,9 +11,13 @@ import math
 
 import torch
 
-from rlflow.backends.local import distributed
 from rlflow.backends.local.critic import AVERAGED, SUMMED, Critic, critic_source, token_values
-from rlflow.backends.local.deepspeed_actor import DeepSpeedCheckpoint, ds_config, init_deepspeed_distributed
+from rlflow.backends.local.deepspeed_actor import (
+    DeepSpeedCheckpoint,
+    agreed_even_rows,
+    ds_config,
+    init_deepspeed_distributed,
+)
 from rlflow.batch import Batch
 
 
@@ -72,7 +76,7 @@ class DeepSpeedCritic(DeepSpeedCheckpoint, Critic):
         """The values through DeepSpeed's module, the same number of forwards on every rank."""
         self.engine.eval()
         out = torch.zeros(len(batch), batch["responses"].shape[1])
-        for rows in self._agreed_rows(len(batch), micro_batch_size):
+        for rows in agreed_even_rows(len(batch), micro_batch_size, self.world_size, self.device):
             if not rows:
                 self._zero_loss()
                 continue
@@ -85,7 +89,7 @@ class DeepSpeedCritic(DeepSpeedCheckpoint, Critic):
     def _mini_batch(self, mini: Batch, where: tuple) -> dict[str, float]:
         scale = self._scale(mini)
         sums = dict.fromkeys(SUMMED + AVERAGED, 0.0)
-        parts = self._agreed_rows(len(mini), self.micro_batch_size)
+        parts = agreed_even_rows(len(mini), self.micro_batch_size, self.world_size, self.device)
         count = 0
         for j, rows in enumerate(parts):
             self.engine.set_gradient_accumulation_boundary(j == len(parts) - 1)
@@ -108,13 +112,6 @@ class DeepSpeedCritic(DeepSpeedCheckpoint, Critic):
         return (
             float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
         )
-
-    def _agreed_rows(self, rows: int, micro_batch_size: int | None) -> list[list[int]]:
-        """Row indices of each micro-batch, as many micro-batches on every rank (some maybe empty)."""
-        size = micro_batch_size or max(rows, 1)
-        local = torch.tensor([float(math.ceil(rows / size))], device=self.device)
-        count = max(1, int(distributed.all_reduce(local, self.world_size, op="max").tolist()[0]))
-        return [list(range(rows * p // count, rows * (p + 1) // count)) for p in range(count)]
 
     def _zero_loss(self) -> torch.Tensor:
         """A loss with zero gradient that still runs the forward (and DeepSpeed's hooks) once."""
