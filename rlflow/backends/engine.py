@@ -64,6 +64,22 @@ class Engine(abc.ABC):
         critic implements it."""
         raise BackendError(f"{type(self).__name__} cannot update a critic: it holds none")
 
+    def compute_rm_score(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        """The reward model: ``rm_scores`` [B] (float32), one score per (prompt, response) row, from ``raw_prompt``
+        and ``response_text``. Only an engine that holds a reward model implements it."""
+        raise BackendError(f"{type(self).__name__} cannot score with a reward model: it holds none")
+
+    def judge(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        """The generative judge: ``verdict_text`` (list[str]), one verdict per row of ``judge_prompt`` (list of
+        chat messages lists). Only an engine that holds a judge implements it."""
+        raise BackendError(f"{type(self).__name__} cannot judge: it holds no judge model")
+
+    def compute_teacher_log_probs(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        """The teachers: ``teacher_logprobs`` [B, R, K] of the response tokens (K = 1: the token's own; else the
+        teacher's top-k, with ``teacher_ids`` [B, R, K]), each row by its teacher (``params["teachers"]``, one
+        name per row). Only an engine that holds the teachers implements it."""
+        raise BackendError(f"{type(self).__name__} cannot compute teacher log-probs: it holds no teacher")
+
     def export_weights(self) -> dict[str, Any]:
         """The actor's weights as CPU tensors by name (tied weights once), for a rollout on another pool.
         Only an engine that holds the actor implements it."""

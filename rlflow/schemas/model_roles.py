@@ -12,7 +12,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ModelRole:
     name: str  # the engine role stage kinds name
-    block: str  # the pipeline block that declares its model: ``model`` (the policy) or ``critic``
+    block: str  # the pipeline block that declares its model: ``model`` (the policy), ``critic``, ...
     trainable: bool  # it has an optimizer: its weights and optimizer state are checkpointed
     checkpoint_part: str | None  # its folder in a checkpoint ("" the checkpoint's root); None: rebuilt on resume
     shares_weights_with: str | None = None  # a role whose weights it uses when both are on one worker (no copy)
@@ -25,6 +25,9 @@ MODEL_ROLES: dict[str, ModelRole] = {
         ModelRole("rollout", "model", False, None, "actor"),  # the policy sampling responses
         ModelRole("ref", "model", False, None),  # the frozen initial policy (KL)
         ModelRole("critic", "critic", True, "critic"),  # the value model (gae)
+        ModelRole("reward_model", "reward_model", False, None),  # a sequence classifier scoring responses
+        ModelRole("judge", "reward_model", False, None),  # a causal LM writing verdicts on responses
+        ModelRole("teacher", "distillation", False, None),  # the teachers of on-policy distillation
     )
 }
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlflow.schemas.algorithms import AdvEstimator, LossMode
+from rlflow.schemas.distillation import DistillationSpec
 from rlflow.schemas.labels import label_key_problem, resource_problem, selector_value_problem
+from rlflow.schemas.reward_model import RewardModelSpec
+from rlflow.schemas.strict import StrictModel
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 DRIVER = "driver"
@@ -21,12 +24,6 @@ KLType = Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"]
 DataFormat = Literal["bird", "jsonl", "parquet", "verl"]
 TEXT2SQL_FORMATS = ("bird", "jsonl", "parquet")  # records of questions over databases, prompts from a template
 TrainerMode = Literal["sync", "separate_async", "colocate_async"]
-
-
-class StrictModel(BaseModel):
-    """Base of every spec model: unknown keys are errors, instances are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class ModelSpec(StrictModel):
@@ -469,6 +466,8 @@ class Pipeline(StrictModel):
     algorithm: AlgorithmSpec = AlgorithmSpec()
     trainer: TrainerSpec = TrainerSpec()
     critic: CriticSpec = CriticSpec()
+    reward_model: RewardModelSpec = RewardModelSpec()
+    distillation: DistillationSpec = DistillationSpec()
     resources: dict[str, Resource] = Field(default_factory=dict)
     stages: list[StageSpec]
 

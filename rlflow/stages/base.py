@@ -29,6 +29,8 @@ SOURCE_FIELDS = ("prompts", "prompt_mask", "uid", "data_source", "raw_prompt", "
 Role = Literal[
     "rollout",
     "reward",
+    "reward_model",
+    "teacher",
     "balance",
     "log_prob",
     "reference",

@@ -57,6 +57,10 @@ FIELDS: dict[str, FieldSpec] = {
     "token_level_scores": _TOKENS_FLOAT,
     "scores": FieldSpec(("rows",), "floating"),
     "reward_extra": _PER_ROW,
+    "rm_scores": _TOKENS_FLOAT,  # a reward model's or judge's score on each row's last token (verl's name)
+    # distillation: the teacher's log-prob of each student token ([.., 1]), or its top-k and their ids
+    "teacher_logprobs": FieldSpec(("rows", "response", "any"), "floating"),
+    "teacher_ids": FieldSpec(("rows", "response", "any"), "integer"),
     # log-probs
     "old_log_probs": _TOKENS_FLOAT,
     "entropys": _TOKENS_FLOAT,

@@ -15,6 +15,7 @@ from rlflow.reward.function_scores import WeightedFunction, call_arguments, comb
 from rlflow.reward.functions import FunctionLoadError, load_function, parse_reference
 from rlflow.reward.overlong import OverlongBuffer, shape_scores
 from rlflow.stages.base import StageConfig, StageContext, StageKind
+from rlflow.stages.model_scores import combined, rule_reward_reads
 from rlflow.stages.registry import register_stage
 from rlflow.stages.token_scores import place_on_last_token, response_lengths
 
@@ -91,6 +92,11 @@ class RewardFunction(StageKind):
     verl_timer = "reward"
     reads_fields = ("response_text", "response_mask", "data_source", "reward_info")
     writes_fields = ("token_level_scores", "scores")
+
+    @classmethod
+    def reads(cls, pipeline: Pipeline, stage: StageSpec) -> tuple[str, ...]:
+        return rule_reward_reads(pipeline, cls.reads_fields)
+
     allowed_on = frozenset({"cpu", "driver", "local"})
     uses_torch = False
     description = "Python reward functions (verl's compute_score signature), run in a child process per worker."
@@ -144,8 +150,9 @@ class RewardFunction(StageKind):
                 scored.scores, lengths, config.overlong_buffer, max_len, scored.extras
             )
             scored.metrics.update(metrics)
-        batch["token_level_scores"] = place_on_last_token(scored.scores, batch["response_mask"])
-        batch["scores"] = np.asarray(scored.scores, dtype=np.float32)
+        scores = combined(scored.scores, batch, ctx.pipeline)
+        batch["token_level_scores"] = place_on_last_token(scores, batch["response_mask"])
+        batch["scores"] = np.asarray(scores, dtype=np.float32)
         batch["reward_extra"] = scored.extras
         batch.metrics.update(scored.metrics)
         return batch

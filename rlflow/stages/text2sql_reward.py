@@ -18,11 +18,13 @@ from rlflow.reward.extract import extract_sql
 from rlflow.reward.sql_exec import ExecResult, connect_readonly, execute
 from rlflow.schemas.pipeline import TEXT2SQL_FORMATS
 from rlflow.stages.base import StageConfig, StageContext, StageKind
+from rlflow.stages.model_scores import combined, rule_reward_reads
 from rlflow.stages.registry import builtin_stage
 from rlflow.stages.token_scores import place_on_last_token
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlflow.batch import Batch
+    from rlflow.schemas.pipeline import Pipeline, StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,11 @@ class Text2SqlReward(StageKind):
     verl_timer = "reward"
     reads_fields = ("response_text", "response_mask", "reward_info")
     writes_fields = ("token_level_scores", "scores")
+
+    @classmethod
+    def reads(cls, pipeline: Pipeline, stage: StageSpec) -> tuple[str, ...]:
+        return rule_reward_reads(pipeline, cls.reads_fields)
+
     allowed_on = frozenset({"cpu", "driver", "local"})
     uses_torch = False
     description = "Execution-accuracy reward: run predicted and gold SQL read-only, compare result sets."
@@ -169,7 +176,7 @@ class Text2SqlReward(StageKind):
             _score_safely(text, info, config, caches)
             for text, info in zip(batch["response_text"], batch["reward_info"], strict=True)
         ]
-        scores = [score for score, _ in results]
+        scores = combined([score for score, _ in results], batch, ctx.pipeline)
         extras = [extra for _, extra in results]
         batch["token_level_scores"] = place_on_last_token(scores, batch["response_mask"])
         batch["scores"] = np.asarray(scores, dtype=np.float32)

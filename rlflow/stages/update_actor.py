@@ -18,6 +18,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from rlflow.batch import Batch
 
 
+def teacher_reads(pipeline) -> tuple[str, ...]:
+    """What distillation adds to the update's reads: the teachers' log-probs (and top-k ids)."""
+    d = pipeline.distillation
+    if not d.enabled:
+        return ()
+    return ("teacher_logprobs", "teacher_ids") if d.distillation_loss.use_topk else ("teacher_logprobs",)
+
+
 class UpdateActorConfig(StageConfig):
     engine: Literal["torch", "deepspeed"] = "torch"
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (engine: deepspeed).")
@@ -40,7 +48,7 @@ class UpdateActor(StageKind):
         old = rollout_correction.old_log_probs_field(pipeline)
         fields = tuple(old if f == "old_log_probs" else f for f in cls.reads_fields)
         kl = ("ref_log_prob",) if pipeline.algorithm.use_kl_loss else ()
-        return fields + kl + rollout_correction.advantage_writes(pipeline)
+        return fields + kl + rollout_correction.advantage_writes(pipeline) + teacher_reads(pipeline)
 
     def run(self, batch: Batch, ctx: StageContext) -> Batch:
         from rlflow.batch import Batch

@@ -1,4 +1,4 @@
-"""``LocalEngine``: the actor, rollout and reference roles of one local worker (torch + transformers).
+"""``LocalEngine``: the model roles of one local worker (torch + transformers): policy, critic, reward models, teachers.
 
 The embedded default: on a laptop it trains the built-in tiny model on the CPU, and the same code runs one
 worker per GPU. Design notes: docs/design/local_engine.md.
@@ -51,7 +51,7 @@ def resolve_device(device: str) -> torch.device:
 
 
 class LocalEngine(Engine):
-    """Roles ``actor`` / ``rollout`` / ``ref`` of one worker on one device."""
+    """The model roles (``rlflow.schemas.model_roles``) of one worker on one device."""
 
     def __init__(
         self,
@@ -95,6 +95,19 @@ class LocalEngine(Engine):
             self.critic = Critic(
                 value_model, pipeline, world_size=world_size, total_training_steps=total_training_steps
             )
+        self.reward_model = self.judge_model = self.teachers = None
+        if "reward_model" in self.roles:
+            from rlflow.backends.local.reward_model import RewardModel
+
+            self.reward_model = RewardModel(pipeline, root=project_root, device=self.device)
+        if "judge" in self.roles:
+            from rlflow.backends.local.judge import Judge
+
+            self.judge_model = Judge(pipeline, root=project_root, device=self.device)
+        if "teacher" in self.roles:
+            from rlflow.backends.local.teacher import Teachers
+
+            self.teachers = Teachers(pipeline, self.tokenizer, root=project_root, device=self.device)
         model = None
         if self.roles & {"actor", "rollout", "ref"}:
             model = load_model(
@@ -123,7 +136,13 @@ class LocalEngine(Engine):
         return tuple(sorted(i for i in ids if i is not None))
 
     def _need(self, role: str, what: str):
-        module = {"ref": self.ref, "critic": self.critic}.get(role, self.model)
+        module = {
+            "ref": self.ref,
+            "critic": self.critic,
+            "reward_model": self.reward_model,
+            "judge": self.judge_model,
+            "teacher": self.teachers,
+        }.get(role, self.model)
         if role not in self.roles or module is None:
             why = " (the algorithm uses no KL)" if role == "ref" and not self.pipeline.algorithm.uses_reference else ""
             raise BackendError(
@@ -337,6 +356,19 @@ class LocalEngine(Engine):
         critic = self._need("critic", "update_critic")
         step = int(params.get("global_steps", self.global_steps))
         return critic.update(batch, step=step, stage=str(params.get("stage", "update_critic")))
+
+    # ---- models beside the policy: reward model, judge, teachers ------------------------------
+    def compute_rm_score(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        scorer = self._need("reward_model", "compute_rm_score")
+        return Batch({"rm_scores": scorer.score(batch["raw_prompt"], batch["response_text"], params)})
+
+    def judge(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        judge = self._need("judge", "judge")
+        return Batch(non_tensors={"verdict_text": judge.verdicts(batch["judge_prompt"], params)})
+
+    def compute_teacher_log_probs(self, batch: Batch, params: dict[str, Any]) -> Batch:
+        teachers = self._need("teacher", "compute_teacher_log_probs")
+        return Batch(teachers.log_probs(batch, params))
 
     # ---- weights ----------------------------------------------------------------------------
     def update_weights(self, global_steps: int) -> dict[str, float]:
