@@ -43,30 +43,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def busy_shares(trace: list[dict], first_step: int) -> dict[str, float]:
-    """Each resource's busy time (its calls' intervals merged) over the wall time of steps >= ``first_step``."""
-    timed = [r for r in trace if r["step"] >= first_step and r.get("attempt", 0) == 0]
-    if not timed:
-        return {}
-    start, end = min(r["start"] for r in timed), max(r["end"] for r in timed)
-    shares = {}
-    for resource in sorted({r["resource"] for r in timed}):
-        spans = sorted((max(r["start"], start), min(r["end"], end)) for r in timed if r["resource"] == resource)
-        busy, (lo, hi) = 0.0, spans[0]
-        for a, b in spans[1:]:
-            if a > hi:
-                busy, lo = busy + hi - lo, a
-            hi = max(hi, b)
-        shares[resource] = round((busy + hi - lo) / (end - start), 3)
-    return shares
-
-
 def run_arm(case: str, mode: str, sets: list[str], place: Path, timeout: float) -> dict:
     pipeline, _ = CASES[case]
     run_dir, log = place / f"{case}-{mode}", place / f"{case}-{mode}.log"
     result = common.run_rlflow(pipeline, [*sets, f"trainer.trainer_mode={mode}"], run_dir, log=log, timeout=timeout)
     steps = common.step_times(result.pop("metrics"), skip=SKIP)
-    result["busy_share"] = busy_shares(result.pop("trace"), SKIP + 1)
+    result["busy_share"] = common.busy_shares(result.pop("trace"), SKIP + 1)
     return {"step_s": common.median(steps), "steps_s": steps, **result}
 
 

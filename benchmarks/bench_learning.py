@@ -4,6 +4,8 @@
     python -m benchmarks.bench_learning --task ranking        # the ranking task, seeds 1 2 3
     python -m benchmarks.bench_learning --task bird_async     # BIRD with the rollout running ahead (separate_async)
     python -m benchmarks.bench_learning --task bird_agent     # BIRD, the model querying its database first
+    python -m benchmarks.bench_learning --task ranking_rm     # ranking scored by a reward model (rule-scored validation)
+    python -m benchmarks.bench_learning --task ranking_distill  # a small student taught by a teacher
     python -m benchmarks.bench_learning --task bird_agent --side-by-side --minutes 15   # single vs multi-turn
     python -m benchmarks.bench_learning --plot results/learning.json results/learning_async.json -o docs/learning_async.png
     python -m benchmarks.bench_learning --quick               # a 2-step smoke of the same path, seed 1
@@ -26,7 +28,9 @@ Design decisions:
 - The goals are the ones the README states: on each seed the run finishes within
   the task's ``--max-minutes`` (15; the BIRD agent 20) and accuracy rises by at least the task's
   ``--min-delta`` (BIRD 0.15, ranking and the BIRD agent 0.10, i.e. 15 and 10 points); the agent
-  must also keep calling its tool (``num_turns/mean`` above 1 on every step). The exit code is 1
+  must also keep calling its tool (``num_turns/mean`` above 1 on every step). Distillation's goal is the
+  student closing at least half of its gap to the teacher (the teacher's greedy accuracy on the same
+  validation split, from its ``warm_start.json``). The exit code is 1
   when a full run misses it, so the script can gate a release.
 - ``--quick`` proves the path (subprocess, metrics, table, JSON) in a couple of minutes; its
   figures mean nothing and go to ``learning_quick.json`` so they never overwrite a real result.
@@ -62,6 +66,11 @@ class Task:
     results: str  # file name under benchmarks/results
     max_minutes: float = 15.0
     multi_turn: bool = False  # the goal also asks num_turns/mean > 1 on every step
+    teacher: str | None = None  # distillation: the teacher's model directory; the goal is half the gap closed
+    beside: tuple[str, str, str] | None = None  # (record file, key, label): a figure shown beside the runs
+
+
+GAP_FRACTION = 0.5  # distillation: the share of the student-teacher gap each seed must close
 
 
 TASKS = {
@@ -69,6 +78,22 @@ TASKS = {
     "ranking": Task("pipelines/ranking_grpo.yaml", 0.10, "learning_ranking.json"),
     "bird_async": Task("pipelines/bird_grpo_async.yaml", 0.15, "learning_async.json"),
     "bird_agent": Task("pipelines/bird_grpo_agent.yaml", 0.10, "learning_agent.json", 20.0, multi_turn=True),
+    "ranking_rm": Task(
+        "pipelines/ranking_rm.yaml",
+        0.10,
+        "learning_ranking_rm.json",
+        beside=(
+            "rlflow/assets/models/tiny-rank-rm/reward_model.json",
+            "held_out_agreement",
+            "the reward model agrees with the rule on held-out responses",
+        ),
+    ),
+    "ranking_distill": Task(
+        "pipelines/ranking_distill.yaml",
+        0.0,
+        "learning_ranking_distill.json",
+        teacher="rlflow/assets/models/tiny-rank-teacher",
+    ),
 }
 QUICK_SETS = ("trainer.total_steps=2", "trainer.test_freq=2", "data.max_val_samples=8")
 
@@ -135,6 +160,18 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not path.is_file():
         raise SystemExit(f"{path}: no metrics were written; see the run's output above")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def teacher_accuracy(model_dir: str) -> float:
+    """The teacher's greedy validation accuracy, as its record states it (measured on the same split)."""
+    record = json.loads((ROOT / model_dir / "warm_start.json").read_text())
+    return float(record["greedy_acc"]["dev"]["acc"])
+
+
+def beside_figure(beside: tuple[str, str, str]) -> dict:
+    """The figure a task shows beside its runs (e.g. the reward model's agreement with the rule)."""
+    path, key, label = beside
+    return {"label": label, "value": json.loads((ROOT / path).read_text())[key], "source": path}
 
 
 def run_seed(pipeline: str, seed: int, sets: list[str], runs_root: Path) -> dict:
@@ -278,8 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     runs = [run_seed(task.pipeline, seed, sets, runs_root) for seed in seeds]
     max_minutes = args.max_minutes or task.max_minutes
+    teacher = teacher_accuracy(task.teacher) if task.teacher else None
+    if teacher is not None:
+        for r in runs:
+            gap = teacher - r["before"]
+            r["gap_closed"] = r["delta"] / gap if gap > 0 else None
     passed = all(
         r["delta"] >= min_delta
+        and (teacher is None or (r["gap_closed"] or 0.0) >= GAP_FRACTION)
         and r["wall_minutes"] <= max_minutes
         and (not task.multi_turn or min(r.get("num_turns_mean_by_step") or [0.0]) > 1.0)
         for r in runs
@@ -295,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
             "min_delta": min_delta,
             "max_minutes": max_minutes,
             **({"min_num_turns": 1.0} if task.multi_turn else {}),
+            **({"gap_fraction": GAP_FRACTION, "teacher_acc": teacher} if teacher is not None else {}),
         },
+        **({"beside": beside_figure(task.beside)} if task.beside else {}),
         "passed": passed,
         "commit": commit_at_start,
         "machine": machine(),

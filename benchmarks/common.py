@@ -486,6 +486,24 @@ def cpu_between(samples: Sequence[tuple[float, float]], start: float, end: float
     return at(end) - at(start)
 
 
+def busy_shares(trace: list[dict], first_step: int) -> dict[str, float]:
+    """Each resource's busy time (its calls' intervals merged) over the wall time of steps >= ``first_step``."""
+    timed = [r for r in trace if r["step"] >= first_step and r.get("attempt", 0) == 0]
+    if not timed:
+        return {}
+    start, end = min(r["start"] for r in timed), max(r["end"] for r in timed)
+    shares = {}
+    for resource in sorted({r["resource"] for r in timed}):
+        spans = sorted((max(r["start"], start), min(r["end"], end)) for r in timed if r["resource"] == resource)
+        busy, (lo, hi) = 0.0, spans[0]
+        for a, b in spans[1:]:
+            if a > hi:
+                busy, lo = busy + hi - lo, a
+            hi = max(hi, b)
+        shares[resource] = round((busy + hi - lo) / (end - start), 3)
+    return shares
+
+
 def trace_windows(trace: list[dict[str, Any]]) -> dict[int, tuple[float, float]]:
     """Step -> (first stage start, last stage end) from trace.jsonl records."""
     windows: dict[int, tuple[float, float]] = {}

@@ -60,6 +60,7 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
     "startup": ("benchmarks.bench_startup", [], ["--quick"]),
     "load": ("benchmarks.bench_load", [], ["--quick"]),
     "async": ("benchmarks.bench_async", [], ["--quick"]),
+    "reward_model": ("benchmarks.bench_reward_model", [], ["--quick"]),
     "gpu": ("benchmarks.bench_gpu", [], ["--quick"]),
     "learning": ("benchmarks.bench_learning", [], ["--quick"]),
     "learning_ranking": (
@@ -71,6 +72,16 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         "benchmarks.bench_learning",
         ["--task", "ranking", "--algorithm", "ppo"],
         ["--task", "ranking", "--algorithm", "ppo", "--quick"],
+    ),
+    "learning_ranking_rm": (
+        "benchmarks.bench_learning",
+        ["--task", "ranking_rm"],
+        ["--task", "ranking_rm", "--quick"],
+    ),
+    "learning_ranking_distill": (
+        "benchmarks.bench_learning",
+        ["--task", "ranking_distill"],
+        ["--task", "ranking_distill", "--quick"],
     ),
     "learning_async": (
         "benchmarks.bench_learning",
@@ -194,14 +205,22 @@ def learning_rows(report: dict) -> list[dict]:
     runs = report.get("runs", [])
     goal = report.get("goal", {})
     shown = "; ".join(
-        f"seed {r['seed']}: {r['before']:.2f} -> {r['after']:.2f} in {r['wall_minutes']:.0f} min" for r in runs
+        f"seed {r['seed']}: {r['before']:.2f} -> {r['after']:.2f} in {r['wall_minutes']:.0f} min"
+        + (f" ({100 * r['gap_closed']:.0f}% of the gap)" if r.get("gap_closed") is not None else "")
+        for r in runs
     )
+    if "beside" in report:
+        shown += f"; {report['beside']['label']}: {report['beside']['value']:.2f}"
+    if "gap_fraction" in goal:
+        target = f"closes {100 * goal['gap_fraction']:.0f}% of the gap to the teacher ({goal['teacher_acc']:.2f})"
+    else:
+        target = f"+{100 * goal.get('min_delta', 0):.0f} points"
     return [
         common.goal_row(
             "learning",
             f"{task}: validation accuracy rise, every seed (`{learning_command(task, report.get('pipeline', ''))}`)",
             None,
-            f"+{100 * goal.get('min_delta', 0):.0f} points within {goal.get('max_minutes', 0):g} min"
+            f"{target} within {goal.get('max_minutes', 0):g} min"
             + (", num_turns/mean > 1 every step" if "min_num_turns" in goal else ""),
             report.get("passed"),
             shown or "n/a",

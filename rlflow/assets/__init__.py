@@ -14,12 +14,22 @@ BIRD_SAMPLE = ASSETS / "data" / "bird_sample"
 WARM_START = ASSETS / "models" / "tiny-sql-warm"
 AGENT_WARM_START = ASSETS / "models" / "tiny-sql-agent"
 RANK_WARM_START = ASSETS / "models" / "tiny-rank-warm"
+RANK_TEACHER = ASSETS / "models" / "tiny-rank-teacher"  # on-policy distillation (pipelines/ranking_distill.yaml)
+RANK_STUDENT = ASSETS / "models" / "tiny-rank-student"
+RANK_JUDGE = ASSETS / "models" / "tiny-rank-judge"
+JUDGES = ASSETS / "judges"  # shipped judge_score templates
+RANK_REWARD_MODEL = ASSETS / "models" / "tiny-rank-rm"  # a sequence classifier (scripts/make_reward_model.py)
 RANKING = ASSETS / "data" / "ranking"
 BUILTIN_PREFIX = "builtin:"
 BUILTIN = {
     "tiny-sql-warm": WARM_START,
     "tiny-sql-agent": AGENT_WARM_START,
     "tiny-rank-warm": RANK_WARM_START,
+    "tiny-rank-teacher": RANK_TEACHER,
+    "tiny-rank-student": RANK_STUDENT,
+    "tiny-rank-judge": RANK_JUDGE,
+    "ranking_judge": JUDGES / "ranking_judge.jinja",
+    "tiny-rank-rm": RANK_REWARD_MODEL,
     "bird_sample": BIRD_SAMPLE,
     "ranking": RANKING,
 }

@@ -1,8 +1,8 @@
 """Do the models of each local GPU pool fit its GPUs' memory (``gpu_memory_gb`` under ``inventory.nodes``)?
 
-A lower bound per worker: weights, gradients and optimizer state of the models the pool holds, counted from
-the plan, the model-role registry and the model folders' safetensors headers. Pure (no torch): it reads
-files only. Design notes: docs/design/fit.md.
+A lower bound per worker: weights, gradients and optimizer state of the models the pool holds (a reward
+model or teachers: their weights only, as they run forward passes), counted from the plan, the model-role
+registry and the model folders' safetensors headers. Pure (no torch): it reads files only. Design notes: docs/design/fit.md.
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ ADAM_BYTES = 8  # Adam's two fp32 moments per parameter
 MASTER_BYTES = 4  # fp32 master weights of a model trained in half precision
 MAX_HEADER = 100 << 20  # safetensors refuses larger headers too
 Shapes = dict[str, tuple[int, ...]]
+OWN_POOL_FIXES = {  # what moves a model beside the policy off a crowded pool
+    "critic": "put the critic's stages on a pool of its own",
+    "reward_model": "put the reward model's stage on a pool of its own (reward_model.enable_resource_pool: true)",
+    "distillation": "put teacher_log_prob on a pool of its own",
+}
 
 
 def read_shapes(folder: Path) -> Shapes | None:
@@ -177,7 +182,12 @@ def check_memory(spec, plan: Plan, inventory, resolve: Callable[[str], Path], po
                 sizes[block] = _parameters(spec, block, resolve)
         if any(sizes[block] is None for block in blocks):
             continue
-        dtypes = {"model": spec.model.dtype, "critic": spec.critic.model.dtype or spec.model.dtype}
+        dtypes = {
+            "model": spec.model.dtype,
+            "critic": spec.critic.model.dtype or spec.model.dtype,
+            "reward_model": spec.reward_model.dtype or spec.model.dtype,
+            "distillation": spec.model.dtype,  # the teachers' own dtypes are folded into their count
+        }
         held = worker_bytes(plan, pool, {block: sizes[block] or 0 for block in blocks}, dtypes)
         need = sum(total for _, total in held.values())
         smallest = min(nodes, key=lambda n: n.gpu_memory_gb)
@@ -187,7 +197,13 @@ def check_memory(spec, plan: Plan, inventory, resolve: Callable[[str], Path], po
 
 
 def _parameters(spec, block: str, resolve: Callable[[str], Path]) -> int | None:
-    """The parameter count of a declared model (``model``, ``critic``); None when it cannot be read."""
+    """The parameter count of a declared model (``model``, ``critic``, ``reward_model``, ``distillation``: every
+    teacher, each counted in ``model.dtype``'s bytes); None when one cannot be read."""
+    if block == "reward_model":
+        shapes = _shapes(spec.reward_model.model_path or "", resolve)
+        return parameters(shapes) if shapes is not None else None
+    if block == "distillation":
+        return _teacher_parameters(spec, resolve)
     own = spec.critic.model.path if block == "critic" else None
     shapes = _shapes(own or spec.model.path, resolve)
     if shapes is None:
@@ -195,7 +211,21 @@ def _parameters(spec, block: str, resolve: Callable[[str], Path]) -> int | None:
     return value_model_parameters(shapes) if block == "critic" and own is None else parameters(shapes)
 
 
+def _teacher_parameters(spec, resolve: Callable[[str], Path]) -> int | None:
+    """The teachers' parameters, scaled to ``model.dtype``'s bytes (a teacher may have a dtype of its own):
+    the teacher pool loads every teacher, frozen."""
+    total, unit = 0.0, DTYPE_BYTES[spec.model.dtype]
+    for teacher in spec.distillation.teacher_models.values():
+        shapes = _shapes(teacher.model_path, resolve)
+        if shapes is None:
+            return None
+        total += parameters(shapes) * DTYPE_BYTES[teacher.dtype or spec.model.dtype] / unit
+    return round(total)
+
+
 def _shapes(path: str, resolve: Callable[[str], Path]) -> Shapes | None:
+    if not path:
+        return None
     if path.removeprefix(BUILTIN_PREFIX) in BUILT_IN_CODE:
         return builtin_shapes(path.removeprefix(BUILTIN_PREFIX))
     try:
@@ -217,8 +247,8 @@ def _message(pool: str, held, need: float, smallest, nodes, plan: Plan) -> tuple
         f"{parts if len(held) > 1 else ''}; {have} have {smallest.gpu_memory_gb:g} GB"
     )
     fixes = []
-    if len(held) > 1 and "critic" in held:
-        fixes.append("put the critic's stages on a pool of its own")
+    if len(held) > 1:
+        fixes += [fix for block, fix in OWN_POOL_FIXES.items() if block in held]
     zero = _zero_stages(plan, pool)
     if "actor" in held.get("model", ((), 0))[0] and zero.get("actor", 0) < 3:
         fixes.append("shard with update_actor.with.engine: deepspeed and zero_stage: 3")

@@ -1,4 +1,5 @@
-"""The rule that a pipeline's data files, databases folder and model directory exist.
+"""The rule that a pipeline's data files, databases folder and model directories (the policy's, the reward
+model's, the teachers') exist.
 
 Existence only (a ``stat`` per path, relative to the project root); ``--no-check-paths`` skips it.
 Design notes: docs/design/check.md.
@@ -27,6 +28,11 @@ def check_paths(spec: Pipeline, project: ProjectConfig, report: Reporter) -> Non
         (("data", "databases"), data.databases if data.format == "bird" else None, "folder"),
         (("model", "path"), model.path, "folder"),
         (("model", "tokenizer"), model.tokenizer, "folder"),
+        (("reward_model", "model_path"), spec.reward_model.model_path, "folder"),
+        *(
+            (("distillation", "teacher_models", name, "model_path"), teacher.model_path, "folder")
+            for name, teacher in spec.distillation.teacher_models.items()
+        ),
     ]
     for path, value, kind in wanted:
         if value is None or value.removeprefix(BUILTIN_PREFIX) in BUILT_IN_CODE:
@@ -58,7 +64,9 @@ def _kind(path: Path) -> str:
     return "a regular file"
 
 
-def _what(path: tuple[str, str]) -> str:
+def _what(path: tuple[str, ...]) -> str:
+    if path[0] == "distillation":
+        return "point it at a local Hugging Face causal LM directory sharing the student's tokenizer, or builtin:tiny-rank-teacher"
     return {
         ("data", "train"): "point it at the train split file",
         ("data", "val"): "point it at the validation split file, or remove data.val",
@@ -68,4 +76,6 @@ def _what(path: tuple[str, str]) -> str:
             "path",
         ): "point it at a local Hugging Face model directory (rlflow never downloads), builtin:tiny-qwen2 or builtin:tiny-sql-warm",
         ("model", "tokenizer"): "point it at a local tokenizer directory, or remove model.tokenizer",
+        ("reward_model", "model_path"): "point it at a local Hugging Face directory (a sequence classifier for "
+        "rm_score, a causal LM for judge_score), builtin:tiny-rank-rm or builtin:tiny-rank-judge",
     }[path]

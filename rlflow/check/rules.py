@@ -18,6 +18,8 @@ from rlflow.check.critic import check_critic
 from rlflow.check.critic import fields_reported as critic_fields_reported
 from rlflow.check.engines import engine_choice_of
 from rlflow.check.fit import check_inventory
+from rlflow.check.model_blocks import check_model_blocks
+from rlflow.check.model_blocks import dataflow_reported as model_dataflow_reported
 from rlflow.check.multi_turn import check_multi_turn
 from rlflow.plan.compile import dataflow_problems
 from rlflow.schemas.diagnostics import parse_path, suggestion
@@ -38,7 +40,8 @@ def kind_of(stage: StageSpec) -> type[StageKind] | None:
 def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths: bool = False) -> None:
     """Every rule, in file order; ``project`` (a ProjectConfig) brings the inventory and the root that
     relative paths resolve against; ``check_paths``: the data and model paths must exist (``paths``)."""
-    check_stages(subject, report, (project or load_project_config()).root)
+    project_or_default = project or load_project_config()
+    check_stages(subject, report, project_or_default.root)
     if subject.stages_complete:
         check_required_kinds(subject, report)
         check_reference(subject, report)
@@ -47,6 +50,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
     check_multi_turn(subject, report)
     check_algorithm(subject, report)
     check_critic(subject, report)
+    check_model_blocks(subject, report, project_or_default.resolve)
     check_batch_sizes(subject, report)
     check_weight_path(subject, report)
     check_trainer_mode(subject, report)
@@ -60,7 +64,7 @@ def run_checks(subject: Subject, report: Reporter, project=None, *, check_paths:
         check_data_fields(subject.spec, report)
         check_token_budgets(subject.spec, report)
         if check_paths:
-            paths.check_paths(subject.spec, project or load_project_config(), report)
+            paths.check_paths(subject.spec, project_or_default, report)
 
 
 def check_stages(subject: Subject, report: Reporter, root: Path) -> None:
@@ -133,6 +137,8 @@ def check_required_kinds(subject: Subject, report: Reporter) -> None:
         if role == "log_prob" and bypass:
             continue  # the rollout's own log-probs are the old policy's
         builtin = builtin_kind(role).name
+        if role == "reward" and with_role(subject, "reward_model"):
+            continue  # a model reward stage alone writes the step's scores (rlflow.stages.model_scores)
         if (
             not with_role(subject, role)
             and not any(suggestion(u, [builtin]) for u in unknown)
@@ -460,8 +466,9 @@ def check_unused_resources(spec: Pipeline, report: Reporter) -> None:
 
 def check_dataflow(spec: Pipeline, report: Reporter) -> None:
     reported = [f"reads '{name}' but no stage produces it" for name in critic_fields_reported(spec)]
+    reported += model_dataflow_reported(spec)  # check_model_blocks named both stages, with its fix
     for dotted, message in dataflow_problems(spec):
-        if not any(text in message for text in reported):  # check_critic said so, with its fix
+        if not any(text in message for text in reported):  # a rule said so, with its fix
             report(parse_path(dotted), message)
 
 

@@ -66,6 +66,16 @@ def _recomputes_old_log_probs(spec: Pipeline, plan: Plan) -> bool:
     return not spec.algorithm.rollout_correction.bypass_mode
 
 
+def _scores_with_a_model(spec: Pipeline, plan: Plan) -> bool:
+    """verl's ``use_rm`` (reward.reward_model.enable): the block's switch, else a stage that uses the model."""
+    enable = spec.reward_model.enable
+    return enable if enable is not None else any(e.role == "reward_model" for e in plan.step)
+
+
+def _distils(spec: Pipeline, plan: Plan) -> bool:
+    return spec.distillation.enabled
+
+
 def canonical(condition: str) -> str:
     """A condition as ``ast.unparse`` writes it, so the table matches verl's text whatever its layout."""
     return ast.unparse(ast.parse(condition, mode="eval").body)
@@ -117,14 +127,41 @@ class VerlStage:
     conditions: tuple[str, ...] = ()  # verl's conditions on it (cadence aside) that rlflow mirrors
     applies: Holds = _always  # rlflow's own narrowing of when the stage is in the plan
     note: str = ""
+    # The part of another row's timed work it is (verl times both under one timer): rlflow's stage may keep a
+    # timer of its own, and its order is the part's place in that work.
+    part: str = ""
+    unordered_with: tuple[str, ...] = ()  # kinds whose order against it verl does not fix
 
     @property
     def verl_name(self) -> str:
-        return f"`{self.timer}`" if self.timer else f"`{self.call}()`"
+        name = f"`{self.timer}`" if self.timer else f"`{self.call}()`"
+        return f"{name}'s {self.part}" if self.part else name
 
 
 STEP_STAGES = (
     VerlStage("gen", "replay_buffer.sample", "generate", "rollout"),
+    # verl's agent loop asks the teachers right after each generation (AgentLoopWorker._compute_teacher_logprobs);
+    # against the reward model it is unordered: a reward model on a pool of its own scores in that loop too.
+    VerlStage(
+        "gen",
+        "replay_buffer.sample",
+        "teacher_log_prob",
+        "teacher",
+        applies=_distils,
+        part="teacher log-probs (its agent loop's, right after each generation)",
+        unordered_with=("rm_score", "judge_score"),
+    ),
+    # verl's reward step scores with the reward model first (compute_rm_score), then the rule reward reads them.
+    VerlStage(
+        "reward",
+        "_compute_reward_colocate",
+        "rm_score",
+        "reward_model",
+        ("self.reward_loop_manager.reward_loop_worker_handles is None",),
+        applies=_scores_with_a_model,
+        part="reward-model scores (compute_rm_score, its first part)",
+        unordered_with=("teacher_log_prob",),
+    ),
     VerlStage(
         "reward",
         "_compute_reward_colocate",
@@ -407,7 +444,15 @@ def _order(
     out = []
     for i, (site_a, row_a, pos_a) in enumerate(placed):
         for site_b, row_b, pos_b in placed[i + 1 :]:
-            if max(pos_a) > min(pos_b):
+            if row_b.kind in row_a.unordered_with or row_a.kind in row_b.unordered_with:
+                continue
+            if max(pos_a) > min(pos_b) and site_a is site_b:
+                out.append(
+                    f"verl runs {row_a.verl_name} ({site_a.where}) before the rest of that work "
+                    f"('{entries[min(pos_b)].name}'); the plan runs '{entries[min(pos_b)].name}' before "
+                    f"'{entries[max(pos_a)].name}'"
+                )
+            elif max(pos_a) > min(pos_b):
                 out.append(
                     f"verl runs {row_a.verl_name} ({site_a.where}) before {row_b.verl_name} ({site_b.where}); "
                     f"the plan runs '{entries[min(pos_b)].name}' before '{entries[max(pos_a)].name}'"
@@ -440,6 +485,8 @@ def _timer_names(plan: Plan, sites: Sequence[Site]) -> list[str]:
     for entry in plan.step:
         row = next((r for r in STEP_STAGES if _stands_for(entry, r)), None)
         stage = f"rlflow '{entry.name}' ({entry.kind})"
+        if row is not None and row.part and entry.verl_timer in (None, row.timer):
+            continue  # a part of verl's timed work: timed as itself, or within verl's timer
         if row is not None and entry.verl_timer != row.timer:
             theirs = f"times it as `{row.timer}`" if row.timer else "does not time it"
             out.append(f"{stage} is timed as {_timer(entry)}; verl {theirs} ({row.call})")

@@ -61,11 +61,12 @@ def _pipeline_graph(
     from rlflow.check import load_pipeline
     from rlflow.plan.compile import compile_plan
 
-    plan = compile_plan(load_pipeline(pipeline, sets, drops=drops).spec)
+    spec = load_pipeline(pipeline, sets, drops=drops).spec
+    plan = compile_plan(spec)
     if render:
-        _draw(plan, output or DEFAULT_STEP_PICTURE)
+        _draw(plan, spec, output or DEFAULT_STEP_PICTURE)
         return
-    _emit(_renderer(fmt)(plan), output)
+    _emit(_renderer(fmt)(plan) if fmt == "json" else _renderer(fmt)(plan, spec), output)
 
 
 def _folder_hint(folder: Path) -> Diagnostic:
@@ -90,12 +91,12 @@ def _renderer(fmt: str):
     return renderer
 
 
-def _draw(plan, output: Path) -> None:
+def _draw(plan, spec, output: Path) -> None:
     from rlflow.plan.graphviz import GraphvizMissing, output_format, render_graphviz
     from rlflow.plan.render_dot import render_dot
 
     output_format(output)  # a bad suffix is an error before anything is written
-    source = render_dot(plan)
+    source = render_dot(plan, spec)
     try:
         render_graphviz(source, output)
     except GraphvizMissing as exc:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from rlflow.errors import ConfigError, Diagnostic
 from rlflow.importers.pipeline_yaml import no_template, render_pipeline
 from rlflow.importers.verl_config import VerlConfig
+from rlflow.importers.verl_models import ModelStages, convert_models, ignored_because
 from rlflow.importers.verl_values import SAME, SKIP, Unsupported, convert_value, show
 from rlflow.schemas.diagnostics import short_repr
 from rlflow.schemas.pipeline import NAME_PATTERN, CriticSpec, Pipeline
@@ -106,6 +107,7 @@ class _Converter:
         self.withs: dict[str, dict] = {}  # stage kind -> its `with:`
         self.pools: dict[str, dict] = {"local": {}, "cpu": {}}
         self.uses_critic = verl_uses_critic(cfg)
+        self.models = ModelStages()
 
     def run(self) -> Conversion:
         self._critic_switch()
@@ -115,6 +117,7 @@ class _Converter:
         self._critic_settings()
         self._mini_batches()
         self._multi_turn()
+        self.models = convert_models(self, ACTOR_POOL)
         stages = self._stages()
         self._list_dropped()
         pipeline = self._assemble(stages)
@@ -274,6 +277,16 @@ class _Converter:
     def drop(self, line: str) -> None:
         self.out.dropped.append(line)
 
+    def note(self, line: str) -> None:
+        self.out.notes.append(line)
+
+    @property
+    def origins(self) -> dict[str, str]:
+        return self.out.origins
+
+    def problem(self, key: str, message: str, fix: str = "") -> None:
+        self._problem(key, message, fix)
+
     def _problem(self, key: str, message: str, fix: str = "") -> None:
         value = self.cfg.get(key)
         via = " (a command-line override)" if key in self.cfg.override_keys else ""
@@ -302,18 +315,13 @@ class _Converter:
             if self.withs.get(kind):
                 stage["with"] = self.withs[kind]
             stages.append(stage)
+            if kind == "generate":  # verl asks teachers and reward model beside the rollout, before the rule
+                stages += [{"name": n, "uses": k, "on": on} for n, k, on in self.models.stages]
         return stages
 
     def _reward(self) -> dict:
         """verl moves a legacy ``custom_reward_function`` with any value set over ``reward.custom_reward_function``."""
         self.consumed.update(n.verl for n in VERL_NAMES if n.owner == "reward_function")
-        for key in ("reward_model.enable", "reward.reward_model.enable"):
-            if self.cfg.get(key):
-                self._problem(
-                    key,
-                    "rlflow has no model-based reward",
-                    "score with a reward function, or a reward stage kind of your own (docs/pipeline_format.md#stages)",
-                )
         legacy = self.cfg.get("custom_reward_function") or {}
         section = "custom_reward_function" if any(v is not None for v in legacy.values()) else None
         section = section or "reward.custom_reward_function"
@@ -360,6 +368,8 @@ class _Converter:
             POOLS["local"]: {"type": "local", "device": "gpu", **self.pools["local"]},
             POOLS["cpu"]: {"type": "cpu", **self.pools["cpu"]},
         }
+        for pool in self.models.pools:  # a model's pool of its own: the actor's kind of pool
+            pipeline["resources"][pool] = {"type": "local", "device": pipeline["resources"][ACTOR_POOL]["device"]}
         if any(stage["on"] == ROLLOUT_POOL for stage in stages):
             pipeline["resources"][ROLLOUT_POOL] = {"type": "local", "device": "gpu", **self._rollout_pool()}
             self.changed(
@@ -395,6 +405,8 @@ class _Converter:
             name = BY_VERL.get(key)
             if key.startswith("critic.") and not self.uses_critic:
                 why = f"no critic is trained ({self._why_no_critic()}), so verl ignores it too"
+            elif ignored_because(key, self.cfg):
+                why = ignored_because(key, self.cfg)
             elif name is not None and name.place in ("project", "command"):
                 why = _elsewhere(name, value)
             elif name is not None:
@@ -463,7 +475,14 @@ def _targets() -> dict[tuple, list[VerlName]]:
     for name in VERL_NAMES:
         # the reward function and the multi_turn block are converted whole (_reward, _multi_turn)
         multi_turn = name.verl.startswith(f"{ROLLOUT}.multi_turn.")
-        if name.place in ("field", "stage", "pool") and name.owner != "reward_function" and not multi_turn:
+        # the models' blocks too (rlflow.importers.verl_models)
+        model = name.place == "field" and name.rlflow.startswith(("reward_model.", "distillation."))
+        if (
+            name.place in ("field", "stage", "pool")
+            and name.owner != "reward_function"
+            and not multi_turn
+            and not model
+        ):
             targets.setdefault((name.place, name.owner, name.rlflow), []).append(name)
     return targets
 

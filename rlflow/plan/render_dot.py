@@ -5,8 +5,13 @@ Design notes: docs/design/plan_render.md.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rlflow.plan.model import DATA_SOURCE, Placement, Plan, PlanStage
 from rlflow.plan.render_text import checkpoint_text, lane_name, models_text, placement_summary, staleness_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.schemas.pipeline import Pipeline
 
 STAGE_STYLE = 'shape=box, style="rounded,filled", fillcolor="#ffffff", fontname="Helvetica"'
 CLUSTER_FILL = {"local": "#e8f0fe", "cpu": "#e6f4ea", "remote": "#fef7e0", "driver": "#f1f3f4"}
@@ -23,9 +28,11 @@ def _stage_label(number: str, stage: PlanStage) -> str:
     return f"{number}. {stage.name}{timer}{notes}"
 
 
-def _cluster(plan: Plan, name: str, placement: Placement, numbers: dict[str, int]) -> list[str]:
+def _cluster(
+    plan: Plan, name: str, placement: Placement, numbers: dict[str, int], spec: Pipeline | None = None
+) -> list[str]:
     lane = f"{lane}: " if (lane := lane_name(plan, name)) else ""
-    label = [lane + name, placement_summary(placement), models_text(plan, name), checkpoint_text(plan, name)]
+    label = [lane + name, placement_summary(placement), models_text(plan, name, spec), checkpoint_text(plan, name)]
     lines = [
         f"  subgraph {quote('cluster_' + name)} {{",
         f"    label={quote(chr(10).join(filter(None, label)))};",
@@ -77,7 +84,8 @@ def _edges(plan: Plan) -> list[str]:
     return lines
 
 
-def render_dot(plan: Plan) -> str:
+def render_dot(plan: Plan, spec: Pipeline | None = None) -> str:
+    """``spec``, the pipeline ``plan`` was compiled from, names the models beside the policy."""
     numbers = {s.name: n for n, s in enumerate(plan.step, 1)}
     lines = [
         f"digraph {quote(plan.pipeline_name)} {{",
@@ -89,7 +97,7 @@ def render_dot(plan: Plan) -> str:
     ]
     lines += _init_cluster(plan)
     for name, placement in plan.resources.items():
-        lines += _cluster(plan, name, placement, numbers)
+        lines += _cluster(plan, name, placement, numbers, spec)
     for name, placement in plan.resources.items():
         if placement.type == "remote":
             backend = quote(name + ":backend")

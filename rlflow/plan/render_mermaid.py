@@ -6,9 +6,13 @@ Design notes: docs/design/plan_render.md.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from rlflow.plan.model import DATA_SOURCE, Plan
 from rlflow.plan.render_text import lane_name, models_text, placement_summary, staleness_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.schemas.pipeline import Pipeline
 
 
 def _id(prefix: str, name: str) -> str:
@@ -24,7 +28,8 @@ def _stage_node(prefix: str, number: str, stage) -> str:
     return f"{_id(prefix, stage.name)}[{_label(f'{number}. {stage.name}{timer}')}]"
 
 
-def render_mermaid(plan: Plan) -> str:
+def render_mermaid(plan: Plan, spec: Pipeline | None = None) -> str:
+    """``spec``, the pipeline ``plan`` was compiled from, names the models beside the policy."""
     lines = ["flowchart LR", f"  {_id('d_', DATA_SOURCE)}[({_label('data loader')})]"]
     if plan.init:
         lines.append(f"  subgraph init[{_label('init (once)')}]")
@@ -33,7 +38,9 @@ def render_mermaid(plan: Plan) -> str:
     numbers = {s.name: n for n, s in enumerate(plan.step, 1)}
     for name, placement in plan.resources.items():
         lane = f"{lane}: " if (lane := lane_name(plan, name)) else ""
-        title = "<br/>".join(filter(None, [f"{lane}{name}: {placement_summary(placement)}", models_text(plan, name)]))
+        title = "<br/>".join(
+            filter(None, [f"{lane}{name}: {placement_summary(placement)}", models_text(plan, name, spec)])
+        )
         lines.append(f"  subgraph {_id('r_', name)}[{_label(title)}]")
         lines += [f"    {_stage_node('s_', str(numbers[s.name]), s)}" for s in plan.step if s.resource == name]
         lines.append("  end")

@@ -8,9 +8,13 @@ the same in a pipe, a log or a CI job, and costs no import. ``placement_summary`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rlflow.plan.model import Placement, Plan, PlanStage
 from rlflow.schemas.model_roles import MODEL_ROLES, checkpointed
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlflow.schemas.pipeline import Pipeline
 
 CADENCE_TEXT = {
     "every_step": "every step",
@@ -60,10 +64,21 @@ def pool_models(plan: Plan, resource: str) -> tuple[str, ...]:
     return plan.models(resource) if plan.resources[resource].type == "local" else ()
 
 
-def models_text(plan: Plan, resource: str) -> str:
-    """``models: model, critic`` for a local pool; empty otherwise."""
+def models_text(plan: Plan, resource: str, spec: Pipeline | None = None) -> str:
+    """``models: model, critic`` for a local pool, each model named where ``spec`` (the compiled pipeline)
+    declares it; empty otherwise."""
     models = pool_models(plan, resource)
-    return f"models: {', '.join(models)}" if models else ""
+    return f"models: {', '.join(model_label(m, spec) for m in models)}" if models else ""
+
+
+def model_label(block: str, spec: Pipeline | None) -> str:
+    """A model block with what it loads: ``reward_model (builtin:tiny-rank-rm)``, ``distillation (teachers: t1,
+    t2)``; the block's name alone without ``spec`` (the policy and critic are named by their blocks already)."""
+    if spec is not None and block == "reward_model" and spec.reward_model.model_path:
+        return f"reward_model ({spec.reward_model.model_path})"
+    if spec is not None and block == "distillation" and spec.distillation.teacher_models:
+        return f"distillation (teachers: {', '.join(spec.distillation.teacher_models)})"
+    return block
 
 
 def checkpoint_text(plan: Plan, resource: str) -> str:
@@ -143,7 +158,8 @@ def _async_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def render_text(plan: Plan) -> str:
+def render_text(plan: Plan, spec: Pipeline | None = None) -> str:
+    """``spec``, the pipeline ``plan`` was compiled from, names the models beside the policy."""
     lines = [f"pipeline {plan.pipeline_name}", "", "init (once, before step 1; load_checkpoint only on resume)"]
     lines += _stage_lines("i", plan.init)
     lines += ["", "step (every training step, in this order)"]
@@ -162,7 +178,7 @@ def render_text(plan: Plan) -> str:
     for name, placement in plan.resources.items():
         lines.append(f"  {name.ljust(width)}  {placement_summary(placement)}")
         indent = f"  {' ' * width}    "
-        lines += [indent + text for text in (models_text(plan, name), checkpoint_text(plan, name)) if text]
+        lines += [indent + text for text in (models_text(plan, name, spec), checkpoint_text(plan, name)) if text]
         if placement.stages:
             shared = "colocated: " if len(placement.stages) > 1 and placement.type != "driver" else ""
             lines.append(f"{indent}{shared}{', '.join(placement.stages)}")

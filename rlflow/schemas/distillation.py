@@ -32,7 +32,9 @@ class DistillationLossSpec(StrictModel):
     use_policy_gradient: bool = Field(
         False, description="Apply the distillation loss as a reward (advantage -loss) through a policy loss."
     )
-    policy_loss_mode: str = Field("vanilla", description="The policy loss of use_policy_gradient.")
+    policy_loss_mode: Literal["vanilla"] = Field(
+        "vanilla", description="The policy loss of use_policy_gradient (verl supports vanilla only)."
+    )
     clip_ratio: float = Field(0.2, gt=0)
     clip_ratio_low: float = Field(0.2, gt=0)
     clip_ratio_high: float = Field(0.2, gt=0)
@@ -40,6 +42,15 @@ class DistillationLossSpec(StrictModel):
     @property
     def use_topk(self) -> bool:
         return self.loss_mode in TOPK_MODES
+
+    @model_validator(mode="after")
+    def _k1_needs_policy_gradient(self) -> DistillationLossSpec:
+        if self.loss_mode == "k1" and not self.use_policy_gradient:  # verl refuses k1 only (kl is the same math)
+            raise ValueError(
+                f"loss_mode {self.loss_mode} as a supervised loss has a gradient that does not depend on the "
+                "teacher (verl refuses it); set use_policy_gradient: true, or use k3 / low_var_kl / forward_kl_topk"
+            )
+        return self
 
 
 class TeacherModelSpec(StrictModel):

@@ -15,6 +15,10 @@ ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 OPTIM = "actor_rollout_ref.actor.optim"
 CRITIC = "critic"
+RM = "reward.reward_model"
+LEGACY_RM = "reward_model"  # verl's legacy top-level spelling, migrated over RM when not null
+DISTILL = "distillation"
+TEACHER = "distillation.teacher_models.<name>"  # <name>: any teacher's name (see why_not)
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,34 @@ VERL_NAMES: tuple[VerlName, ...] = (
     VerlName(f"{CRITIC}.loss_agg_mode", "critic.loss_agg_mode", note="null: algorithm.loss_agg_mode"),
     VerlName(f"{CRITIC}.forward_micro_batch_size_per_gpu", "micro_batch_size", "stage", "compute_values"),
     VerlName(f"{CRITIC}.forward_micro_batch_size", "micro_batch_size", "stage", "compute_values", global_size=True),
+    # a reward model beside the policy (an rm_score stage): the legacy spelling first, as verl migrates it over
+    VerlName(f"{LEGACY_RM}.enable", "reward_model.enable", note="verl's legacy reward.reward_model.enable"),
+    VerlName(f"{RM}.enable", "reward_model.enable", note="adds an rm_score stage after generate"),
+    *[
+        VerlName(
+            f"{section}.enable_resource_pool",
+            "reward_model.enable_resource_pool",
+            note="true: the rm_score stage runs on rm_pool, a pool of its own; false: on the actor's",
+        )
+        for section in (LEGACY_RM, RM)
+    ],
+    VerlName(f"{LEGACY_RM}.model.path", "reward_model.model_path", note="verl's legacy reward.reward_model.model_path"),
+    VerlName(f"{RM}.model_path", "reward_model.model_path", note="a sequence classifier (verl's disrm)"),
+    VerlName(f"{LEGACY_RM}.rollout.dtype", "reward_model.dtype", note="bf16, fp16, fp32 are bfloat16, ..."),
+    VerlName(f"{RM}.rollout.dtype", "reward_model.dtype", note="bf16, fp16, fp32 are bfloat16, ..."),
+    *_same(f"{RM}.rollout", "temperature top_p top_k", "reward_model.rollout"),
+    *_same(f"{LEGACY_RM}.rollout", "prompt_length response_length", "reward_model.rollout"),
+    *_same(f"{RM}.rollout", "prompt_length response_length", "reward_model.rollout"),
+    *_same(LEGACY_RM, "micro_batch_size_per_gpu max_length", "reward_model"),
+    # on-policy distillation (a teacher_log_prob stage after generate); each teacher is
+    # distillation.teacher_models.<name>.{key, model_path, inference.dtype}
+    *_same(DISTILL, "enabled teacher_key", "distillation"),
+    *_same(
+        f"{DISTILL}.distillation_loss",
+        "loss_mode topk use_task_rewards distillation_loss_coef loss_max_clamp log_prob_min_clamp "
+        "use_policy_gradient policy_loss_mode clip_ratio clip_ratio_low clip_ratio_high",
+        "distillation.distillation_loss",
+    ),
     VerlName("reward.num_workers", "workers", "pool", "cpu"),
     VerlName("reward_model.num_workers", "workers", "pool", "cpu"),
     # trainer
@@ -317,10 +349,35 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
         "trainer.max_critic_ckpt_to_keep",
         "a checkpoint holds the critic beside the policy: trainer.keep_checkpoints counts both",
     ),
-    ("reward_model.", "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)"),
+    *[
+        (f"{section}.{key}", "the reward model's pool is rm_pool: set its gpus_per_node and nnodes in resources")
+        for section in (RM, LEGACY_RM)
+        for key in ("n_gpus_per_node", "nnodes")
+    ],
+    *[
+        (
+            f"{section}.rollout.",
+            "rlflow runs the reward model with transformers on its stage's workers, without a vLLM engine: "
+            "reward_model.rollout holds the judge's sampling and lengths only",
+        )
+        for section in (RM, LEGACY_RM)
+    ],
+    (f"{LEGACY_RM}.model.", "rlflow loads reward_model.model_path with transformers (no external_lib, no remote code)"),
     (
-        "reward.reward_model.",
-        "a model-based reward is a reward stage kind of your own (docs/pipeline_format.md#stages)",
+        f"{LEGACY_RM}.reward_loop_",
+        "a reward loop class of your own is a reward stage kind of your own (docs/pipeline_format.md#stages)",
+    ),
+    (f"{LEGACY_RM}.", "rlflow's reward_model: block has no such setting"),
+    (f"{RM}.", "rlflow's reward_model: block has no such setting"),
+    *[
+        (f"{DISTILL}.{key}", "the teachers' pool is teacher_pool: set its gpus_per_node and nnodes in resources")
+        for key in ("n_gpus_per_node", "nnodes")
+    ],
+    (f"{TEACHER}.num_replicas", "each worker of teacher_pool holds every teacher: set the pool's gpus_per_node"),
+    (
+        f"{TEACHER}.inference.",
+        "rlflow runs the teachers with transformers on teacher_pool's workers, without a vLLM engine "
+        "(inference.dtype is the teacher's dtype)",
     ),
     (
         "reward.reward_manager.",
@@ -363,6 +420,7 @@ WITHOUT_COUNTERPART: tuple[tuple[str, str], ...] = (
 
 def why_not(key: str) -> str:
     """Why verl's ``key`` has no rlflow counterpart (the longest matching prefix), or ''."""
+    key = _any_teacher(key)
     best = ""
     reason = ""
     for prefix, why in WITHOUT_COUNTERPART:
@@ -371,10 +429,19 @@ def why_not(key: str) -> str:
     return reason
 
 
+def _any_teacher(key: str) -> str:
+    """A teacher's key with its name as ``<name>``: verl's teachers are named by the user."""
+    head = f"{DISTILL}.teacher_models."
+    if not key.startswith(head):
+        return key
+    _, _, rest = key[len(head) :].partition(".")
+    return f"{TEACHER}.{rest}" if rest else TEACHER
+
+
 _VERL_ONLY_SECTIONS = frozenset(
     k.split(".")[0]
     for k in [*BY_VERL, *(p for p, _ in WITHOUT_COUNTERPART)]
-    if k.split(".")[0] not in ("data", "algorithm", "trainer", "model")
+    if k.split(".")[0] not in ("data", "algorithm", "trainer", "model", DISTILL)  # rlflow's sections too
 )
 
 

@@ -9,6 +9,7 @@ from rlflow.stages import (  # noqa: F401  (imported to register)
     generate,
     group_filter,
     grpo_advantage,
+    judge_score,
     old_log_prob,
     ref_log_prob,
     reward_function,

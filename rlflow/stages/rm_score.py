@@ -24,6 +24,7 @@ class RewardModelScore(StageKind):
     role = "reward_model"
     engine_roles = frozenset({"reward_model"})
     allowed_on = frozenset({"local"})
+    uses_torch = False  # its fields are numpy (scores, masks, text); the reward model's torch stays in the engine
     reads_fields = ("raw_prompt", "response_text", "response_mask")
     description = "A reward model's score of each response (a sequence classifier, verl's reward_model)."
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks import bench_async
+from benchmarks import bench_async, common
 
 
 def test_busy_shares_merge_overlapping_calls_and_leave_warm_up_steps_out():
@@ -13,7 +13,7 @@ def test_busy_shares_merge_overlapping_calls_and_leave_warm_up_steps_out():
         {"step": 2, "stage": "update_actor", "resource": "actor", "start": 12.0, "end": 18.0},  # overlaps the last
         {"step": 3, "stage": "generate", "resource": "rollout", "start": 16.0, "end": 20.0},
     ]
-    assert bench_async.busy_shares(trace, first_step=2) == {"actor": 0.8, "rollout": 0.8}
+    assert common.busy_shares(trace, first_step=2) == {"actor": 0.8, "rollout": 0.8}
 
 
 def test_the_ratio_is_taken_per_round_and_met_only_when_every_round_meets_it():

@@ -216,11 +216,12 @@ def test_unsupported_values_are_errors_naming_each_verl_key_at_once():
     )
 
 
-def test_a_model_based_reward_is_refused():
+def test_a_reward_model_without_its_model_path_is_refused():
+    """A reward model is carried (tests/importers/test_import_verl_models.py), but not one without a model."""
     with pytest.raises(ConfigError) as info:
         converted("reward.reward_model.enable=True")
     assert str(info.value).startswith(
-        "reward.reward_model.enable: True (a command-line override): rlflow has no model-based reward"
+        "reward.reward_model.enable: True (a command-line override): verl's reward model needs its model_path"
     )
 
 

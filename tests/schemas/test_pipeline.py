@@ -149,6 +149,7 @@ RLFLOW_ONLY = {  # knobs (or whole sections, ending in *) verl has no counterpar
     "stages.update_actor.with.*": "the training engine of a local pool",
     "stages.text2sql_reward.with.*": "rlflow's text-to-SQL reward",
     "stages.reward_function.with.*": "verl's custom_reward_function, with rlflow's limits",
+    "stages.judge_score.with.*": "the judging template and verdict parser (verl's genrm has them in its reward loop)",
     "stages.group_filter.with.*": "rlflow's group filter",
 }
 

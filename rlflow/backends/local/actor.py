@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from rlflow.backends.local import distillation_loss as distill
 from rlflow.backends.local import distributed
 from rlflow.backends.local.logprob import forward_log_probs
 from rlflow.backends.local.master_weights import MasterWeights, needs_master_weights
@@ -146,7 +147,13 @@ class Actor:
         self.peak_tflops = peak_tflops(self.device)
         self.packed = pipeline.model.use_remove_padding
         self.bypass = pipeline.algorithm.rollout_correction.bypass_mode
+        # on-policy distillation: verl's DistillationLossConfig, and its metrics (summed: the loss; the rest averaged)
+        d = pipeline.distillation
+        self.distill = distill.verl_loss_config(d.distillation_loss) if d.enabled else None
+        self.summed = SUMMED + (("distillation/loss",) if self.distill else ())
         self.averaged = AVERAGED + loss_metric_names(self.loss_config)
+        if self.distill is not None:
+            self.averaged += distill.metric_names(self.distill, self.loss_config)
         self.loss_metric_keys: set[str] = set()  # the pg metrics the chosen policy loss reports
 
     # ---- one update -------------------------------------------------------------------------
@@ -158,6 +165,11 @@ class Actor:
             raise BackendError(
                 f"step {step}, stage {stage!r}: use_kl_loss needs ref_log_prob in the batch; "
                 f"add a ref_log_prob stage before update_actor"
+            )
+        if self.distill is not None and "teacher_logprobs" not in batch:
+            raise BackendError(
+                f"step {step}, stage {stage!r}: distillation is enabled but the batch has no teacher_logprobs; "
+                f"add a teacher_log_prob stage before update_actor"
             )
         total_rows = int(
             distributed.all_reduce(
@@ -248,7 +260,7 @@ class Actor:
         return self._metrics_from(values[2:], norm)
 
     def _metric_names(self) -> tuple[str, ...]:
-        return SUMMED + self.averaged
+        return self.summed + self.averaged
 
     def micro_batch_rows(self, mini: Batch, min_count: int = 1) -> list[list[int]]:
         """The rows of each micro-batch of ``mini``: ``ppo_micro_batch_size_per_gpu`` samples, or a token budget."""
@@ -278,11 +290,10 @@ class Actor:
         )
 
     def _micro_loss(self, micro: Batch, temperature: float) -> tuple[torch.Tensor, dict[str, Any]]:
-        from verl.trainer.ppo import core_algos
-
-        cfg, a = self.loss_config, self.pipeline.algorithm
+        a = self.pipeline.algorithm
         mask = loss_mask(micro).to(self.device).bool()
-        log_prob, entropy = forward_log_probs(
+        topk_ids = micro["teacher_ids"] if self.distill is not None and distill.uses_topk(self.distill) else None
+        log_prob, entropy, *student_topk = forward_log_probs(
             self.model,
             micro["prompts"],
             micro["prompt_mask"],
@@ -291,10 +302,27 @@ class Actor:
             temperature=temperature,
             with_entropy=a.entropy_coeff != 0,
             packed=self.packed,
+            topk_ids=topk_ids,
         )
+        if self.distill is None or distill.needs_policy_loss(self.distill):
+            loss, parts = self._policy_loss(micro, log_prob, entropy, mask)
+        else:  # distillation alone: verl computes no policy loss (nor its entropy and KL terms)
+            loss, parts = torch.zeros((), device=self.device), {}
+        if self.distill is not None:
+            loss, parts = self._distillation_loss(micro, log_prob, student_topk, mask, loss, parts)
+        parts["actor/loss"] = loss.detach()
+        return loss, parts
+
+    def _policy_loss(
+        self, micro: Batch, log_prob: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """verl's ``ppo_loss``: the policy loss, minus the entropy bonus, plus the KL loss."""
+        from verl.trainer.ppo import core_algos
+
+        cfg, a = self.loss_config, self.pipeline.algorithm
         weights = micro["rollout_is_weights"].to(self.device) if "rollout_is_weights" in micro else None
         pg_loss, pg_metrics = core_algos.get_policy_loss_fn(cfg.policy_loss.loss_mode)(
-            old_log_prob=micro["rollout_log_probs" if self.bypass else "old_log_probs"].to(self.device),
+            old_log_prob=self._old_log_prob(micro),
             log_prob=log_prob,
             advantages=micro["advantages"].to(self.device),
             response_mask=mask,
@@ -314,8 +342,38 @@ class Actor:
             kl_loss = core_algos.agg_loss(kld, mask, cfg.loss_agg_mode, **cfg.global_batch_info)
             loss = loss + kl_loss * a.kl_loss_coef
             parts["actor/kl_loss"] = kl_loss.detach()
-        parts["actor/loss"] = loss.detach()
         return loss, parts
+
+    def _old_log_prob(self, micro: Batch) -> torch.Tensor:
+        return micro["rollout_log_probs" if self.bypass else "old_log_probs"].to(self.device)
+
+    def _distillation_loss(
+        self, micro: Batch, log_prob: torch.Tensor, student_topk: list, mask: torch.Tensor, policy_loss, parts: dict
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """verl's ``distillation_ppo_loss``: the distillation term (against the teachers' log-probs) added to the
+        policy loss; ``student_topk``: ``[StudentTopK]`` for forward_kl_topk, else empty."""
+        cfg = self.distill
+        teacher = micro["teacher_logprobs"].to(self.device)
+        if student_topk:
+            outputs = distill.forward_kl_topk(
+                student_topk[0].log_probs, student_topk[0].ids, teacher, micro["teacher_ids"].to(self.device), cfg
+            )
+            losses, metrics = distill.topk_losses(outputs, mask, cfg.topk)
+        else:
+            losses, metrics = distill.estimator_losses(log_prob, teacher, mask, cfg.loss_mode)
+        weights = micro["rollout_is_weights"].to(self.device) if "rollout_is_weights" in micro else None
+        distill_loss, metrics = distill.distillation_loss(
+            losses,
+            metrics,
+            mask,
+            loss_config=cfg,
+            actor_config=self.loss_config,
+            log_prob=log_prob,
+            old_log_prob=self._old_log_prob(micro) if cfg.use_policy_gradient else None,
+            rollout_is_weights=weights,
+        )
+        loss = distill.distillation_ppo_loss(policy_loss, distill_loss, cfg)
+        return loss, {**parts, **metrics, "distillation/loss": distill_loss.detach()}
 
     def _reduce_metrics(self, sums: dict[str, Any], micro_count: int, grad_norm: float) -> dict[str, float]:
         """``actor/*`` over ranks from this rank's sums (the DeepSpeed actor's path: one read)."""
@@ -331,8 +389,8 @@ class Actor:
         """``actor/*`` from the summed values of ``_metric_sums``."""
         a = self.pipeline.algorithm
         count = max(values[-1], 1.0)
-        out = {k: v / self.world_size for k, v in zip(SUMMED, values[: len(SUMMED)])}
-        out.update({k: v / count for k, v in zip(self.averaged, values[len(SUMMED) : -1])})
+        out = {k: v / self.world_size for k, v in zip(self.summed, values[: len(self.summed)])}
+        out.update({k: v / count for k, v in zip(self.averaged, values[len(self.summed) : -1])})
         if not a.use_kl_loss:
             out.pop("actor/kl_loss")
         if a.entropy_coeff == 0:

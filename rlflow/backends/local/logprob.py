@@ -7,6 +7,8 @@ and the actor update. Design notes: docs/design/logprob.md.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from rlflow.backends.local import attention
@@ -27,8 +29,13 @@ def forward_log_probs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     packed: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    topk_ids: torch.Tensor | None = None,
+):
     """``log_probs`` [B, R] (and ``entropy`` [B, R] when asked) on the model's device; ``packed``: without padding.
+
+    ``topk_ids`` [B, R, K] (on-policy distillation's forward_kl_topk: the teacher's top-k ids): a third
+    value is returned, ``StudentTopK`` of the same logits (the log-softmax at those ids, with its
+    gradient, and the model's own top-k ids); without it the pass is unchanged.
 
     Everything that decides shapes (trimming, shared prompts, packing offsets) is computed on the
     host from the host tensors, so the device is never asked for a value mid-pass.
@@ -38,21 +45,114 @@ def forward_log_probs(
     prompts, prompt_mask, responses, response_mask = trim_padding(
         prompts.cpu(), prompt_mask.cpu().long(), responses.cpu(), response_mask.cpu().long()
     )
+    if topk_ids is not None:
+        topk_ids = topk_ids[:, : responses.shape[1]].to(device, non_blocking=True)
     attended = response_span(response_mask)  # a transcript's tool answers are read, not scored
     if packed:
-        log_probs, entropy = _packed_log_probs(
-            model, device, prompts, prompt_mask, responses, response_mask, temperature, with_entropy, attended
+        log_probs, entropy, topk = _packed_log_probs(
+            model, device, prompts, prompt_mask, responses, response_mask, temperature, with_entropy, attended, topk_ids
         )
-        return _pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width)
+    else:
+        logits = _response_logits(model, device, prompts, prompt_mask, responses, attended)
+        log_probs, entropy = token_log_probs(
+            logits, responses.to(device, non_blocking=True), temperature=temperature, with_entropy=with_entropy
+        )
+        topk = None if topk_ids is None else student_topk(logits, topk_ids, temperature=temperature)
+    out = (_pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width))
+    if topk_ids is None:
+        return out
+    return (*out, StudentTopK(_pad_right(topk.log_probs, full_width), _pad_right(topk.ids, full_width)))
+
+
+class StudentTopK(NamedTuple):
+    """The student's side of forward_kl_topk: [B, R, K] each (zero past the trimmed width)."""
+
+    log_probs: torch.Tensor  # log_softmax(logits) at the teacher's top-k ids (verl: student_topk_log_probs)
+    ids: torch.Tensor  # the student's own top-k ids (verl: student_topk_ids, for the overlap metrics)
+
+
+def _response_logits(
+    model,
+    device: torch.device,
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    attended: torch.Tensor,
+) -> torch.Tensor:
+    """Logits [B, R, V] predicting each response token (host tensors in), prompts shared when they may."""
     starts = shared_prompt_starts(prompts, prompt_mask) if _may_share_prompts(model) else None
     on = {"device": device, "non_blocking": True}
     prompts, prompt_mask, responses, attended = (t.to(**on) for t in (prompts, prompt_mask, responses, attended))
     if starts is None:
-        logits = _joint_logits(model, prompts, prompt_mask, responses, attended)
-    else:
-        logits = _shared_prefix_logits(model, prompts, prompt_mask, responses, attended, starts)
-    log_probs, entropy = token_log_probs(logits, responses, temperature=temperature, with_entropy=with_entropy)
-    return _pad_right(log_probs, full_width), None if entropy is None else _pad_right(entropy, full_width)
+        return _joint_logits(model, prompts, prompt_mask, responses, attended)
+    return _shared_prefix_logits(model, prompts, prompt_mask, responses, attended, starts)
+
+
+def forward_topk_log_probs(
+    model,
+    prompts: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    response_mask: torch.Tensor,
+    k: int,
+    *,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's top-k log-probs [B, R, k] (float32) and their ids [B, R, k] (int64) at each response
+    position, zero outside ``response_mask`` (a teacher's side of forward_kl_topk)."""
+    device = next(model.parameters()).device
+    full_width = responses.shape[1]
+    prompts, prompt_mask, responses, response_mask = trim_padding(
+        prompts.cpu(), prompt_mask.cpu().long(), responses.cpu(), response_mask.cpu().long()
+    )
+    logits = _response_logits(model, device, prompts, prompt_mask, responses, response_span(response_mask))
+    values, ids = topk_log_probs(logits, k, temperature=temperature)
+    scored = response_mask.to(device, non_blocking=True).bool()[..., None]
+    values, ids = values.masked_fill(~scored, 0.0), ids.masked_fill(~scored, 0)
+    return _pad_right(values, full_width), _pad_right(ids, full_width)
+
+
+def topk_log_probs(
+    logits: torch.Tensor, k: int, *, temperature: float = 1.0, chunk_elements: int = CHUNK_ELEMENTS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-k of ``log_softmax(logits / temperature)`` ([..., V] -> values, ids [..., k]), float32 row chunks."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    rows = max(1, chunk_elements // max(flat.shape[-1], 1))
+    values, ids = [], []
+    for start in range(0, flat.shape[0], rows):
+        x = _float_chunk(flat[start : start + rows], temperature)
+        top = x.topk(k, dim=-1)
+        values.append(top.values - x.logsumexp(-1, keepdim=True))  # log_softmax is monotonic: same ids
+        ids.append(top.indices)
+    shape = (*logits.shape[:-1], k)
+    if not values:
+        return logits.new_zeros(shape, dtype=torch.float32), torch.zeros(shape, dtype=torch.long, device=logits.device)
+    return torch.cat(values).view(shape), torch.cat(ids).view(shape)
+
+
+def student_topk(
+    logits: torch.Tensor, topk_ids: torch.Tensor, *, temperature: float = 1.0, chunk_elements: int = CHUNK_ELEMENTS
+) -> StudentTopK:
+    """``log_softmax(logits)`` at ``topk_ids`` and the logits' own top-k ids (verl's ``compute_forward_kl_topk``
+    student side; ``x[ids] - logsumexp(x)`` in float32 row chunks, as verl's ``_chunked_topk_log_probs``)."""
+    k = topk_ids.shape[-1]
+    flat, flat_ids = logits.reshape(-1, logits.shape[-1]), topk_ids.reshape(-1, k)
+    rows = max(1, chunk_elements // max(flat.shape[-1], 1))
+    gathered, own = [], []
+    for start in range(0, flat.shape[0], rows):
+        x = _float_chunk(flat[start : start + rows], temperature)
+        gathered.append(x.gather(-1, flat_ids[start : start + rows]) - x.logsumexp(-1, keepdim=True))
+        own.append(x.detach().topk(k, dim=-1).indices)
+    shape = topk_ids.shape
+    if not gathered:
+        return StudentTopK(logits.new_zeros(shape, dtype=torch.float32), torch.zeros_like(topk_ids))
+    return StudentTopK(torch.cat(gathered).view(shape), torch.cat(own).view(shape))
+
+
+def _float_chunk(x: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A chunk of logits as float32 (half precision read up), divided by the temperature."""
+    x = x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+    return x / temperature if temperature != 1.0 else x
 
 
 def token_log_probs(
@@ -100,8 +200,10 @@ def _packed_log_probs(
     temperature: float,
     with_entropy: bool,
     attended: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``log_probs`` (and ``entropy``) [B, R] from one forward over the rows' real tokens packed into one sequence.
+    topk_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, StudentTopK | None]:
+    """``log_probs`` (and ``entropy``, ``StudentTopK`` at ``topk_ids``) [B, R] from one forward over the rows'
+    real tokens packed into one sequence.
 
     ``attended``: the response tokens in the sequence (``response_span``); ``response_mask``: those scored.
 
@@ -137,9 +239,17 @@ def _packed_log_probs(
     rows, cols = rows.to(**on), cols.to(**on)
     shape = responses.shape
     out = log_probs.new_zeros(shape).index_put((rows, cols), log_probs)
+    topk = None
+    if topk_ids is not None:  # the scored positions' values, scattered back to [B, R, K]
+        part = student_topk(logits, topk_ids[rows, cols], temperature=temperature)
+        wide = (*shape, topk_ids.shape[-1])
+        topk = StudentTopK(
+            part.log_probs.new_zeros(wide).index_put((rows, cols), part.log_probs),
+            part.ids.new_zeros(wide).index_put((rows, cols), part.ids),
+        )
     if entropy is None:
-        return out, None
-    return out, entropy.new_zeros(shape).index_put((rows, cols), entropy)
+        return out, None, topk
+    return out, entropy.new_zeros(shape).index_put((rows, cols), entropy), topk
 
 
 def _may_share_prompts(model) -> bool:
@@ -211,8 +321,9 @@ def trim_padding(
 
 
 def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
-    """``values`` [B, w] widened to [B, width] with zeros (the response positions that were cut)."""
-    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
+    """``values`` [B, w] (or [B, w, K]) widened to [B, width] with zeros (the response positions that were cut)."""
+    trailing = (0, 0) * (values.dim() - 2)
+    return torch.nn.functional.pad(values, (*trailing, 0, width - values.shape[1]))
 
 
 @torch.no_grad()
