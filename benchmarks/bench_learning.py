@@ -67,7 +67,7 @@ class Task:
     max_minutes: float = 15.0
     multi_turn: bool = False  # the goal also asks num_turns/mean > 1 on every step
     teacher: str | None = None  # distillation: the teacher's model directory; the goal is half the gap closed
-    beside: tuple[str, str, str] | None = None  # (record file, key, label): a figure shown beside the runs
+    beside: tuple[str, str, str] | None = None  # (record file, dotted key, label): a figure shown beside the runs
 
 
 GAP_FRACTION = 0.5  # distillation: the share of the student-teacher gap each seed must close
@@ -84,7 +84,7 @@ TASKS = {
         "learning_ranking_rm.json",
         beside=(
             "rlflow/assets/models/tiny-rank-rm/reward_model.json",
-            "held_out_agreement",
+            "agreement.held_out.accuracy",
             "the reward model agrees with the rule on held-out responses",
         ),
     ),
@@ -171,7 +171,10 @@ def teacher_accuracy(model_dir: str) -> float:
 def beside_figure(beside: tuple[str, str, str]) -> dict:
     """The figure a task shows beside its runs (e.g. the reward model's agreement with the rule)."""
     path, key, label = beside
-    return {"label": label, "value": json.loads((ROOT / path).read_text())[key], "source": path}
+    value = json.loads((ROOT / path).read_text())
+    for part in key.split("."):
+        value = value[part]
+    return {"label": label, "value": value, "source": f"{path}: {key}"}
 
 
 def run_seed(pipeline: str, seed: int, sets: list[str], runs_root: Path) -> dict:

@@ -23,7 +23,7 @@ GENERATIVE = (
     "with reward.custom_reward_function set, verl's reward model is a generative judge the function asks "
     "through verl's reward router, which rlflow does not run; rlflow's generative judge is the judge_score "
     "stage (with.template, with.parse) and the reward_model: block: write them by hand "
-    "(docs/pipeline_format.md#stages)"
+    "(docs/reward_models.md#a-generative-judge)"
 )
 
 

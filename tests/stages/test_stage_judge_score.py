@@ -50,15 +50,12 @@ def close(ctx: StageContext) -> None:
 
 
 # ---- templates -----------------------------------------------------------------------------------
-def test_shipped_template_renders_the_question_and_answer():
+def test_shipped_template_renders_the_reference_and_answer():
     template = load_template("builtin:ranking_judge", None)
     info = {"ground_truth": "6", "extra_info": {"numbers": [3, 9, 4, 5, 6]}}
     text, why = template.render_row(row_variables("raw", "#### 6", "second_largest", info))
     assert why == ""
-    assert (
-        text
-        == "Question: Which number is the second largest: 3, 9, 4, 5, 6?\nReference: 6\nAnswer: #### 6\nRight? yes or no.\n"
-    )
+    assert text == "Reference: #### 6\nAnswer: #### 6\nSame?\n"
 
 
 def test_a_project_template_gets_every_variable(tmp_path):
@@ -204,7 +201,7 @@ def test_the_judge_gets_the_rendered_template_as_one_user_message():
     assert engine.prompts[1] == [
         {
             "role": "user",
-            "content": "Question: Which number is the second largest: 3, 9, 4, 5, 6?\nReference: 6\nAnswer: #### 9\nRight? yes or no.\n",
+            "content": "Reference: #### 6\nAnswer: #### 9\nSame?\n",
         }
     ]
     assert out["rm_scores"].sum(-1).tolist() == [1.0, 0.0]
@@ -249,9 +246,9 @@ def test_the_stage_on_a_local_engine_with_a_random_judge_never_crashes(tiny_judg
 
 
 @pytest.mark.skipif(not (RANK_JUDGE / "config.json").exists(), reason="the shipped judge is not built")
-def test_the_shipped_judge_writes_parsable_verdicts_and_rejects_malformed_answers():
-    # its agreement on right answers is its record's (judge_model.json); here: verdicts parse, wrong ones score 0
+def test_the_shipped_judge_accepts_the_right_answer_and_rejects_wrong_and_malformed_ones():
+    # its agreement by kind of answer is its record's (judge_model.json); here: fixed rows, verdicts parse
     pipeline = judge_pipeline("builtin:tiny-rank-judge", rollout={"response_length": 3})
     out = _run(pipeline, _engine(pipeline), ranking_batch(["#### 6", "#### 3", "6", "#### 6 9"]))
-    assert out["rm_scores"].sum(-1).tolist()[1:] == [0.0, 0.0, 0.0]
+    assert out["rm_scores"].sum(-1).tolist() == [1.0, 0.0, 0.0, 0.0]
     assert out.metrics["reward_model/parse_error_ratio"] == 0.0

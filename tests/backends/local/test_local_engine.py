@@ -191,7 +191,7 @@ def test_loading_a_missing_checkpoint_is_named(tmp_path):
 
 def test_bad_roles_and_devices_are_refused():
     with pytest.raises(BackendError, match="roles"):
-        LocalEngine(make_pipeline(), roles=frozenset({"teacher"}))
+        LocalEngine(make_pipeline(), roles=frozenset({"oracle"}))
     with pytest.raises(BackendError, match="roles"):
         LocalEngine(make_pipeline(), roles=frozenset())
     if not torch.cuda.is_available():
