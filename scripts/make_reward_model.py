@@ -2,8 +2,8 @@
 
     python scripts/make_reward_model.py     # remakes rlflow/assets/models/tiny-rank-rm (a few minutes, 1 core)
     python scripts/make_reward_model.py [--out DIR] [--seed 0] [--samples 4] [--train-questions 0]
-                                        [--steps N] [--lr LR] [--group-questions 8] [--sample-rows 32]
-                                        [--rank-weight 1]
+                                        [--steps N] [--lr LR] [--group-questions 0] [--sample-rows 64]
+                                        [--malformed 0] [--absent 0] [--rank-weight 0]
 
 ``pipelines/ranking_rm.yaml`` trains the ranking policy on a reward model's score (verl's disrm,
 ``reward_model:`` + stage ``rm_score``) instead of the rule's. This script makes that model,
@@ -11,22 +11,21 @@
 whether a response is what ``examples/ranking/reward.py`` accepts.
 
 Design decisions:
-- A reward model trained only on the warm start's samples is hackable: GRPO moves the policy to answers
-  the warm start rarely wrote, where such a model guesses. The first shipped model (warm-start samples
-  only, 500 steps: held-out agreement 0.871, AUC 0.905) scored the wrong "9" at +3.6 and the right "6" at
-  -2.8 for "second largest of 1, 6, 9, 2, 4", and the policy trained on it (pipelines/ranking_rm.yaml, seed
-  1) fell from 0.32 to 0.22 rule-scored validation accuracy, second_largest and second_smallest to 0.
-  So the model is trained on what a policy can drift to as well:
-  * candidates: for every train question, each of its 5 numbers as the answer in the exact form the warm
-    start writes (its SFT target ``#### 6``), labelled by the rule: 1 right and 4 wrong per question. In
-    the BCE the right and the wrong candidates of a question weigh half each (balanced by weighting), and a
-    pairwise loss, softplus(wrong - right) over the question's 4 (right, wrong) pairs, puts the right answer
-    above every wrong one (``--rank-weight``, 1).
-  * samples: the warm start's own responses (malformed ones included), sampled at temperature 1,
-    ``--samples`` per question, labelled by the pipeline's own reward stage (``compute_score``'s ``acc``);
-    their BCE is unweighted, so the score's sign stays calibrated on what the policy writes at first.
-  Each step holds ``--group-questions`` (8) questions' candidates (40 rows) and ``--sample-rows`` (32) samples.
-  Prompts come through the ranking pipeline (``pipelines/ranking_grpo.yaml``) and ``rlflow.data.load_split``.
+- The shipped model learns from the warm start's own responses: sampled from ``builtin:tiny-rank-warm``
+  at temperature 1, ``--samples`` (4) per question, labelled by the pipeline's own reward stage
+  (``compute_score``'s ``acc``), 64 per step, BCE of the last-token score against the label. 300 steps
+  at lr 3e-4: held-out agreement 0.834 (AUC 0.875), pairwise accuracy on the validation questions'
+  five candidate answers 0.90 (the right one on top 0.685; chance 0.5 and 0.2).
+- Any such model is hackable: GRPO moves the policy to answers the warm start rarely wrote, where the
+  model guesses. Trained on it with the pipeline's default KL (``kl_loss_coef`` 0.001) the policy
+  collapsed on seed 2 (0.32 -> 0.28 -> 0.00); a 500-step model (agreement 0.871) fell on seed 1 too
+  (0.32 -> 0.22). Training on what a policy can drift to did not close the hole in the time there was:
+  each question's five numbers as candidates with a pairwise loss (``--group-questions``,
+  ``--rank-weight``; pairwise 0.92) left "###### 9" open (0.32 -> 0.365), and near misses
+  (``--malformed``) and the digits a question lacks (``--absent``) moved the policy to other forms
+  (0.32 -> 0.26). What holds is RLHF's own answer: a KL anchor to the warm start.
+  ``pipelines/ranking_rm.yaml`` sets ``kl_loss_coef: 0.1`` and on seed 2 the same model then took
+  validation 0.32 -> 0.43 and kept it. The candidate options stay for experiments.
 - Only the TRAIN split is trained on. Two held-out figures on the VALIDATION questions, which the train
   split never holds, go to ``reward_model.json``: ``held_out_agreement`` (also under ``agreement``), the
   accuracy of ``score > 0`` against ``acc > 0`` on the warm start's samples drawn the same way (and the AUC,
@@ -39,7 +38,6 @@ Design decisions:
 - The body starts from tiny-rank-warm's weights (same shape and tokenizer, 3.5M parameters), which
   already reads the questions; the score head starts at zero. The score is a logit: its sign is the
   verdict and its size the confidence; the GRPO advantage normalises the scale per group anyway.
-- FIGURES
 - Deterministic on one machine: seeded sampling, seeded shuffling, deterministic algorithms, one
   torch thread by default. The weights are stored as bfloat16; the figures recorded are measured
   on the saved weights after reloading them through ``RewardModel``, as the stage loads them.
@@ -67,13 +65,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the sampling, the head and the shuffling")
     p.add_argument("--samples", type=int, default=4, help="responses sampled per question (temperature 1)")
     p.add_argument("--train-questions", type=int, default=0, help="train questions sampled on (0: all)")
-    p.add_argument("--steps", type=int, default=500, help="optimizer steps")
-    p.add_argument("--group-questions", type=int, default=8,
-                   help="train questions per step whose every number is scored as a candidate answer")
-    p.add_argument("--sample-rows", type=int, default=32, help="warm-start samples per step")
-    p.add_argument("--rank-weight", type=float, default=1.0,
-                   help="weight of the pairwise loss (right candidate above each wrong one) beside the BCE")
-    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps")
+    p.add_argument(
+        "--group-questions",
+        type=int,
+        default=0,
+        help="train questions per step whose every number is scored as a candidate answer",
+    )
+    p.add_argument("--sample-rows", type=int, default=64, help="warm-start samples per step")
+    p.add_argument("--malformed", type=int, default=0, help="near-miss candidates per train question (MALFORMED)")
+    p.add_argument("--absent", type=int, default=0, help="1: the digits a question lacks are candidates too")
+    p.add_argument(
+        "--rank-weight",
+        type=float,
+        default=0.0,
+        help="weight of the pairwise loss (right candidate above each wrong one) beside the BCE",
+    )
+    p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--warmup", type=int, default=20, help="linear warmup steps")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the shipped weights were made with 1)")
     return p.parse_args(argv)
@@ -120,19 +128,32 @@ def rule():
     return module.compute_score
 
 
-def candidate_groups(dataset, indices: list[int]) -> list[tuple[str, list[tuple[str, str, float]]]]:
+# near misses a policy drifts to (a GRPO run on a model trained without them wrote "###### 0"); the rule
+# rejects every one of them
+MALFORMED = ("###### {n}", "### {n}", "#### {n} #### {m}", "#### {n}.", "#### {n}#", "The answer is {n}")
+
+
+def candidate_groups(dataset, indices: list[int], malformed: int = 0, seed: int = 0, absent: bool = False):
     """(data source, rows) per question: each number of the question as the answer, in the form the warm
-    start writes (its SFT target, ``#### 6``), labelled by the rule."""
+    start writes (its SFT target, ``#### 6``), then ``malformed`` near misses (a seeded form of MALFORMED
+    with the right number, or a wrong one for every third), all labelled by the rule."""
+    import random
+
     score = rule()
     groups = []
     for i in indices:
         e = dataset.examples[i]
-        truth = e.reward_info["ground_truth"]
-        numbers = e.reward_info["extra_info"]["numbers"]
-        rows = []
-        for n in numbers:
-            response = f"#### {n}"
-            rows.append((e.prompt, response, score(e.data_source, response, truth)["acc"]))
+        truth = str(e.reward_info["ground_truth"])
+        numbers = [str(n) for n in e.reward_info["extra_info"]["numbers"]]
+        responses = [f"#### {n}" for n in numbers]
+        if absent:  # the digits the question does not hold: a GRPO run drifted to "#### 3" for "1, 4, 2, 7, 0"
+            responses += [f"#### {d}" for d in range(10) if str(d) not in numbers]
+        rng = random.Random(seed * 1_000_003 + i)
+        wrong = [n for n in numbers if n != truth] or numbers
+        for k in range(malformed):
+            n = rng.choice(wrong) if k % 3 == 2 else truth
+            responses.append(rng.choice(MALFORMED).format(n=n, m=rng.choice(numbers)))
+        rows = [(e.prompt, r, score(e.data_source, r, truth)["acc"]) for r in responses]
         groups.append((e.data_source, rows))
     return groups
 
@@ -238,9 +259,9 @@ def train(model, tokenizer, rows, groups, args) -> list[dict]:
         batch_ids = [ids[i] for i in chosen] + [row for g in picked for row in group_ids[g]]
         scores = last_token_scores(model, *pad_right(batch_ids, tokenizer.pad_token_id))
         sample_scores, cand_scores = scores[: len(chosen)], scores[len(chosen) :]
-        cand_labels = torch.cat([group_labels[g] for g in picked])
+        cand_labels = torch.cat([torch.zeros(0)] + [group_labels[g] for g in picked])
         sizes = [len(group_labels[g]) for g in picked]
-        weights = []
+        weights = [torch.zeros(0)]  # --group-questions 0: the warm start's samples alone
         for g in picked:
             y = group_labels[g]
             n_right = float((y > 0).sum())
@@ -268,7 +289,11 @@ def train(model, tokenizer, rows, groups, args) -> list[dict]:
                     "seconds": round(time.perf_counter() - start, 1),
                 }
             )
-            log.info("step %d  bce %.4f  pairwise %.4f  (%.0f s)", step, *[history[-1][k] for k in ("bce", "pairwise", "seconds")])
+            log.info(
+                "step %d  bce %.4f  pairwise %.4f  (%.0f s)",
+                step,
+                *[history[-1][k] for k in ("bce", "pairwise", "seconds")],
+            )
             running = []
     model.eval()
     return history
@@ -305,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
         sum(y for *_, y in held_out) / len(held_out),
         time.perf_counter() - started,
     )
-    train_groups = candidate_groups(train_set, chosen)
+    train_groups = candidate_groups(train_set, chosen, args.malformed, args.seed, absent=args.absent)
     val_groups = candidate_groups(val_set, list(range(len(val_set))))
+    val_near = candidate_groups(val_set, list(range(len(val_set))), 3, args.seed + 1, absent=True)
     model = build_classifier(RANK_WARM_START, args.seed)
     history = train(model, tokenizer, train_rows, train_groups, args)
 
@@ -330,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     candidates = pairwise_accuracy(scores, val_groups)
     cand_labels = torch.tensor([y for *_, y in cand_rows])
     candidates["all"]["accuracy"] = agreement(scores, cand_labels)["accuracy"]
+    # the same questions with 3 near misses each (MALFORMED) beside the 5 well-formed candidates
+    near_rows = [row for _, rows in val_near for row in rows]
+    scores = reloaded.score([p for p, _, _ in near_rows], [r for _, r, _ in near_rows], {"micro_batch_size": 256})
+    near = pairwise_accuracy(scores, val_near)["all"]
     meta = {
         "base": WARM,
         "policy": WARM,
@@ -342,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
         "held_out_questions": len(val_set),
         "train_rows": len(train_rows),
         "held_out_rows": len(held_out),
-        "candidate_rows": f"every number of each train question as '#### <n>' ({sum(len(g) for _, g in train_groups)} rows)",
+        "candidate_rows": f"every number of each train question as '#### <n>', and {args.malformed} near misses"
+        f" ({sum(len(g) for _, g in train_groups)} rows)",
+        "malformed_per_question": args.malformed,
+        "absent_digits": bool(args.absent),
         "steps": args.steps,
         "lr": args.lr,
         "warmup": args.warmup,
@@ -350,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "sample_rows_per_step": args.sample_rows,
         "rank_weight": args.rank_weight,
         "threads": args.threads,
-        "command": "python scripts/make_reward_model.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": " ".join(["python scripts/make_reward_model.py", *(sys.argv[1:] if argv is None else argv)]),
         "seconds": round(time.perf_counter() - started, 1),
         "loss": history,
         "agreement": figures,
@@ -358,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         "held_out_agreement": figures["held_out"]["accuracy"],
         # validation questions, each of its numbers as the answer: pairwise accuracy and top-1 by source
         "held_out_candidates": candidates,
+        "held_out_candidates_with_near_misses": near,
     }
     (out / "reward_model.json").write_text(json.dumps(meta, indent=2) + "\n")
     log.info("saved %s: agreement with the rule %s; candidates %s", out, json.dumps(figures), json.dumps(candidates))
