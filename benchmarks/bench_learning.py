@@ -356,8 +356,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
+    target = (
+        f"closes {100 * GAP_FRACTION:.0f}% of the gap to the teacher ({teacher:.2f})"
+        if teacher is not None
+        else f"+{100 * min_delta:.0f} points"
+    )
     print(
-        f"\n{'goal met' if passed else 'goal NOT met'}: every seed +{100 * min_delta:.0f} points within "
+        f"\n{'goal met' if passed else 'goal NOT met'}: every seed {target} within "
         f"{max_minutes:.0f} min{' with num_turns/mean > 1' if task.multi_turn else ''}; figures in {out}"
     )
     return 0 if passed or args.quick else 1

@@ -406,6 +406,18 @@ LEARNING_TEXT = {
         "greedy, the 200 questions of `rlflow/assets/data/ranking/val.parquet`)",
         "",
     ),
+    "ranking_rm": (
+        "Learning the ranking task from a reward model",
+        "rule-scored validation accuracy (as for ranking above; the reward model scores training only, "
+        "`pipelines/ranking_rm.yaml`)",
+        "",
+    ),
+    "ranking_distill": (
+        "Learning the ranking task from a teacher (on-policy distillation)",
+        "the student's validation accuracy (as for ranking above; `pipelines/ranking_distill.yaml`, the teacher's "
+        "greedy accuracy on the same split in its `warm_start.json`)",
+        "",
+    ),
     "bird_async": (
         "Learning on the BIRD sample with the rollout running ahead (`separate_async`)",
         "validation execution accuracy, as for BIRD above (`pipelines/bird_grpo_async.yaml`)",
