@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from judge_helpers import save_tiny_judge
 
 from rlflow.backends.local.judge import Judge
 from rlflow.errors import BackendError
@@ -18,36 +19,9 @@ CHATS = [
 ]
 
 
-def save_tiny_model(out):
-    """A random 1-layer Qwen2 with the built-in tokenizer and chat template."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from rlflow.data.tokenizer import load_tokenizer
-    from rlflow.schemas.pipeline import ModelSpec
-
-    tokenizer = load_tokenizer(ModelSpec(path="builtin:tiny-rank-warm"))
-    config = Qwen2Config(
-        vocab_size=1280,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-        tie_word_embeddings=True,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        Qwen2ForCausalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    return save_tiny_model(tmp_path_factory.mktemp("judge") / "m")
+    return save_tiny_judge(tmp_path_factory.mktemp("judge") / "m")
 
 
 def pipeline(model_path, **spec):
