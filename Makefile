@@ -1,6 +1,9 @@
 # Two commands do everything on a fresh machine:
 #   make run    create .venv, install, train GRPO on the shipped BIRD sample (CPU is fine)
 #   make test   create .venv, install, run the test suite
+# Benchmarks (on a committed tree; each says first how long it will take):
+#   make bench            every benchmark but the learning runs, then the README's table (under an hour on 2 cores)
+#   make bench-learning   the learning runs (several seeds each: hours), then the same table
 # By hand, the same install is (upgrade pip first: pip 23 spends over 20 minutes resolving the
 # training extra, a current pip seconds):
 #   python3 -m venv .venv && .venv/bin/pip install -U pip wheel
@@ -11,7 +14,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 PIPELINE ?= pipelines/bird_grpo.yaml
 
-.PHONY: install run test lint validate graph bench clean
+.PHONY: install run test lint validate graph bench bench-learning clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +47,9 @@ lint: install
 
 bench: install
 	$(BIN)/python -m benchmarks.run_all
+
+bench-learning: install
+	$(BIN)/python -m benchmarks.run_all --learning
 
 clean:
 	rm -rf $(VENV) .pytest_cache runs

@@ -1,6 +1,6 @@
 """The price of a remote backend: step time through a CPU forwarder, and the bytes it relays.
 
-    python -m benchmarks.bench_forwarder            # 2 interleaved rounds of 5 steps per arm
+    python -m benchmarks.bench_forwarder            # 3 interleaved rounds of 5 steps per arm
     python -m benchmarks.bench_forwarder --quick    # tiny sizes, 1 round
 
 Two arms, ``rlflow run`` as a user runs it, same model, data and sizes (16 prompts x 8
@@ -12,8 +12,9 @@ samples x 48 tokens):
 
 Step time is the median of ``timing_s/step`` after the first two steps; rounds alternate the
 arms. Goal: remote / local <= 1.10 in every round (each round's own ratio; the headline is their
-median, with their spread: ``common.round_ratio_row``). Each step's CPU seconds (the whole process tree, the
-backend's server included) are reported beside it: they move far less with the neighbours' load.
+median, with their spread: ``common.round_ratio_row``); three rounds, so that no one noisy round
+decides it. Each step's CPU seconds (the whole process tree, the backend's server included) are
+reported beside it: they move far less with the neighbours' load.
 
 Traffic: the forwarder's client counts every byte through its socket and reports running
 totals as ``forwarder/bytes_sent`` / ``forwarder/bytes_received``; a step's traffic is the
@@ -97,7 +98,7 @@ def traffic(metrics: list[dict], skip: int, rows: int, response_width: int) -> d
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.common_args(p, rounds=2)
+    common.common_args(p, rounds=3)
     p.add_argument(
         "--steps", type=int, default=None, help="steps per run (default 5; --quick: 3); the first 2 are warm-up"
     )
@@ -133,7 +134,7 @@ def rows_from_report(report: dict) -> list[dict]:
 def main(argv=None) -> None:
     args = parse_args(argv)
     steps = args.steps or (3 if args.quick else 5)
-    rounds = args.rounds or (1 if args.quick else 2)
+    rounds = args.rounds or (1 if args.quick else 3)
     skip = 2 if steps > 2 else 0
     model_dir, model_label = common.bench_model_dir()
     sets = [

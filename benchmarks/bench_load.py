@@ -1,12 +1,14 @@
 """The default BIRD run's step time on an idle machine and beside a CPU burner, for the default
 CPU reservation and for a reservation larger than the machine.
 
-    python -m benchmarks.bench_load            # 1 round of 4 arms, 5 steps each (about 10 min on 2 cores)
+    python -m benchmarks.bench_load            # 1 round of 4 arms (about 6 min on 2 cores)
     python -m benchmarks.bench_load --quick    # tiny sizes, 2 steps each
 
 Each arm is ``rlflow run pipelines/bird_grpo.yaml`` at the pipeline's own sizes (16 prompts x 8
 samples x 48 tokens), without validation or checkpoints inside the timed steps; its figure is the
-median ``timing_s/step`` of the steps after the first (which warms caches up).
+median ``timing_s/step`` of the steps after the first (which warms caches up): 5 steps for the default
+reservation, 2 for the oversubscribed contrast (its loaded step takes about 2 minutes and is some 30x the
+idle one, so one timed step shows it).
 
 - Reservations: ``default`` is the pipeline as shipped (the actor on 1 CPU, so 1 torch thread, and
   one 1-CPU reward worker: 2 CPUs in all); ``oversubscribed`` gives the actor 2 CPUs (2 torch
@@ -42,6 +44,7 @@ RESERVATIONS = {
     ),
 }
 LOADS = ("idle", "loaded")
+ARMS = tuple(f"{r}/{load}" for r in RESERVATIONS for load in LOADS)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,6 +52,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny sizes, 2 steps per arm")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--steps", type=int, default=None, help="steps per arm (default 5, 2 with --quick)")
+    p.add_argument(
+        "--contrast-steps",
+        type=int,
+        default=2,
+        help="steps of the oversubscribed arms (default 2: one timed step shows a 30x contrast, at 2 min a step)",
+    )
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="which arms run (default: all four)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per arm")
     p.add_argument("--out", type=Path, default=None)
     return p.parse_args(argv)
@@ -67,8 +77,8 @@ class Burner:
         self.proc.wait()
 
 
-def run_arm(reservation: str, load: str, sets: list[str], place: Path, timeout: float) -> dict:
-    arm_sets = [*sets, *RESERVATIONS[reservation]]
+def run_arm(reservation: str, load: str, sets: list[str], steps: int, place: Path, timeout: float) -> dict:
+    arm_sets = [*sets, *RESERVATIONS[reservation], f"trainer.total_steps={steps}"]
     run_dir, log = place / f"{reservation}-{load}", place / f"{reservation}-{load}.log"
     if load == "loaded":
         with Burner():
@@ -84,25 +94,25 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     steps = args.steps or (2 if args.quick else 5)
     model_dir, model_label = common.bench_model_dir()
-    sets = [f"model_path={model_dir}", *BASE_SETS, f"trainer.total_steps={steps}"]
+    arm_steps = {"default": steps, "oversubscribed": min(steps, args.contrast_steps)}
+    sets = [f"model_path={model_dir}", *BASE_SETS]
     sets += list(common.QUICK_SETS if args.quick else ())
-    arms = [f"{r}/{load}" for r in RESERVATIONS for load in LOADS]
+    arms = args.arms
     before = common.machine()
     runs: dict[str, list[dict]] = {arm: [] for arm in arms}
     for r, order in enumerate(common.rotations(arms, args.rounds)):
         for arm in order:
             reservation, load = arm.split("/")
             print(f"round {r + 1}/{args.rounds}: {arm} ...", flush=True)
-            result = run_arm(
-                reservation, load, sets, common.ROOT / "runs" / "bench-load" / f"round{r + 1}", args.timeout
-            )
+            place = common.ROOT / "runs" / "bench-load" / f"round{r + 1}"
+            result = run_arm(reservation, load, sets, arm_steps[reservation], place, args.timeout)
             runs[arm].append(result)
             print(
                 f"  step {common.fmt(result['step_s'])} s (steps {[round(s, 2) for s in result['steps_s']]})"
                 + (f" ERROR {result['error'][-300:]}" if "error" in result else ""),
                 flush=True,
             )
-    step = {arm: common.median(res["step_s"] for res in results) for arm, results in runs.items()}
+    step = {arm: common.median(res["step_s"] for res in runs.get(arm, [])) for arm in ARMS}  # None: not run
     slowdown = {res: common.ratio(step[f"{res}/loaded"], step[f"{res}/idle"]) for res in RESERVATIONS}
     print(common.markdown_table(["arm", "step s"], [[arm, step[arm]] for arm in arms]))
     ok = None if slowdown["default"] is None else slowdown["default"] <= LOADED_GOAL
@@ -129,6 +139,7 @@ def main(argv=None) -> None:
     report = {
         "model": model_label,
         "steps_per_arm": steps,
+        "steps_per_contrast_arm": arm_steps["oversubscribed"],
         "machine": {
             **before,
             "cores": len(os.sched_getaffinity(0)),

@@ -1,6 +1,6 @@
 """Step time: ``rlflow run`` next to the same step loop in-process, and next to TRL's GRPOTrainer.
 
-    python -m benchmarks.bench_step                  # 2 interleaved rounds of 5 steps per arm
+    python -m benchmarks.bench_step                  # 3 interleaved rounds of 5 steps per arm
     python -m benchmarks.bench_step --quick          # tiny sizes, 1 round: proves the path
     python -m benchmarks.bench_step --arms rlflow loop
 
@@ -19,10 +19,11 @@ samples x 48 tokens, one optimizer step per step, micro-batches of 8):
 Steady state is the median of the steps after the first two. Arms run in rotated order
 round after round, so drifting load hits every arm alike; each round's ratio compares the arms
 of that round, the headline is the median of those ratios with their spread, and a goal is met
-only when it holds in every round (``common.round_ratio_row``). Beside wall
-time, each step's CPU seconds (the whole process tree: Ray's processes, workers and driver for
-rlflow; the one process for the loop and TRL) are reported: they move far less with the
-neighbours' load, so their ratio backs up the wall-time one.
+only when it holds in every round (``common.round_ratio_row``), so three rounds: with two, one
+noisy round decides the verdict alone. Beside wall time, each step's CPU seconds (the whole
+process tree: Ray's processes, workers and driver for rlflow; the one process for the loop and
+TRL) are reported: they move far less with the neighbours' load, so their ratio backs up the
+wall-time one. ``picture`` draws the rounds (docs/step_time.png, through run_all).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ LOOP_GOAL = 1.05
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.common_args(p, rounds=2)
+    common.common_args(p, rounds=3)
     p.add_argument(
         "--steps", type=int, default=None, help="steps per run (default 5; --quick: 3); the first 2 are warm-up"
     )
@@ -237,6 +238,45 @@ def summary_rows(arms: dict) -> list[dict]:
     return rows
 
 
+ARM_LABELS = {"rlflow": "rlflow run", "loop": "in-process loop\n(no Ray)", "trl": "TRL GRPOTrainer"}
+
+
+def picture(report: dict):
+    """A result file's step times as a matplotlib Figure: per arm a bar at the median of its rounds and a
+    dot for each round, one colour per round in every arm (run_all draws it into docs/step_time.png)."""
+    from matplotlib.figure import Figure
+
+    arms = report.get("arms", {})
+    rounds = max((len(a.get("step_s_per_round", [])) for a in arms.values()), default=0)
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.add_subplot()
+    for x, figures in enumerate(arms.values()):
+        per_round = figures.get("step_s_per_round", [])
+        valid = [s for s in per_round if s is not None]
+        if not valid:
+            ax.text(x, 0, "not run", ha="center", va="bottom", color="#5f6368")
+            continue
+        middle = common.median(valid)
+        ax.bar(x, middle, width=0.6, color="#c6d4e1", edgecolor="#4a6f8f")
+        ax.annotate(f"{middle:.1f} s", (x + 0.32, middle), ha="left", va="center", fontsize=8)
+        for r, seconds in enumerate(per_round):
+            if seconds is not None:
+                ax.plot(x + 0.1 * (r - (rounds - 1) / 2), seconds, "o", color=f"C{r}", markersize=5, zorder=3)
+    for r in range(rounds):
+        ax.plot([], [], "o", color=f"C{r}", label=f"round {r + 1}")
+    highest = max((s for a in arms.values() for s in a.get("step_s_per_round", []) if s is not None), default=1.0)
+    ax.set_xticks(range(len(arms)), [ARM_LABELS.get(arm, arm) for arm in arms])
+    ax.set_xlim(-0.6, len(arms) - 0.2)
+    ax.set_ylim(0, 1.2 * highest)  # room for the legend above the highest dot
+    ax.set_ylabel("seconds per step (median after warm-up)")
+    ax.set_title(f"GRPO step time, {rounds} rounds side by side\nmodel: {report.get('model', 'n/a')}", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    if rounds:
+        ax.legend(fontsize=8, loc="upper center", ncols=rounds, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 def rows_from_report(report: dict) -> list[dict]:
     """The summary rows of a result file, by the current rules (run_all uses this for older files too)."""
     return summary_rows(report.get("arms", {}))
@@ -247,7 +287,7 @@ def main(argv=None) -> None:
     steps = args.steps or (3 if args.quick else 5)
     if args.loop_run:
         return plain_loop(args.sets, steps, args.loop_run)
-    rounds = args.rounds or (1 if args.quick else 2)
+    rounds = args.rounds or (1 if args.quick else 3)
     model_dir, model_label = common.bench_model_dir()
     sets = [f"model_path={model_dir}", *common.STEP_SETS, *(common.QUICK_SETS if args.quick else ())]
     work = common.ROOT / "runs" / "bench-step"

@@ -219,13 +219,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join([line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells[1:])])
 
 
-# Changes to these paths do not make the measured code "dirty": results and pages only.
-NOT_CODE = (":(exclude)benchmarks/results", ":(exclude)*.md", ":(exclude)docs")
+# What cannot change a measurement: results, Markdown, docs and the test suite (no benchmark imports it).
+NOT_CODE = (":(exclude)benchmarks/results", ":(exclude)*.md", ":(exclude)docs", ":(exclude)tests")
 
 
 def commit_id() -> str:
-    """The short commit of the checkout, with ``-dirty`` when code (anything but results and
-    Markdown) has uncommitted changes; ``unknown`` outside a git checkout."""
+    """The short commit of the checkout, with ``-dirty`` when code (anything but results,
+    Markdown, docs and tests) has uncommitted changes; ``unknown`` outside a git checkout."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
@@ -339,9 +339,12 @@ class TreeSampler:
     ``rlflow run`` starts Ray's GCS, raylet and workers (and a remote backend's server) as its
     descendants, so the tree covers the whole run.
 
-    CPU: the tree's cumulative user + system seconds, kept per pid so that a process that exits
-    keeps what it used. On a shared machine a step's CPU seconds move far less with the
-    neighbours' load than its wall time does, so they back up the wall-time ratios.
+    CPU: the tree's cumulative user + system seconds, kept per process group: what a process used
+    since the previous sample goes to the group it is in now, so a process that exits keeps what it
+    used and one that changes its name (Ray's idle worker becoming an actor, or a name read while Ray
+    rewrites it) leaves its past in the old group instead of moving it. On a shared machine a step's
+    CPU seconds move far less with the neighbours' load than its wall time does, so they back up the
+    wall-time ratios.
 
     Memory (``memory=True``; about a millisecond per process per sample): RSS counts shared pages
     (torch's libraries, Ray's object store) once per process, so its sum is an upper bound of the
@@ -357,7 +360,8 @@ class TreeSampler:
         self.memory = memory
         self.cpu: list[tuple[float, float]] = []  # (wall clock, cumulative CPU seconds of the tree)
         self.cpu_by_name: list[tuple[float, dict[str, float]]] = []  # the same, per process group
-        self._cpu_by_pid: dict[int, tuple[str, float]] = {}  # pid -> (group, cumulative CPU seconds)
+        self._cpu_by_pid: dict[int, float] = {}  # pid -> its cumulative CPU seconds at the latest sample
+        self._cpu_by_group: dict[str, float] = {}  # group -> CPU seconds its processes used while in it
         self.peak = 0
         self.peak_pss = 0
         self.peak_processes: dict[str, int] = {}  # process name -> RSS at the RSS peak
@@ -397,7 +401,10 @@ class TreeSampler:
             for p in procs:
                 try:
                     times, group = p.cpu_times(), process_group(p)
-                    self._cpu_by_pid[p.pid] = (group, times.user + times.system)
+                    used = times.user + times.system
+                    since = used - self._cpu_by_pid.get(p.pid, 0.0)
+                    self._cpu_by_group[group] = self._cpu_by_group.get(group, 0.0) + since
+                    self._cpu_by_pid[p.pid] = used
                     if self.memory:
                         info = p.memory_full_info()
                         rss, pss = rss + info.rss, pss + info.pss
@@ -405,9 +412,7 @@ class TreeSampler:
                         pss_groups[group] = pss_groups.get(group, 0) + info.pss
                 except psutil.Error:
                     continue
-            now, groups = time.time(), {}
-            for group, used in self._cpu_by_pid.values():
-                groups[group] = groups.get(group, 0.0) + used
+            now, groups = time.time(), dict(self._cpu_by_group)
             self.cpu.append((now, sum(groups.values())))
             self.cpu_by_name.append((now, groups))
             self.samples += 1

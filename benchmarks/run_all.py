@@ -1,35 +1,42 @@
-"""Run every benchmark, then write the results table (figure, goal, met or not, commit) into the
-README and docs/benchmarks.md.
+"""Run the benchmarks, then write the results table (figure, goal, met or not, commit and date) into
+the README and docs/benchmarks.md.
 
-    python -m benchmarks.run_all                      # everything (what `make bench` runs)
+    python -m benchmarks.run_all                      # all but the learning runs (`make bench`, under an hour)
+    python -m benchmarks.run_all --learning           # the learning runs (`make bench-learning`, hours)
     python -m benchmarks.run_all --quick              # every benchmark at smoke sizes (minutes)
     python -m benchmarks.run_all --only step startup  # some of them
-    python -m benchmarks.run_all --skip learning
+    python -m benchmarks.run_all --skip load
     python -m benchmarks.run_all --summary-only       # rewrite the README table and docs/benchmarks.md from the JSON
 
 Each benchmark runs as its own process, one after another (never two at once: they would
 measure each other), with its output both shown and kept in runs/bench-logs/<name>.log. A
-benchmark that fails is reported in the summary and the others still run. TRL runs in its own
-venv: when ``.venv-trl`` is missing it is created first with scripts/setup_trl_venv.sh
-(``--no-setup`` skips that; the TRL comparisons then say "not installed").
+benchmark that fails is reported in the summary and the others still run. Before the first one
+starts, the run says how long it will take: each benchmark's duration at its last full run
+(results/durations.json, written after each one that succeeds), else its default in ``MINUTES``.
+TRL runs in its own venv: when ``.venv-trl`` is missing it is created first with
+scripts/setup_trl_venv.sh (``--no-setup`` skips that; the TRL comparisons then say "not installed").
 
 Design decisions for the summary:
 - It is written from whatever result files exist, so figures of a benchmark run separately (or
   by another command, such as bench_learning) appear in it as well. A benchmark module with a
   ``rows_from_report`` turns its file into rows by the current rules (ratios judged round by
   round), so an older file is not shown by older, kinder rules.
-- Every row says what it was measured on: the result's ``commit`` when no code has changed
-  since (``git diff`` of that commit against HEAD, results and Markdown aside), else
-  "stale" in words and why: code changed since, uncommitted changes when it ran (``-dirty``),
-  or no commit recorded (a file written before benchmarks recorded it). ``make bench`` reruns
-  them all on the current code, and refuses a tree with uncommitted code (``--allow-dirty``
-  runs anyway; its rows then say so).
+- Every row says what it was measured on, and when: the result's ``commit`` and date when no
+  code has changed since (``git diff`` of that commit against HEAD, results, Markdown, docs and tests aside),
+  else "stale" in words and why: code changed since, uncommitted changes when it ran (``-dirty``),
+  or no commit recorded (a file written before benchmarks recorded it). ``make bench`` and
+  ``make bench-learning`` rerun them on the current code, and refuse a tree with uncommitted code
+  (``--allow-dirty`` runs anyway; its rows then say so). One sentence beside the table says where
+  the figures come from (the machine's cores, the model's size), so none is read as a GPU figure.
 - One table, generated, in two places: the README between ``<!-- results:start -->`` and
   ``<!-- results:end -->`` and docs/benchmarks.md, which adds the result files, the learning
   curves and any ``notes`` of the JSON files. Prose that no JSON holds lives in docs/benchmarks.md
   between ``<!-- notes:start -->`` and ``<!-- notes:end -->``; the generator keeps it as it is.
+  The step benchmark's rounds are drawn there too (docs/step_time.png).
 - Nothing generated depends on the time of generation, so regenerating from the same files
-  gives the same pages (tests/test_readme.py checks that the README's table is current).
+  gives the same pages (tests/test_readme.py checks that the README's table is current). The
+  picture is redrawn only when its result file changed (a digest of the result is kept in the
+  PNG), so regenerating with another matplotlib does not rewrite it.
 - ``--quick`` results go to ``*_quick.json`` and their table to ``results/SUMMARY_quick.md``,
   never into the README or docs/benchmarks.md.
 """
@@ -37,17 +44,21 @@ Design decisions for the summary:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
+import math
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
-from benchmarks import bench_learning, common
+from benchmarks import bench_learning, bench_step, common
 
 # name -> (module, extra arguments for a full run, extra arguments for --quick)
 BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
@@ -94,6 +105,30 @@ BENCHMARKS: dict[str, tuple[str, list[str], list[str]]] = {
         ["--task", "bird_agent", "--quick"],
     ),
 }
+LEARNING = tuple(name for name in BENCHMARKS if name.startswith("learning"))
+# Minutes of a full run on a 2-core machine, until results/durations.json records a measured one: the
+# benchmark's sizes times the step times of its last result file (the learning runs: their seeds' wall minutes).
+MINUTES = {
+    "validate": 1.0,
+    "compile": 1.0,
+    "reward": 1.0,
+    "generation": 1.5,
+    "step": 9.0,
+    "forwarder": 4.5,
+    "startup": 2.0,
+    "load": 5.5,
+    "async": 10.0,
+    "reward_model": 2.7,
+    "gpu": 0.1,
+    "learning": 26.0,
+    "learning_ranking": 10.0,
+    "learning_ranking_ppo": 17.0,
+    "learning_ranking_rm": 8.0,
+    "learning_ranking_distill": 8.0,
+    "learning_async": 19.0,
+    "learning_agent": 54.0,
+}
+TRL_SETUP_MINUTES = 5.0
 NEEDS_TRL = ("step", "startup")
 VALIDATE_WALL_GOAL_S, VALIDATE_SPEEDUP_GOAL = 0.3, 20.0
 README = common.ROOT / "README.md"
@@ -108,7 +143,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--quick", action="store_true", help="smoke sizes; results to *_quick.json and results/SUMMARY_quick.md"
     )
-    p.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--only", nargs="+", choices=list(BENCHMARKS), help="run only these")
+    which.add_argument(
+        "--learning",
+        action="store_true",
+        help=f"run the learning benchmarks ({', '.join(LEARNING)}); without it, full runs leave them out",
+    )
     p.add_argument("--skip", nargs="+", choices=list(BENCHMARKS), default=[], help="leave these out")
     p.add_argument("--no-setup", action="store_true", help="do not create .venv-trl when it is missing")
     p.add_argument(
@@ -122,6 +163,46 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="only rewrite the README table and docs/benchmarks.md from existing results",
     )
     return p.parse_args(argv)
+
+
+def selected(args: argparse.Namespace) -> list[str]:
+    """The benchmarks to run: ``--only``'s; the learning runs with ``--learning``; else the others
+    (``make bench``), or all of them with ``--quick``; never those of ``--skip``."""
+    if args.only:
+        names = args.only
+    elif args.learning:
+        names = list(LEARNING)
+    else:
+        names = [n for n in BENCHMARKS if args.quick or n not in LEARNING]
+    return [n for n in names if n not in args.skip]
+
+
+def durations_file() -> Path:
+    return common.RESULTS / "durations.json"
+
+
+def record_duration(name: str, minutes: float) -> None:
+    """Keep ``name``'s minutes of its latest successful full run, for the next run's estimate."""
+    path = durations_file()
+    durations = json.loads(path.read_text()) if path.exists() else {}
+    durations[name] = minutes
+    path.write_text(json.dumps(dict(sorted(durations.items())), indent=2) + "\n")
+
+
+def estimate(names: list[str], trl_setup: bool) -> str:
+    """How long ``names`` will take, from their last measured durations (defaults where none is recorded)."""
+    path = durations_file()
+    measured = json.loads(path.read_text()) if path.exists() else {}
+    unmeasured = [n for n in names if n not in measured]
+    minutes = sum(measured.get(n, MINUTES[n]) for n in names) + (TRL_SETUP_MINUTES if trl_setup else 0)
+    if not unmeasured:
+        source = "from the last measured durations"
+    elif len(unmeasured) < len(names):
+        source = f"from the last measured durations; estimated for {', '.join(unmeasured)}, not measured yet"
+    else:
+        source = "estimated: none measured yet"
+    setup = ", creating .venv-trl first included" if trl_setup else ""
+    return f"{len(names)} benchmarks, about {math.ceil(minutes)} minutes ({source}{setup})"
 
 
 def ensure_trl(log_dir: Path) -> str:
@@ -193,28 +274,41 @@ def validate_rows(report: dict) -> list[dict]:
     return rows
 
 
+def learning_recipe(task: str, pipeline: str = "") -> str:
+    """The recipe a learning result ran: ``grpo``, or a ranking recipe's name (``pipelines/ranking_<name>.yaml``)."""
+    return Path(pipeline).stem.removeprefix(f"{task}_") if pipeline.startswith(f"pipelines/{task}_") else "grpo"
+
+
 def learning_command(task: str, pipeline: str = "") -> str:
     """The command behind a learning row; a ranking recipe other than GRPO's by its ``--algorithm``."""
-    recipe = Path(pipeline).stem.removeprefix(f"{task}_") if pipeline.startswith(f"pipelines/{task}_") else "grpo"
+    recipe = learning_recipe(task, pipeline)
     algorithm = f" --algorithm {recipe}" if recipe != "grpo" else ""
     return "python -m benchmarks.bench_learning" + (f" --task {task}" if task != "bird" else "") + algorithm
+
+
+def learning_seed(run: dict) -> str:
+    """One seed of a learning row: before -> after, with standard errors and the rise where recorded."""
+    rise = f" ({bench_learning.figure(run, 'delta')} points)" if "delta_se" in run else ""
+    gap = f" ({100 * run['gap_closed']:.0f}% of the gap)" if run.get("gap_closed") is not None else ""
+    return (
+        f"seed {run['seed']}: {bench_learning.figure(run, 'before')} -> {bench_learning.figure(run, 'after')}{rise}"
+        f" in {run['wall_minutes']:.0f} min{gap}"
+    )
 
 
 def learning_rows(report: dict) -> list[dict]:
     task = report.get("task", "bird")
     runs = report.get("runs", [])
     goal = report.get("goal", {})
-    shown = "; ".join(
-        f"seed {r['seed']}: {r['before']:.2f} -> {r['after']:.2f} in {r['wall_minutes']:.0f} min"
-        + (f" ({100 * r['gap_closed']:.0f}% of the gap)" if r.get("gap_closed") is not None else "")
-        for r in runs
-    )
+    shown = "; ".join(learning_seed(r) for r in runs)
     if "beside" in report:
         shown += f"; {report['beside']['label']}: {report['beside']['value']:.2f}"
     if "gap_fraction" in goal:
         target = f"closes {100 * goal['gap_fraction']:.0f}% of the gap to the teacher ({goal['teacher_acc']:.2f})"
     else:
         target = f"+{100 * goal.get('min_delta', 0):.0f} points"
+    if "after" in goal:  # results before it was recorded: judged on the last validation
+        target += f", judged on the {goal['after']} against the first,"
     return [
         common.goal_row(
             "learning",
@@ -248,14 +342,14 @@ class Source:
     path: Path
     report: dict
     commit: str  # ends in "*" when taken from the file's git history (the file has no commit field)
-    when: str
+    when: str  # the date its figures were measured (else the file's last commit), "" when unknown
 
     @classmethod
     def read(cls, path: Path) -> Source:
         report = json.loads(path.read_text())
         last_commit, _, last_date = git("log", "-1", "--format=%h %as", "--", str(path)).partition(" ")
         commit = report.get("commit") or f"{last_commit or 'unknown'}*"
-        return cls(path, report, commit, str(report.get("finished") or last_date or "n/a")[:10])
+        return cls(path, report, commit, str(report.get("finished") or last_date)[:10])
 
 
 def load_sources(quick: bool) -> dict[str, Source | None]:
@@ -267,7 +361,7 @@ def load_sources(quick: bool) -> dict[str, Source | None]:
 
 
 def code_changed_since(commit: str) -> bool | None:
-    """Whether code (anything but results and Markdown) differs between ``commit`` and HEAD; None when
+    """Whether code (anything but results, Markdown, docs and tests) differs between ``commit`` and HEAD; None when
     this checkout does not have ``commit``."""
     done = subprocess.run(
         ["git", "diff", "--quiet", commit, "HEAD", "--", ".", *common.NOT_CODE],
@@ -277,17 +371,20 @@ def code_changed_since(commit: str) -> bool | None:
     return {0: False, 1: True}.get(done.returncode)
 
 
-def measured_on(commit: str) -> str:
-    """A row's provenance: the commit when the code has not changed since, else "stale" and why."""
+def measured_on(commit: str, when: str) -> str:
+    """A row's provenance: the commit and date when the code has not changed since, else "stale" and why."""
+    dated = f" ({when})" if when else ""
     if commit.endswith("*") or commit in ("", "unknown"):
-        last = commit.rstrip("*")
-        return "stale: commit not recorded" + (f" (file from {last})" if last not in ("", "unknown") else "")
+        known = [part for part in (commit.rstrip("*").replace("unknown", ""), when) if part]
+        return "stale: commit not recorded" + (f" (file from {', '.join(known)})" if known else "")
     if commit.endswith("-dirty"):
-        return f"stale: measured on {commit.removesuffix('-dirty')} with uncommitted code changes"
+        return f"stale: measured on {commit.removesuffix('-dirty')}{dated} with uncommitted code changes"
     changed = code_changed_since(commit)
     if changed is None:
-        return f"stale: measured on {commit}, which this checkout lacks"
-    return f"stale: measured on {commit}, code changed since" if changed else commit
+        return f"stale: measured on {commit}{dated}, which this checkout lacks"
+    if changed:
+        return f"stale: measured on {commit}{dated}, code changed since"
+    return f"{commit}, {when}" if when else commit
 
 
 def report_rows(name: str, report: dict) -> list[dict]:
@@ -307,7 +404,7 @@ def summary_rows(sources: dict[str, Source | None]) -> list[dict]:
         if source is None:
             rows.append({**common.goal_row(name, "(not run)", None, "", None, "no result file"), "commit": ""})
             continue
-        provenance = measured_on(source.commit)
+        provenance = measured_on(source.commit, source.when)
         rows += [{**row, "commit": provenance} for row in report_rows(name, source.report)]
     return rows
 
@@ -330,18 +427,39 @@ def results_table(rows: list[dict]) -> str:
 
 
 COMMIT_NOTE = (
-    "`measured on`: the commit the figures were measured on, when no code has changed since (results and "
-    "Markdown aside); otherwise the row says stale and why, and `make bench` measures it again. A ratio "
-    "is judged round by round: the median of the rounds' own ratios, their spread, and met only if the "
-    "goal holds in every round."
+    "`measured on`: the commit and the date the figures were measured on, when no code has changed since "
+    "(results, Markdown, docs and tests aside); otherwise the row says stale and why, and `make bench` (the learning rows: "
+    "`make bench-learning`) measures it again. A ratio is judged round by round: the median of the rounds' own "
+    "ratios, their spread, and met only if the goal holds in every round."
 )
 
 
-def readme_block(rows: list[dict]) -> str:
-    """What the README holds between its results markers."""
+def parameter_count(model_dir: Path) -> int:
+    """The parameters of a saved model, from its safetensors header (no torch)."""
+    with (model_dir / "model.safetensors").open("rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    return sum(math.prod(t["shape"]) for key, t in header.items() if key != "__metadata__")
+
+
+def origin(sources: dict[str, Source | None]) -> str:
+    """One sentence on where the figures come from, so that nobody reads them as GPU figures."""
+    cores = sorted({s.report.get("machine", {}).get("cpus") for n, s in sources.items() if s and n != "gpu"} - {None})
+    machine = f"{' or '.join(map(str, cores))}-core CPU" if cores else "CPU"
+    return (
+        f"Where these figures come from: a shared {machine} machine without a GPU"
+        f"{' (the gpu rows aside)' if sources.get('gpu') else ''}, training models of a few million parameters "
+        f"(the shipped warm start has {parameter_count(common.WARM_START) / 1e6:.1f}M), so they are no GPU "
+        "figures: the ratios, taken side by side round by round, say more than the absolute times."
+    )
+
+
+def readme_block(rows: list[dict], where: str) -> str:
+    """What the README holds between its results markers: ``where`` (``origin``), the table, how to read it."""
     return "\n".join(
         [
             TABLE_MARKERS[0],
+            "",
+            where,
             "",
             results_table(rows),
             "",
@@ -383,7 +501,7 @@ def sources_table(sources: dict[str, Source | None]) -> str:
             [
                 f"`{shown(s.path)}`",
                 s.commit,
-                s.when,
+                s.when or "n/a",
                 common.fmt(s.report.get("machine", {}).get("cpus")),
                 load(s.report.get("machine", {})),
             ]
@@ -396,14 +514,14 @@ def sources_table(sources: dict[str, Source | None]) -> str:
 LEARNING_TEXT = {
     "bird": (
         "Learning on the shipped BIRD sample",
-        "validation execution accuracy (`val-core/bird/acc/mean@1`, greedy, the 100 dev questions of "
+        "validation execution accuracy (`val-core/bird/acc/mean@1`, greedy, the dev questions of "
         "`rlflow/assets/data/bird_sample`)",
         "[seed 1](learning_seed1.png)",
     ),
     "ranking": (
         "Learning the ranking task",
         "validation accuracy (the mean of `val-core/<source>/acc/mean@1` over its four sources, "
-        "greedy, the 200 questions of `rlflow/assets/data/ranking/val.parquet`)",
+        "greedy, the questions of `rlflow/assets/data/ranking/val.parquet`)",
         "",
     ),
     "ranking_rm": (
@@ -457,9 +575,12 @@ def learning_section(report: dict) -> list[str]:
         "",
         bench_learning.table(runs),
         "",
+        *learning_errors(runs),
         "Validation accuracy by step:",
         "",
         curve,
+        "",
+        f"![validation accuracy by step, each seed with a band of one standard error]({curves_picture(report)})",
         "",
         *(
             [
@@ -493,7 +614,69 @@ def _acc(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
-def benchmarks_page(sources: dict[str, Source | None], rows: list[dict], notes: str, failed: list[str]) -> str:
+def learning_errors(runs: list[dict]) -> list[str]:
+    """How the table's standard errors and its ``after`` are taken, when the result records them."""
+    sizes = sorted({r["val_n"] for r in runs if "val_n" in r})
+    if not sizes:
+        return ["(Measured before the validation size was recorded: `after` is the last validation, no errors.)", ""]
+    worst = 100 * bench_learning.standard_error(0.5, sizes[0])
+    return [
+        f"Each validation scores {' or '.join(map(str, sizes))} questions. `after` is the mean of the last "
+        f"{bench_learning.LAST} validations, and the goal is judged on it against `before`. ± is one standard "
+        f"error, the binomial sqrt(p(1-p)/n): at most {worst:.1f} points for any accuracy (see the notes).",
+        "",
+    ]
+
+
+def curves_picture(report: dict) -> str:
+    """Draw a learning result's validation curves (``bench_learning.picture``) beside the page (``draw_once``);
+    the picture's file name."""
+    task = report.get("task", "bird")
+    recipe = learning_recipe(task, report.get("pipeline", ""))
+    name = f"val_curves_{task}{'' if recipe == 'grpo' else f'_{recipe}'}.png"
+    draw_once(bench_learning.picture, report, PAGE.with_name(name))
+    return name
+
+
+STEP_PICTURE = "step_time.png"
+
+
+def step_section(source: Source | None) -> list[str]:
+    """The step benchmark's section of docs/benchmarks.md: how it runs, and its picture."""
+    if source is None:
+        return []
+    return [
+        "## Step time: rlflow, the in-process loop and TRL (`step`)",
+        "",
+        "`python -m benchmarks.bench_step` runs the same GRPO step three ways, one after another in every round: "
+        "`rlflow run` (Ray, its pools), the runtime's own step loop in one process without Ray, and TRL's "
+        "`GRPOTrainer` in its own venv. A figure is the median step time after the first two steps; the bars are "
+        "each arm's median over the rounds, the dots the rounds themselves (one colour per round, the same in "
+        "every arm), so a round's ratio can be read off.",
+        "",
+        f"![step time of rlflow run, the in-process loop and TRL, round by round]({STEP_PICTURE})",
+        "",
+    ]
+
+
+def draw_once(draw: Callable[[dict], Any], report: dict, path: Path) -> bool:
+    """Save ``draw(report)`` (a matplotlib Figure) as the PNG ``path``, unless that PNG already shows this very
+    report: a digest of the report is kept in it, and nothing else varies its bytes (no software version, no
+    time). True when drawn."""
+    digest = f"{path.name} sha256 " + hashlib.sha256(json.dumps(report, sort_keys=True).encode()).hexdigest()
+    if path.exists():
+        from PIL import Image
+
+        with Image.open(path) as drawn:
+            if drawn.text.get("Comment") == digest:
+                return False
+    draw(report).savefig(path, dpi=110, metadata={"Software": None, "Comment": digest})
+    return True
+
+
+def benchmarks_page(
+    sources: dict[str, Source | None], rows: list[dict], notes: str, failed: list[str], where: str
+) -> str:
     file_notes = [f"- `{s.path.name}`: {s.report['notes']}" for s in sources.values() if s and s.report.get("notes")]
     file_notes += [f"- {row['benchmark']}: {row['note']}" for row in rows if row.get("note")]
     learning = [s for name, s in sources.items() if name.startswith("learning") and s is not None]
@@ -510,6 +693,8 @@ def benchmarks_page(sources: dict[str, Source | None], rows: list[dict], notes: 
             "",
             "## Results",
             "",
+            where,
+            "",
             results_table(rows),
             "",
             COMMIT_NOTE,
@@ -519,6 +704,7 @@ def benchmarks_page(sources: dict[str, Source | None], rows: list[dict], notes: 
             "",
             sources_table(sources),
             "",
+            *step_section(sources.get("step")),
             *(line for source in learning for line in learning_section(source.report)),
             *(["## Notes from the result files", "", *file_notes, ""] if file_notes else []),
             "## Notes",
@@ -556,17 +742,21 @@ def write_summary(quick: bool, outcomes: dict[str, dict]) -> Path:
             )
         )
     else:
-        README.write_text(replace_block(README.read_text(), TABLE_MARKERS, readme_block(rows), README))
+        where = origin(sources)
+        README.write_text(replace_block(README.read_text(), TABLE_MARKERS, readme_block(rows, where), README))
         path = PAGE
-        path.write_text(benchmarks_page(sources, rows, kept_notes(path), failed))
+        path.write_text(benchmarks_page(sources, rows, kept_notes(path), failed, where))
         print(f"wrote the results table of {shown(README)}")
+        picture = PAGE.with_name(STEP_PICTURE)
+        if sources.get("step") and draw_once(bench_step.picture, sources["step"].report, picture):
+            print(f"drew {shown(picture)}")
     print(f"\n{results_table(rows)}\nwrote {shown(path)}")
     return path
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    names = [n for n in (args.only or BENCHMARKS) if n not in args.skip]
+    names = selected(args)
     log_dir = common.ROOT / "runs" / "bench-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     outcomes: dict[str, dict] = {}
@@ -579,10 +769,15 @@ def main(argv=None) -> int:
                 file=sys.stderr,
             )
             return 2
-        if any(n in NEEDS_TRL for n in names) and not args.no_setup:
+        trl_setup = any(n in NEEDS_TRL for n in names) and not args.no_setup
+        if not args.quick:
+            print(estimate(names, trl_setup and not common.TRL_PYTHON.exists()), flush=True)
+        if trl_setup:
             print(f"TRL venv: {ensure_trl(log_dir)}", flush=True)
         for name in names:
             outcomes[name] = run_one(name, args.quick, log_dir)
+            if not args.quick and outcomes[name]["exit_code"] == 0:
+                record_duration(name, outcomes[name]["minutes"])
     write_summary(args.quick, outcomes)
     return 1 if any(o["exit_code"] for o in outcomes.values()) else 0
 

@@ -1,7 +1,7 @@
 """A small named registry shared by stage kinds and remote backends.
 
-Plugins fill it through an entry-point group or a module named in rlflow.yaml ``plugins``.
-Design notes: docs/design/registries.md.
+Plugins fill it through an entry-point group or a module named in rlflow.yaml ``plugins``; a built-in
+can be named by its import path and imported on first ``get``. Design notes: docs/design/registries.md.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Registry(Generic[T]):
         self.entry_point_group = entry_point_group
         self.plugin_hint = plugin_hint
         self._items: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}  # name -> "module:attr", imported on first get
         self._entry_points_loaded = False
         self._broken_plugins: dict[str, str] = {}
 
@@ -41,17 +42,33 @@ class Registry(Generic[T]):
             return lambda o: self._add(name, o)
         return self._add(name, obj)
 
+    def register_lazy(self, name: str, target: str) -> None:
+        """Name ``target`` (``"package.module:attr"``) under ``name`` without importing it: ``get`` imports
+        the module, which may register the object itself, and registers the attribute."""
+        self._lazy[name] = target
+
     def _add(self, name: str, obj: T) -> T:
-        existing = self._items.get(name)
-        if existing is not None and existing is not obj and _qualname(existing) != _qualname(obj):
+        existing = self._qualname_of(name)
+        if existing is not None and self._items.get(name) is not obj and existing != _qualname(obj):
             raise RegistryError(
-                f"{self.what} {name!r} is already registered by {_qualname(existing)}; "
+                f"{self.what} {name!r} is already registered by {existing}; "
                 f"{_qualname(obj)} cannot take the same name (rename one of them)"
             )
+        self._lazy.pop(name, None)
         self._items[name] = obj
         return obj
 
+    def _qualname_of(self, name: str) -> str | None:
+        if name in self._items:
+            return _qualname(self._items[name])
+        target = self._lazy.get(name)
+        return None if target is None else target.replace(":", ".")
+
     def get(self, name: str) -> T:
+        target = self._lazy.get(name)
+        if target is not None:
+            module, _, attr = target.partition(":")
+            self._add(name, getattr(importlib.import_module(module), attr))
         if name not in self._items:
             self.load_entry_points()
         try:
@@ -61,21 +78,19 @@ class Registry(Generic[T]):
 
     def unknown(self, name: str) -> str:
         """What to say of a name this registry lacks: the close match, the known names, how to add plugins."""
-        self.load_entry_points()
-        known = ", ".join(sorted(self._items)) or "none"
+        names = self.names()
+        known = ", ".join(names) or "none"
         broken = "".join(f"; plugin {k!r} failed to load: {v}" for k, v in self._broken_plugins.items())
-        return (
-            f"unknown {self.what} {name!r}{did_you_mean(name, self._items)}; known: {known}. {self.plugin_hint}{broken}"
-        )
+        return f"unknown {self.what} {name!r}{did_you_mean(name, names)}; known: {known}. {self.plugin_hint}{broken}"
 
     def __contains__(self, name: object) -> bool:
-        if name not in self._items:
+        if name not in self._items and name not in self._lazy:
             self.load_entry_points()
-        return name in self._items
+        return name in self._items or name in self._lazy
 
     def names(self) -> list[str]:
         self.load_entry_points()
-        return sorted(self._items)
+        return sorted({*self._items, *self._lazy})
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
@@ -83,6 +98,7 @@ class Registry(Generic[T]):
     def unregister(self, name: str) -> None:
         """Remove a name (tests and plugin reloads)."""
         self._items.pop(name, None)
+        self._lazy.pop(name, None)
 
     def load_entry_points(self) -> None:
         """Import every plugin of the entry-point group once; a broken plugin is remembered, not fatal."""

@@ -1,6 +1,6 @@
 """Generate the BIRD-format sample shipped in rlflow/assets/data/bird_sample (deterministic, offline).
 
-    python scripts/make_bird_sample.py [--out rlflow/assets/data/bird_sample] [--seed 7]
+    python scripts/make_bird_sample.py [--out rlflow/assets/data/bird_sample] [--seed 7] [--dev 400]
 
 Writes ``train.json``, ``dev.json`` (BIRD's layout: a JSON list of objects with
 ``question_id``, ``db_id``, ``question``, ``evidence``, ``SQL``, ``difficulty``) and
@@ -18,6 +18,15 @@ Design decisions:
 - Every gold query is executed while generating: it must return rows, and ORDER BY LIMIT
   questions whose answer depends on a tie are discarded (the answer would be ambiguous).
 - Train and dev are split by question, not by database, so dev databases are seen in training.
+- Dev is a fifth of the sample, then more questions drawn from the answerable candidates the sample
+  left unused, up to ``--dev`` (400: any accuracy on dev then has a standard error of at most 2.5
+  points): each template in the sample's proportion where enough candidates are left (COUNT(*),
+  MAX/MIN/AVG over a table, GROUP BY and ORDER BY LIMIT are nearly used up by the sample), the rest
+  from other templates of the same difficulty, so the difficulty mix is the sample's; spread over
+  the databases in turn. None shares its question text, or its gold query within a database, with
+  another question. They come from a second generator seeded from ``--seed``, after the sample, so
+  the train split stays as it was when dev held only its fifth (the shipped warm starts were
+  trained on it).
 - Everything flows from one ``random.Random(seed)``; the databases are written in one
   transaction and VACUUMed, so the same SQLite library writes the same bytes (the header
   records the library version, so another SQLite version gives different but equivalent files).
@@ -29,6 +38,7 @@ import argparse
 import json
 import random
 import sqlite3
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -611,6 +621,7 @@ QUOTAS = {
     "reverse": 6,
 }
 PER_DB = 100
+DEV_SIZE = 400  # dev questions in all: a standard error of at most 2.5 points on any accuracy
 
 
 def answerable(conn: sqlite3.Connection, c: Candidate) -> bool:
@@ -624,7 +635,10 @@ def answerable(conn: sqlite3.Connection, c: Candidate) -> bool:
     return True
 
 
-def pick(rng: random.Random, conn: sqlite3.Connection, candidates: list[Candidate]) -> list[Candidate]:
+def pick(
+    rng: random.Random, conn: sqlite3.Connection, candidates: list[Candidate]
+) -> tuple[list[Candidate], list[Candidate]]:
+    """The database's questions, by the quotas; and the answerable candidates left unused."""
     seen, by_kind = set(), {}
     for c in candidates:
         if c.question not in seen and answerable(conn, c):
@@ -637,7 +651,8 @@ def pick(rng: random.Random, conn: sqlite3.Connection, candidates: list[Candidat
         chosen += pool[: QUOTAS[kind]]
         rest += pool[QUOTAS[kind] :]
     rng.shuffle(rest)
-    return chosen + rest[: max(0, PER_DB - len(chosen))]
+    fill = max(0, PER_DB - len(chosen))
+    return chosen + rest[:fill], rest[fill:]
 
 
 # ---------------------------------------------------------------- output
@@ -663,37 +678,84 @@ def write_database(path: Path, tables: list[Table]) -> sqlite3.Connection:
     return conn
 
 
-def questions_for(rng: random.Random, conn: sqlite3.Connection, tables: list[Table], joins: list[Join]):
+def questions_for(
+    rng: random.Random, conn: sqlite3.Connection, tables: list[Table], joins: list[Join]
+) -> tuple[list[Candidate], list[Candidate]]:
     by_name = {t.name: t for t in tables}
     candidates = [c for t in tables for gen in (counting, lookups, aggregates) for c in gen(t)]
     candidates += [c for j in joins for c in joined(j, by_name)]
     return pick(rng, conn, candidates)
 
 
-def generate(out: Path, seed: int) -> dict[str, list[dict]]:
+def item(rng: random.Random, db_id: str, c: Candidate) -> dict:
+    # evidence is left empty for about a third of the questions, as in BIRD
+    evidence = c.evidence if rng.random() < 0.65 else ""
+    return {"db_id": db_id, "question": c.question, "evidence": evidence, "SQL": c.sql, "difficulty": c.difficulty}
+
+
+def apportion(mix: Counter, count: int) -> dict[str, int]:
+    """``count`` split in the proportions of ``mix`` (largest remainders)."""
+    total = sum(mix.values())
+    shares = {key: count * n / total for key, n in mix.items()}
+    out = {key: int(share) for key, share in shares.items()}
+    for key in sorted(shares, key=lambda k: out[k] - shares[k])[: count - sum(out.values())]:
+        out[key] += 1
+    return out
+
+
+def more_dev(
+    rng: random.Random, spare: dict[str, list[Candidate]], sample: list[tuple[str, Candidate]], count: int
+) -> list[dict]:
+    """``count`` dev questions beyond the sample, from the candidates it left unused: each template in the
+    sample's proportion where enough are left, else other templates of the same difficulty; taken from the
+    databases in turn. No two share a question text, nor a gold query in one database."""
+    questions = {c.question for _, c in sample}
+    queries = {(db_id, c.sql) for db_id, c in sample}
+    pools = {db_id: rng.sample(spare[db_id], len(spare[db_id])) for db_id in DATABASES}
+    extra = []
+
+    def take(wanted: int, fits) -> int:
+        queues = {db_id: [c for c in pool if fits(c)] for db_id, pool in pools.items()}
+        got = 0
+        while got < wanted and any(queues.values()):
+            for db_id, queue in queues.items():
+                while got < wanted and queue:
+                    c = queue.pop()
+                    pools[db_id].remove(c)
+                    if c.question not in questions and (db_id, c.sql) not in queries:
+                        questions.add(c.question)
+                        queries.add((db_id, c.sql))
+                        extra.append(item(rng, db_id, c))
+                        got += 1
+                        break
+        return got
+
+    difficulty = {c.kind: c.difficulty for _, c in sample}
+    short = Counter()
+    for kind, wanted in apportion(Counter(c.kind for _, c in sample), count).items():
+        short[difficulty[kind]] += wanted - take(wanted, lambda c, kind=kind: c.kind == kind)
+    for level, wanted in short.items():
+        if take(wanted, lambda c, level=level: c.difficulty == level) < wanted:
+            raise SystemExit(f"too few unused {level} questions for {count} more in dev: ask for a smaller --dev")
+    return extra
+
+
+def generate(out: Path, seed: int, dev: int = DEV_SIZE) -> dict[str, list[dict]]:
     rng = random.Random(seed)
-    items = []
+    items, sample, spare = [], [], {}
     for db_id, build in DATABASES.items():
         tables, joins = build(rng)
         conn = write_database(out / "databases" / db_id / f"{db_id}.sqlite", tables)
         try:
-            for c in questions_for(rng, conn, tables, joins):
-                # evidence is left empty for about a third of the questions, as in BIRD
-                evidence = c.evidence if rng.random() < 0.65 else ""
-                items.append(
-                    {
-                        "db_id": db_id,
-                        "question": c.question,
-                        "evidence": evidence,
-                        "SQL": c.sql,
-                        "difficulty": c.difficulty,
-                    }
-                )
+            chosen, spare[db_id] = questions_for(rng, conn, tables, joins)
+            sample += [(db_id, c) for c in chosen]
+            items += [item(rng, db_id, c) for c in chosen]
         finally:
             conn.close()
     rng.shuffle(items)
     n_dev = len(items) // 5
     splits = {"dev": items[:n_dev], "train": items[n_dev:]}
+    splits["dev"] += more_dev(random.Random(f"{seed}/dev"), spare, sample, max(0, dev - n_dev))
     order = list(DATABASES)
     for name, rows in splits.items():
         rows.sort(key=lambda r: (order.index(r["db_id"]), r["question"]))
@@ -720,8 +782,11 @@ def main() -> None:
         "--out", type=Path, default=Path(__file__).resolve().parents[1] / "rlflow" / "assets" / "data" / "bird_sample"
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--dev", type=int, default=DEV_SIZE, help="dev questions in all (never fewer than the sample's fifth)"
+    )
     args = parser.parse_args()
-    print(summary(generate(args.out, args.seed)))
+    print(summary(generate(args.out, args.seed, args.dev)))
 
 
 if __name__ == "__main__":

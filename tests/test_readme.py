@@ -22,7 +22,8 @@ def test_the_readme_gives_the_set_up_and_the_three_commands():
 def test_the_readme_results_table_is_generated_from_the_result_files():
     start, end = (README.index(marker) for marker in run_all.TABLE_MARKERS)
     shown = README[start : end + len(run_all.TABLE_MARKERS[1])]
-    generated = run_all.readme_block(run_all.summary_rows(run_all.load_sources(quick=False)))
+    sources = run_all.load_sources(quick=False)
+    generated = run_all.readme_block(run_all.summary_rows(sources), run_all.origin(sources))
     assert shown == generated, (
         "README.md's results table differs from benchmarks/results/*.json: "
         "run python -m benchmarks.run_all --summary-only"

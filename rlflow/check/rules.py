@@ -11,7 +11,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from rlflow.backends.local.factory import missing_extra
-from rlflow.backends.remote.registry import REMOTE_BACKENDS, forwarder_problem
 from rlflow.check import paths
 from rlflow.check.algorithm import check_algorithm
 from rlflow.check.critic import check_critic
@@ -27,7 +26,8 @@ from rlflow.schemas.pipeline import DRIVER, TEXT2SQL_FORMATS, Pipeline, StageSpe
 from rlflow.schemas.project import load_project_config
 from rlflow.schemas.schema_errors import validation_diagnostics
 from rlflow.schemas.subject import Reporter, Subject
-from rlflow.stages import STAGE_KINDS, StageKind, builtin_kind
+from rlflow.stages import STAGE_KINDS, StageKind
+from rlflow.stages.registry import BUILTIN_FOR_ROLE
 
 REQUIRED_ROLES = ("rollout", "reward", "log_prob", "advantage", "update", "weight_sync")
 KEEPS_ROLLOUT_LOG_PROBS = ("torch",)  # the local generation engines that return rollout_log_probs
@@ -136,7 +136,7 @@ def check_required_kinds(subject: Subject, report: Reporter) -> None:
     for role in REQUIRED_ROLES:
         if role == "log_prob" and bypass:
             continue  # the rollout's own log-probs are the old policy's
-        builtin = builtin_kind(role).name
+        builtin = BUILTIN_FOR_ROLE[role]
         if role == "reward" and with_role(subject, "reward_model"):
             continue  # a model reward stage alone writes the step's scores (rlflow.stages.model_scores)
         if (
@@ -163,7 +163,7 @@ def check_reference(subject: Subject, report: Reporter) -> None:
             ("algorithm", flags[0]),
             f"{' and '.join(flags)} {'is' if len(flags) == 1 else 'are'} true, "
             "but no stage computes reference log-probs",
-            f"add - {{name: ref_log_prob, uses: {builtin_kind('reference').name}, on: <actor pool>}}, "
+            f"add - {{name: ref_log_prob, uses: {BUILTIN_FOR_ROLE['reference']}, on: <actor pool>}}, "
             f"or set {flags[0]}: false; from the command line: --set algorithm.{flags[0]}=false",
         )
     if refs and not flags:
@@ -334,6 +334,8 @@ def check_weight_path(subject: Subject, report: Reporter) -> None:
             if rtype is None or (rtype == "local" and actor_type == "local"):
                 continue  # two local pools: the runtime syncs across pools
             if rtype == "remote" and actor_type == "local":
+                from rlflow.backends.remote.registry import REMOTE_BACKENDS
+
                 backend = subject.resources[stage.on].backend
                 if backend not in REMOTE_BACKENDS or REMOTE_BACKENDS.get(backend).accepts_rollout_weights:
                     continue  # the runtime pushes the weights to it (an unknown backend is reported already)
@@ -423,6 +425,8 @@ def check_remote_backends(subject: Subject, report: Reporter) -> None:
     remotes = {name: res for name, res in subject.resources.items() if res.type == "remote"}
     if not remotes:
         return
+    from rlflow.backends.remote.registry import REMOTE_BACKENDS, forwarder_problem
+
     for name, res in remotes.items():
         if res.backend not in REMOTE_BACKENDS:
             known = REMOTE_BACKENDS.names()

@@ -6,6 +6,7 @@ Design notes: docs/design/cli.md.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -21,6 +22,7 @@ def main() -> None:
 
     code = fast_path(sys.argv[1:])
     if code is not None:
+        gc.freeze()  # the process ends: its last collection need not walk every module and model it loaded
         sys.exit(code)
     from rlflow.cli.app import app
 

@@ -7,10 +7,12 @@ Design notes: docs/design/cli.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rlflow.cli.positional_overrides import print_override_error
@@ -38,6 +40,30 @@ def check_files(
     # On its first model pydantic scans every installed package for pydantic plugins; that
     # scan costs more than the whole validation, and validation needs no plugin.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    # Reading Parquet imports pyarrow, and pyarrow numpy, whose OpenBLAS starts a thread per core that
+    # spins a while: a sixth of such a validation on 2 cores, and validation does no linear algebra.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    with _collector_paused():
+        return _check_all(pipelines, sets, check_paths, drops, resolved, verl)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off: validating builds many objects that live to the end (modules,
+    models) and leaves little cyclic garbage, so collecting meanwhile costs a tenth of the time for nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check_all(
+    pipelines: Sequence[Path], sets: Sequence[str], check_paths: bool, drops: Sequence[str], resolved: bool, verl: bool
+) -> list[dict]:
+    """``check_files``' work, once its settings are in place."""
     from rlflow.check import load_pipeline
     from rlflow.errors import ConfigError
     from rlflow.schemas.project import load_project_config

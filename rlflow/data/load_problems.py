@@ -10,7 +10,6 @@ import importlib.util
 from pathlib import Path
 
 from rlflow.data.paths import DataPaths, database_file
-from rlflow.data.prompts import PromptTemplate
 from rlflow.data.records import read_records
 from rlflow.data.verl_format import read_verl_rows
 from rlflow.errors import DataError
@@ -38,6 +37,8 @@ def data_problems(spec, root: Path) -> list[str]:
         except DataError as exc:
             problems.append(str(exc))
     if data.format != "verl":
+        from rlflow.data.prompts import PromptTemplate  # jinja2: only text-to-SQL data has a prompt template
+
         try:
             PromptTemplate(paths.template)
         except DataError as exc:

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import jinja2
-
 from rlflow.data.examples import FIT_STAT_KEYS, Candidate, Example, fit_examples, report_fitting
 from rlflow.data.records import (
     Oversized,
@@ -150,13 +148,15 @@ def _not_plain(value: object) -> str | None:
     stack = [value]
     while stack:
         item = stack.pop()
+        if isinstance(item, _PLAIN_SCALARS):  # the most common: tested first, as every row's values pass here
+            continue
         if isinstance(item, dict):
             if not all(isinstance(k, str) for k in item):
                 return "object with non-text keys"
-            stack.extend(item.values())
+            stack += item.values()
         elif isinstance(item, list):
-            stack.extend(item)
-        elif not isinstance(item, _PLAIN_SCALARS):
+            stack += item
+        else:
             return type(item).__name__
     return None
 
@@ -186,6 +186,8 @@ def _candidates(rows: list[dict], tokenizer, file: Path) -> Iterator[Candidate]:
 
 
 def _render(tokenizer, messages: list[dict], file: Path, index: int) -> str:
+    import jinja2  # the tokenizer's chat templates are jinja2's; reading and checking rows needs none
+
     messages = [{key: value for key, value in m.items() if value is not None} for m in messages]
     try:
         return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

@@ -10,7 +10,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from rlflow.reward.function_calls import RewardFunctionError
 from rlflow.sandbox.protocol import MAX_EXTRAS, Outcome
 
 log = logging.getLogger(__name__)
@@ -39,6 +38,8 @@ def call_arguments(data_source: list[str], response_text: list[str], reward_info
     calls = []
     for row, (source, text, info) in enumerate(zip(data_source, response_text, reward_info, strict=True)):
         if not isinstance(info, dict) or "ground_truth" not in info or "extra_info" not in info:
+            from rlflow.reward.function_calls import RewardFunctionError  # the sandbox: imported only to run
+
             keys = sorted(info) if isinstance(info, dict) else type(info).__name__
             raise RewardFunctionError(
                 f"row {row}: reward_info has no 'ground_truth' and 'extra_info' (it holds {keys}); "
@@ -87,6 +88,8 @@ def _cap_keys(fn: WeightedFunction, keys: list[str], column: list[Outcome], warn
 def _check_not_all_failed(fn: WeightedFunction, column: list[Outcome], sources: list[str], step: int) -> None:
     if not column or any(o.failure is None for o in column):
         return
+    from rlflow.reward.function_calls import RewardFunctionError
+
     errors = sum(o.failure == "error" for o in column)
     first = column[0]
     raise RewardFunctionError(

@@ -11,7 +11,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from multiprocessing.connection import Connection
 
 MAX_EXTRAS = 64  # extra numbers one answer may carry
 # scores are float32 tensors whose squares make the group's std: 1e308 passed as finite and became inf

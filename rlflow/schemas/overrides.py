@@ -14,7 +14,6 @@ from rlflow.schemas.diagnostics import Diagnostic, format_path, parse_path, sugg
 from rlflow.schemas.inherit import stage_index, stage_names
 from rlflow.schemas.safe_yaml import Positions, parse_yaml
 from rlflow.schemas.schema_errors import known_keys, walk
-from rlflow.schemas.verl_names import lookup
 
 
 @dataclass(frozen=True)
@@ -172,6 +171,8 @@ def _check_path(data: dict, setting: Setting, root: Any, config_model_of: Config
 
 def _verl_fix(data: dict, setting: Setting) -> str:
     """rlflow's name for a verl key, with the ``--set`` to write where there is one; '' for other keys."""
+    from rlflow.schemas.verl_names import lookup  # a big table: imported for an error only
+
     name = lookup(setting.path)
     if name is None:
         return ""

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ValidationError
 
 from rlflow.schemas.diagnostics import Diagnostic, format_path, short_repr, suggestion
 from rlflow.schemas.safe_yaml import Positions
-from rlflow.schemas.verl_names import verl_key_hints
 
 _TYPE_NAMES = {
     dict: "mapping",
@@ -137,6 +136,8 @@ def validation_diagnostics(
     for err in exc.errors():
         loc = clean_loc(tuple(err["loc"]), data)
         if err["type"] == "extra_forbidden":
+            from rlflow.schemas.verl_names import verl_key_hints  # a big table: imported for an error only
+
             hints = verl_key_hints(prefix + loc, err.get("input"))
             if hints:
                 out += [_at(positions, file, where, f"unknown key {where[-1]!r}", hint) for where, hint in hints]

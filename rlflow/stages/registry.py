@@ -1,6 +1,7 @@
 """The stage-kind registry: built-in kinds plus plugins from the ``rlflow.stages`` entry-point group.
 
-It also answers by role (``kinds_with_role``, ``builtin_kind``). Design notes: docs/design/registries.md.
+The built-ins are named here and each module is imported on first lookup. It also answers by role
+(``kinds_with_role``, ``builtin_kind``). Design notes: docs/design/registries.md.
 """
 
 from __future__ import annotations
@@ -19,7 +20,45 @@ STAGE_KINDS: Registry[type[StageKind]] = Registry(
     "Plugins add stage kinds through the `rlflow.stages` entry-point group or a module listed under "
     "`plugins:` in rlflow.yaml.",
 )
-_BUILTIN_FOR_ROLE: dict[str, type[StageKind]] = {}
+BUILTIN_KINDS = {  # name -> "module:class"; a lookup imports only the kinds a pipeline uses
+    "balance_batch": "rlflow.stages.balance_batch:BalanceBatch",
+    "compute_values": "rlflow.stages.compute_values:ComputeValues",
+    "generate": "rlflow.stages.generate:Generate",
+    "group_filter": "rlflow.stages.group_filter:GroupFilter",
+    "grpo_advantage": "rlflow.stages.grpo_advantage:GrpoAdvantage",
+    "judge_score": "rlflow.stages.judge_score:JudgeScore",
+    "old_log_prob": "rlflow.stages.old_log_prob:OldLogProb",
+    "ref_log_prob": "rlflow.stages.ref_log_prob:RefLogProb",
+    "reward_function": "rlflow.stages.reward_function:RewardFunction",
+    "rm_score": "rlflow.stages.rm_score:RewardModelScore",
+    "save_checkpoint": "rlflow.stages.save_checkpoint:SaveCheckpoint",
+    "sync_weights": "rlflow.stages.sync_weights:SyncWeights",
+    "teacher_log_prob": "rlflow.stages.teacher_log_prob:TeacherLogProb",
+    "text2sql_reward": "rlflow.stages.text2sql_reward:Text2SqlReward",
+    "update_actor": "rlflow.stages.update_actor:UpdateActor",
+    "update_critic": "rlflow.stages.update_critic:UpdateCritic",
+    "validate": "rlflow.stages.validation_metrics:Validate",
+}
+# the kind the compiler adds for a role the pipeline leaves implicit and the validator suggests for a missing one
+BUILTIN_FOR_ROLE: dict[str, str] = {
+    "advantage": "grpo_advantage",
+    "balance": "balance_batch",
+    "checkpoint": "save_checkpoint",
+    "critic_update": "update_critic",
+    "filter": "group_filter",
+    "log_prob": "old_log_prob",
+    "reference": "ref_log_prob",
+    "reward": "text2sql_reward",
+    "reward_model": "judge_score",
+    "rollout": "generate",
+    "teacher": "teacher_log_prob",
+    "update": "update_actor",
+    "validation": "validate",
+    "values": "compute_values",
+    "weight_sync": "sync_weights",
+}
+for _name, _target in BUILTIN_KINDS.items():
+    STAGE_KINDS.register_lazy(_name, _target)
 
 
 def register_stage(cls: type[StageKind]) -> type[StageKind]:
@@ -40,8 +79,9 @@ def register_stage(cls: type[StageKind]) -> type[StageKind]:
 
 
 def builtin_stage(cls: type[StageKind]) -> type[StageKind]:
-    """Class decorator for rlflow's own kinds: registered, and the built-in answer for its role."""
-    _BUILTIN_FOR_ROLE.setdefault(cls.role, cls)
+    """Class decorator for rlflow's own kinds: registered, and named in ``BUILTIN_KINDS`` (else no lookup finds it)."""
+    if BUILTIN_KINDS.get(cls.name) != f"{cls.__module__}:{cls.__qualname__}":
+        raise RegistryError(f"built-in stage kind {cls.name!r}: add it to BUILTIN_KINDS in {__name__}")
     return register_stage(cls)
 
 
@@ -51,7 +91,7 @@ def get_stage_kind(name: str) -> type[StageKind]:
 
 def builtin_kind(role: Role) -> type[StageKind]:
     """The built-in kind of ``role`` (KeyError for a role no built-in kind has)."""
-    return _BUILTIN_FOR_ROLE[role]
+    return STAGE_KINDS.get(BUILTIN_FOR_ROLE[role])
 
 
 def kinds_with_role(role: Role) -> list[str]:

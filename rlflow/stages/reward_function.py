@@ -16,7 +16,7 @@ from rlflow.reward.functions import FunctionLoadError, load_function, parse_refe
 from rlflow.reward.overlong import OverlongBuffer, shape_scores
 from rlflow.stages.base import StageConfig, StageContext, StageKind
 from rlflow.stages.model_scores import combined, rule_reward_reads
-from rlflow.stages.registry import register_stage
+from rlflow.stages.registry import builtin_stage
 from rlflow.stages.token_scores import place_on_last_token, response_lengths
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +84,7 @@ def _default_name(reference: str) -> str:
         return reference
 
 
-@register_stage
+@builtin_stage
 class RewardFunction(StageKind):
     name = "reward_function"
     role = "reward"

@@ -12,13 +12,15 @@ import pytest
 from benchmarks import common
 
 
-@pytest.fixture
-def run_bench(tmp_path):
+@pytest.fixture(scope="module")
+def run_bench(tmp_path_factory):
     """``run_bench(name, *flags)`` runs ``benchmarks.bench_<name> --quick --out <tmp>/<name>.json`` in a
-    subprocess, checks that it exited 0 and returns (the finished process, the JSON result)."""
+    subprocess, checks that it exited 0 and returns (the finished process, the JSON result). Module-scoped,
+    so that a module's fixture can run its benchmark once for all its tests."""
+    folder = tmp_path_factory.mktemp("bench")
 
     def run(name: str, *flags: str) -> tuple[subprocess.CompletedProcess, dict]:
-        out = tmp_path / f"{name}.json"
+        out = folder / f"{name}.json"
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false"}
         done = subprocess.run(
             [sys.executable, "-m", f"benchmarks.bench_{name}", "--quick", "--out", str(out), *flags],

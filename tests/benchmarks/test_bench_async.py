@@ -1,4 +1,5 @@
-"""bench_async's arithmetic: busy shares from a trace, ratios taken per round."""
+"""bench_async's arithmetic (busy shares from a trace, ratios taken per round), and its local case at ``--quick``
+sizes: the pipeline run for real in both trainer modes."""
 
 from __future__ import annotations
 
@@ -26,3 +27,18 @@ def test_the_ratio_is_taken_per_round_and_met_only_when_every_round_meets_it():
     assert figures["median_ratio"] == 0.6
     assert row["met"] is False, "one round missed 0.65x"
     assert "rounds 0.5-0.7" in row["measured_text"]
+
+
+def test_the_local_case_runs_both_modes_and_measures_where_the_overlap_went(run_bench):
+    done, report = run_bench("async", "--case", "local")
+    assert set(report["runs"]) == {"local/sync", "local/separate_async"}
+    for arm, (run,) in report["runs"].items():
+        assert run["exit_code"] == 0 and "error" not in run, (arm, run.get("error"))
+        assert len(run["steps_s"]) == report["steps_per_arm"] - bench_async.SKIP and run["step_s"] > 0, arm
+        assert all(0 <= share <= 1 for share in run["busy_share"].values()), arm
+        assert run["busy_share"]["actor_pool"] > 0 and run["busy_share"]["rollout_pool"] > 0, arm
+    figures = report["figures"]["local"]
+    assert figures["median_ratio"] == figures["ratios"][0] > 0
+    (row,) = report["summary"]
+    assert row["figure"].startswith("local: step time separate_async / sync") and isinstance(row["met"], bool)
+    assert "| local |" in done.stdout

@@ -121,7 +121,8 @@ def test_summary_turns_results_into_a_verdict_table(results, monkeypatch):
         if line.startswith("| compile")
     ]
     assert len(compile_rows) == 2
-    measured_on = run_all.measured_on(results["compile"][1]["commit"])  # the commit, or "stale: ..." on a dirty tree
+    compiled = results["compile"][1]
+    measured_on = run_all.measured_on(compiled["commit"], compiled["finished"][:10])  # "stale: ..." on a dirty tree
     assert all(row[4] in ("yes", "**no**") and row[5] == measured_on for row in compile_rows)
     assert any(line.startswith("| step") and "(not run)" in line for line in text.splitlines())
     assert "- step: exited with 1 (log: runs/bench-logs/step_quick.log)" in text

@@ -1,4 +1,5 @@
-"""run_all's summary: the README's results table and docs/benchmarks.md, written from result files.
+"""run_all: which benchmarks a run takes and how long it says it will take; its summary: the README's
+results table, docs/benchmarks.md and the step picture, written from result files.
 
 No benchmark runs here: each test writes small result files of its own (or reads the committed
 ones) and lets the real summary code turn them into pages in a temporary folder.
@@ -7,6 +8,7 @@ ones) and lets the real summary code turn them into pages in a temporary folder.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 
 import pytest
@@ -50,8 +52,9 @@ def test_the_readme_table_is_replaced_and_the_rest_kept(pages):
         "1.0x",
         ">= 1",
         "yes",
-        "stale: measured on abc1234, which this checkout lacks",
+        "stale: measured on abc1234 (2026-01-02), which this checkout lacks",
     ]
+    assert "Where these figures come from: a shared CPU machine without a GPU" in readme
     assert any(line.startswith("| step") and "(not run)" in line for line in readme.splitlines())
     page = run_all.PAGE.read_text()
     assert "| `" in page and "abc1234" in page and "2026-01-02" in page
@@ -101,12 +104,30 @@ def test_the_commit_is_the_checkouts_head():
 def test_a_row_says_stale_in_words_unless_measured_on_the_code_it_ships_with():
     head = git("rev-parse", "--short", "HEAD")
     first = git("rev-list", "--max-parents=0", "--abbrev-commit", "HEAD").splitlines()[0]
-    assert run_all.measured_on(head) == head, "no code changed since HEAD"
-    assert run_all.measured_on(first) == f"stale: measured on {first}, code changed since"
-    assert run_all.measured_on(f"{head}-dirty") == f"stale: measured on {head} with uncommitted code changes"
-    assert run_all.measured_on("333d1c4*") == "stale: commit not recorded (file from 333d1c4)"
-    assert run_all.measured_on("unknown") == "stale: commit not recorded"
+    assert run_all.measured_on(head, "2026-12-05") == f"{head}, 2026-12-05", "no code changed since HEAD"
+    assert run_all.measured_on(head, "") == head
+    assert run_all.measured_on(first, "2026-12-01") == f"stale: measured on {first} (2026-12-01), code changed since"
+    assert (
+        run_all.measured_on(f"{head}-dirty", "2026-12-01")
+        == f"stale: measured on {head} (2026-12-01) with uncommitted code changes"
+    )
+    assert run_all.measured_on("333d1c4*", "2026-11-29") == "stale: commit not recorded (file from 333d1c4, 2026-11-29)"
+    assert run_all.measured_on("333d1c4*", "") == "stale: commit not recorded (file from 333d1c4)"
+    assert run_all.measured_on("unknown", "") == "stale: commit not recorded"
     assert not any("*" in row["commit"] for row in run_all.summary_rows(run_all.load_sources(quick=False)))
+
+
+def test_the_sentence_beside_the_table_says_where_the_figures_come_from(pages):
+    _result(pages, "compile", machine={"cpus": 2})
+    _result(pages, "step", machine={"cpus": 2})
+    sources = run_all.load_sources(quick=False)
+    where = run_all.origin(sources)
+    assert where.startswith("Where these figures come from: a shared 2-core CPU machine without a GPU, ")
+    assert "(the shipped warm start has 3.5M)" in where and "no GPU figures" in where
+    run_all.write_summary(quick=False, outcomes={})
+    assert where in run_all.README.read_text() and where in run_all.PAGE.read_text()
+    _result(pages, "gpu", machine={"cpus": 16})
+    assert "2-core CPU machine without a GPU (the gpu rows aside)" in run_all.origin(run_all.load_sources(quick=False))
 
 
 def test_a_ratio_is_judged_round_by_round_never_on_pooled_medians():
@@ -136,3 +157,86 @@ def test_the_learning_benchmark_refuses_a_tree_with_uncommitted_code(monkeypatch
     monkeypatch.setattr(bench_learning, "run_seed", lambda *a: pytest.fail("a seed ran on a dirty tree"))
     assert bench_learning.main([]) == 2
     assert "--allow-dirty" in capsys.readouterr().err
+
+
+# ---- which benchmarks run, and how long they will take ------------------------------------------
+def test_make_bench_leaves_the_learning_runs_to_make_bench_learning():
+    full = run_all.selected(run_all.parse_args([]))
+    assert "gpu" in full and "step" in full and not any(n.startswith("learning") for n in full)
+    assert run_all.selected(run_all.parse_args(["--learning"])) == list(run_all.LEARNING)
+    assert set(full) | set(run_all.LEARNING) == set(run_all.BENCHMARKS)
+    assert run_all.selected(run_all.parse_args(["--quick"])) == list(run_all.BENCHMARKS), "--quick: every one"
+    assert run_all.selected(run_all.parse_args(["--learning", "--skip", "learning_agent"]))[-1] == "learning_async"
+    assert run_all.selected(run_all.parse_args(["--only", "step", "learning"])) == ["step", "learning"]
+    with pytest.raises(SystemExit):
+        run_all.parse_args(["--only", "step", "--learning"])
+
+
+def test_every_benchmark_has_a_default_estimate_and_make_bench_fits_an_afternoon():
+    assert set(run_all.MINUTES) == set(run_all.BENCHMARKS)
+    assert sum(run_all.MINUTES[n] for n in run_all.selected(run_all.parse_args([]))) + run_all.TRL_SETUP_MINUTES <= 50
+
+
+def test_the_estimate_uses_the_last_measured_durations_and_defaults_for_the_rest(pages):
+    assert run_all.estimate(["step", "load"], trl_setup=False) == (
+        f"2 benchmarks, about {math.ceil(run_all.MINUTES['step'] + run_all.MINUTES['load'])} minutes "
+        "(estimated: none measured yet)"
+    )
+    run_all.record_duration("step", 7.2)
+    assert run_all.estimate(["step", "load"], trl_setup=False) == (
+        f"2 benchmarks, about {math.ceil(7.2 + run_all.MINUTES['load'])} minutes "
+        "(from the last measured durations; estimated for load, not measured yet)"
+    )
+    run_all.record_duration("load", 4.1)
+    run_all.record_duration("step", 6.4)  # the latest run counts
+    assert json.loads((pages / "durations.json").read_text()) == {"load": 4.1, "step": 6.4}
+    assert run_all.estimate(["step", "load"], trl_setup=False) == (
+        "2 benchmarks, about 11 minutes (from the last measured durations)"
+    )
+    assert run_all.estimate(["step"], trl_setup=True).endswith(", creating .venv-trl first included)")
+
+
+def test_a_full_run_says_its_estimate_first_and_records_what_each_benchmark_took(pages, monkeypatch, capsys):
+    outcomes = {"compile": 0, "reward": 1}
+    monkeypatch.setattr(common, "commit_id", lambda: "abc1234")
+    monkeypatch.setattr(run_all, "run_one", lambda name, quick, log_dir: {"exit_code": outcomes[name], "minutes": 0.5})
+    assert run_all.main(["--only", "compile", "reward"]) == 1
+    assert capsys.readouterr().out.startswith("2 benchmarks, about 2 minutes (estimated: none measured yet)\n")
+    assert json.loads((pages / "durations.json").read_text()) == {"compile": 0.5}, "a failed run measures nothing"
+
+
+# ---- the step picture --------------------------------------------------------------------------
+def _step_result(folder, trl_rounds):
+    arms = {
+        "rlflow": {"step_s_median": 5.0, "step_s_per_round": [5.2, 4.9, 5.0]},
+        "loop": {"step_s_median": 4.8, "step_s_per_round": [4.9, 4.7, 4.8]},
+        "trl": {"step_s_median": None, "step_s_per_round": trl_rounds},
+    }
+    _result(folder, "step", commit="abc1234", model="tiny", rounds=3, arms=arms)
+
+
+def test_the_step_section_shows_the_rounds_as_a_picture_drawn_only_when_the_result_changed(pages):
+    _step_result(pages, [None, None, None])  # TRL not installed: its arm is drawn as "not run"
+    run_all.write_summary(quick=False, outcomes={})
+    picture = run_all.PAGE.with_name("step_time.png")
+    drawn = picture.read_bytes()
+    assert drawn.startswith(b"\x89PNG") and b"matplotlib" not in drawn, "no software version: the same bytes anywhere"
+    page = run_all.PAGE.read_text()
+    section = page[page.index("## Step time") :]
+    assert "](step_time.png)" in section.split("\n## ")[0]
+    picture.write_bytes(drawn + b"kept")  # as another matplotlib would have drawn it
+    run_all.write_summary(quick=False, outcomes={})
+    assert picture.read_bytes() == drawn + b"kept", "the same result file: the picture is left alone"
+    _step_result(pages, [15.0, 16.0, 14.0])
+    run_all.write_summary(quick=False, outcomes={})
+    assert picture.read_bytes() not in (drawn, drawn + b"kept")
+    again = picture.read_bytes()
+    picture.unlink()
+    run_all.write_summary(quick=False, outcomes={})
+    assert picture.read_bytes() == again, "deterministic"
+
+
+def test_without_a_step_result_there_is_no_picture_and_no_section(pages):
+    _result(pages, "compile")
+    run_all.write_summary(quick=False, outcomes={})
+    assert not run_all.PAGE.with_name("step_time.png").exists() and "## Step time" not in run_all.PAGE.read_text()

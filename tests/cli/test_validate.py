@@ -257,6 +257,47 @@ def test_importtime_shows_no_heavy_module():
     assert "pydantic" in imported and not imported & set(HEAVY)
 
 
+MODULES = """
+import json, sys
+sys.argv = ["rlflow", "validate", {path!r}]
+from rlflow.cli.main import main
+try:
+    main()
+except SystemExit as exc:
+    print(json.dumps([exc.code, sorted(sys.modules)]), file=sys.stderr)
+"""
+PARQUET = {"pyarrow", "numpy"}  # the Parquet reader and what it imports
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "pipelines").glob("*.yaml")))
+def test_every_shipped_pipeline_imports_only_what_its_rules_need(name):
+    """Nothing heavy; Parquet's reader only to read Parquet data, the reference backend only for a remote
+    resource, and no stage kind's module but those of the kinds the pipeline declares or its plan adds."""
+    from rlflow.check import load_pipeline
+    from rlflow.plan.compile import compile_plan
+    from rlflow.schemas.project import load_project_config
+    from rlflow.stages.registry import BUILTIN_KINDS
+
+    path = f"pipelines/{name}"
+    result = subprocess.run(
+        [sys.executable, "-c", MODULES.format(path=path)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    code, modules = json.loads(result.stderr.strip().splitlines()[-1])
+    assert code == 0, result.stderr
+    tops = {module.split(".")[0] for module in modules}
+    assert not tops & {*HEAVY, "typer", "click"}
+    spec = load_pipeline(REPO / path, project=load_project_config(REPO)).spec
+    files = [str(file) for file in (spec.data.train, spec.data.val) if file]
+    parquet = spec.data.format == "parquet" or any(file.endswith(".parquet") for file in files)
+    assert tops & PARQUET == (PARQUET if parquet else set())
+    remote = any(resource.type == "remote" for resource in spec.resources.values())
+    assert ("rlflow.backends.remote.reference" in modules) == remote
+    plan = compile_plan(spec)
+    used = {stage.uses for stage in spec.stages} | {stage.kind for stage in (*plan.init, *plan.step)}
+    kind_modules = {target.partition(":")[0]: kind for kind, target in BUILTIN_KINDS.items()}
+    assert {kind_modules[m] for m in modules if m in kind_modules} <= used
+
+
 def test_schema_command(tmp_path):
     result = rlflow("schema")
     assert result.returncode == 0

@@ -1,9 +1,12 @@
-"""The shipped BIRD-format sample: reproducible from its script, well formed, and small enough to learn."""
+"""The shipped BIRD-format sample: reproducible from its script, well formed, and small enough to learn; its
+dev split large enough to measure learning on, and its train split the one the warm starts were trained on."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -56,7 +59,7 @@ def test_every_gold_query_returns_rows(splits):
 
 def test_shape_of_the_sample(splits):
     train, dev = splits["train"], splits["dev"]
-    assert 350 <= len(train) <= 450 and 80 <= len(dev) <= 120
+    assert 350 <= len(train) <= 450 and len(dev) >= 400, "400 dev questions: a standard error of at most 2.5 points"
     assert {r["db_id"] for r in dev} == {r["db_id"] for r in train}, "split by question: dev databases are trained on"
     assert not {(r["db_id"], r["question"]) for r in dev} & {(r["db_id"], r["question"]) for r in train}
     assert {"question_id", "db_id", "question", "evidence", "SQL", "difficulty"} == set(train[0])
@@ -64,6 +67,25 @@ def test_shape_of_the_sample(splits):
     assert {r["difficulty"] for r in train} == {"simple", "moderate", "challenging"}
     sql_lengths = sorted(len(r["SQL"]) for r in train + dev)
     assert sql_lengths[len(sql_lengths) * 9 // 10] < 120
+
+
+def test_the_train_split_is_the_one_the_warm_starts_were_trained_on(splits, generator, tmp_path):
+    shipped = (SAMPLE / "train.json").read_bytes()
+    assert hashlib.sha256(shipped).hexdigest() == "e76c18e79c8b43b9b9be7cb1b3ee4e0b29a3dabfbbf0ea2282f2b8044c6f6850"
+    small = generator.generate(tmp_path, seed=7, dev=100)  # dev as it was: the sample's fifth alone
+    assert (tmp_path / "train.json").read_bytes() == shipped
+    assert {r["question"] for r in small["dev"]} < {r["question"] for r in splits["dev"]}
+
+
+def test_dev_shares_no_question_and_no_gold_query_with_train_and_keeps_its_mix(splits):
+    train, dev = splits["train"], splits["dev"]
+    assert not {r["question"] for r in dev} & {r["question"] for r in train}
+    assert not {(r["db_id"], r["SQL"]) for r in dev} & {(r["db_id"], r["SQL"]) for r in train}
+    assert len({r["question"] for r in dev}) == len({(r["db_id"], r["SQL"]) for r in dev}) == len(dev)
+    for key in ("difficulty", "db_id"):
+        shares = {split: Counter(r[key] for r in rows) for split, rows in splits.items()}
+        for value, count in shares["train"].items():
+            assert abs(shares["dev"][value] / len(dev) - count / len(train)) < 0.05, (key, value, shares)
 
 
 def test_databases_are_small(splits):

@@ -1,8 +1,11 @@
-"""The shipped ranking task's data: reproducible from its script, in verl's format, answers right, splits apart."""
+"""The shipped ranking task's data: reproducible from its script, in verl's format, answers right, splits apart,
+400 validation questions, and the train split the one the shipped models were trained on."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 
 import pyarrow.parquet as pq
 import pytest
@@ -28,7 +31,7 @@ def test_the_shipped_files_are_what_the_script_makes(generator, tmp_path):
 
 def test_rows_are_verl_records_with_the_right_answer_and_the_splits_share_no_question():
     splits = {split: pq.read_table(DATA / f"{split}.parquet").to_pylist() for split in ("train", "val")}
-    assert (len(splits["train"]), len(splits["val"])) == (4000, 200)
+    assert (len(splits["train"]), len(splits["val"])) == (4000, 400)
     rank = {"largest": -1, "smallest": 0, "second_largest": -2, "second_smallest": 1}
     for rows in splits.values():
         for row in rows:
@@ -46,6 +49,15 @@ def test_rows_are_verl_records_with_the_right_answer_and_the_splits_share_no_que
         split: {(r["data_source"], tuple(r["extra_info"]["numbers"])) for r in rows} for split, rows in splits.items()
     }
     assert not questions["train"] & questions["val"]
+
+
+def test_the_train_split_is_the_one_the_shipped_models_were_trained_on(generator):
+    rows = pq.read_table(DATA / "train.parquet").to_pylist()
+    digest = hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+    assert digest == "2baa500fad1dd5a1b2cb56e8dddfe0e52e8e2096fe4a5f9014d5e25f7aefd9a5"
+    before = generator.make_splits(4000, 200, 0, 5)  # the validation split as it was: drawn before train
+    assert before["train"] == rows
+    assert before["val"] == pq.read_table(DATA / "val.parquet").to_pylist()[:200]
 
 
 def test_the_reward_is_strict_about_what_follows_the_answer():

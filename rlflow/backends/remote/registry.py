@@ -1,6 +1,7 @@
 """The remote-backend registry: built-in ``reference`` plus plugins, and the calls that create backends.
 
-``create_backend`` turns a plugin's failure to start into one ``BackendError`` and leaves nothing running.
+``reference`` is named by its import path and imported on first ``get``. ``create_backend`` turns a
+plugin's failure to start into one ``BackendError`` and leaves nothing running.
 Design notes: docs/design/registries.md.
 """
 
@@ -10,7 +11,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from rlflow.backends.remote import reference
 from rlflow.backends.remote.base import RemoteBackend, check_main_config
 from rlflow.errors import BackendError, RegistryError
 from rlflow.registry import Registry
@@ -162,4 +162,4 @@ def _stop_new_processes(before: set[int]) -> list[str]:
     return names
 
 
-register(reference.NAME)(reference.ReferenceBackend)
+REMOTE_BACKENDS.register_lazy("reference", "rlflow.backends.remote.reference:ReferenceBackend")

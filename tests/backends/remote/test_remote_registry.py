@@ -94,6 +94,17 @@ def test_lookup_imports_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_the_reference_backend_is_listed_without_importing_it():
+    """Knowing the name costs no import: a pipeline without a remote resource never loads the backend."""
+    code = (
+        "import sys; from rlflow.backends.remote import get, list_backends\n"
+        "assert 'reference' in list_backends(), list_backends()\n"
+        "assert 'rlflow.backends.remote.reference' not in sys.modules, 'imported to be named'\n"
+        "assert get('reference').__qualname__ == 'ReferenceBackend'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_plugin_raising_in_from_config_is_a_clear_error_and_leaves_nothing_running(scratch, tmp_path):
     scratch.append("leaky")
     marker = tmp_path / "child.pid"
