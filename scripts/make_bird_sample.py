@@ -754,11 +754,16 @@ def generate(out: Path, seed: int, dev: int = DEV_SIZE) -> dict[str, list[dict]]
             conn.close()
     rng.shuffle(items)
     n_dev = len(items) // 5
-    splits = {"dev": items[:n_dev], "train": items[n_dev:]}
-    splits["dev"] += more_dev(random.Random(f"{seed}/dev"), spare, sample, max(0, dev - n_dev))
     order = list(DATABASES)
+
+    def ordered(rows: list[dict]) -> list[dict]:
+        return sorted(rows, key=lambda r: (order.index(r["db_id"]), r["question"]))
+
+    # dev: the sample's fifth first, as it was shipped alone (so dev[:100] is that split, question ids
+    # included, and the tokenizer is built from it), then the questions added after it
+    more = more_dev(random.Random(f"{seed}/dev"), spare, sample, max(0, dev - n_dev))
+    splits = {"dev": ordered(items[:n_dev]) + ordered(more), "train": ordered(items[n_dev:])}
     for name, rows in splits.items():
-        rows.sort(key=lambda r: (order.index(r["db_id"]), r["question"]))
         splits[name] = [{"question_id": i, **r} for i, r in enumerate(rows)]
         (out / f"{name}.json").write_text(json.dumps(splits[name], indent=2) + "\n")
     return splits

@@ -107,14 +107,20 @@ def builtin_corpus(rng: random.Random, lines: int = 6000) -> list[str]:
     return out
 
 
+# The sample's dev questions the shipped vocabulary was built from: dev grew from 100 to 400 questions
+# after the tokenizer and the warm starts trained with it were made, and the later 300 are left out so
+# that the same sample still gives the same tokenizer.
+TOKENIZER_DEV_QUESTIONS = 100
+
+
 def bird_corpus(root: Path) -> list[str]:
     """Questions, evidence, gold SQL, answers in the output format and every schema's DDL."""
     out: list[str] = []
-    for split in ("train.json", "dev.json"):
+    for split, limit in (("train.json", None), ("dev.json", TOKENIZER_DEV_QUESTIONS)):
         path = root / split
         if not path.exists():
             continue
-        for row in json.loads(path.read_text()):
+        for row in json.loads(path.read_text())[:limit]:
             out += [row.get("question", ""), row.get("evidence", ""), row.get("SQL", "")]
             out.append(
                 f"<think>The question asks about {row.get('db_id', '')}.</think>"
