@@ -4,14 +4,9 @@ and the cost benchmark's whole path at its smallest size (two short Ray runs).""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from benchmarks import bench_learning, bench_reward_model, common, run_all
+from benchmarks import bench_learning, bench_reward_model, run_all
 
 
 def test_the_reward_model_cost_is_a_per_round_ratio_with_the_pools_busy_share():
@@ -50,19 +45,8 @@ def test_the_teacher_and_the_reward_models_figures_are_read_from_the_shipped_rec
     assert 0.5 < beside["value"] <= 1.0 and "agrees with the rule" in beside["label"]
 
 
-def test_the_cost_benchmark_runs_both_arms_at_its_smallest_size(tmp_path):
-    out = tmp_path / "reward_model_quick.json"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_reward_model", "--quick", "--out", str(out)],
-        cwd=common.ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    report = json.loads(out.read_text())
+def test_the_cost_benchmark_runs_both_arms_at_its_smallest_size(run_bench):
+    _, report = run_bench("reward_model")
     assert set(report["runs"]) == {"rule", "reward_model"}
     for arm in report["runs"].values():
         assert arm[0]["exit_code"] == 0 and arm[0]["step_s"] > 0
