@@ -42,12 +42,10 @@ def test_text_lists_the_step_in_order():
 def test_the_shipped_async_pipeline_shows_its_lanes_and_staleness_edge():
     text = graph("pipelines/bird_grpo_async.yaml").output
     assert "  rollout_pool  rollout lane: generate, validate\n" in text
-    assert (
-        "  actor_pool    trainer lane: old_log_prob, ref_log_prob, update_actor, save_checkpoint, sync_weights\n"
-        in text
-    )
+    # bypass mode: the rollout's log-probs are the old policy, so no old_log_prob pass on the trainer lane
+    assert "  actor_pool    trainer lane: ref_log_prob, update_actor, save_checkpoint, sync_weights\n" in text
     assert "staleness: sync_weights --weights, up to 1 version behind--> generate" in text
-    assert "generate (t+1) beside reward, old_log_prob, ref_log_prob, advantage, update_actor" in text
+    assert "generate (t+1) beside reward, ref_log_prob, advantage, update_actor" in text
     mermaid = graph("pipelines/bird_grpo_async.yaml", "--format", "mermaid").output
     assert 'subgraph r_rollout_pool["rollout lane: rollout_pool' in mermaid and "weights, up to 1 version" in mermaid
     dot = graph("pipelines/bird_grpo_async.yaml", "--format", "dot").output
